@@ -1,0 +1,94 @@
+/* backend.h: the seam between layers and the device that runs them.
+ *
+ * Layers in src/nn/ never touch a loop over elements or a library handle:
+ * they call the operations in this table. The CPU backend (src/cpu/, oneDNN +
+ * CBLAS + plain C) fills it today; a CUDA backend (src/gpu/) fills the same
+ * table later, so adding it does not touch the layers. Every pointer argument
+ * is device memory of the backend that owns the table. Layouts are fixed:
+ * activations NHWC, conv kernels HWIO, dense kernels [in][out] (Keras's). */
+#ifndef DT_BACKEND_H
+#define DT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rng.h"
+
+/* A 2-D convolution (or pooling window) over NHWC tensors. */
+struct dt_conv_shape {
+    int h, w, c;       /* input height, width, channels */
+    int k;             /* output channels (conv) */
+    int kh, kw;        /* window */
+    int stride, pad;   /* same in both dimensions */
+    int oh, ow;        /* output height, width (derived by the layer) */
+};
+
+/* Backend-private per-layer state (primitive caches, workspaces). */
+typedef struct dt_conv_plan dt_conv_plan;
+typedef struct dt_pool_plan dt_pool_plan;
+
+struct dt_backend {
+    const char *name;
+
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t bytes);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
+    void (*set_threads)(int nthreads);
+
+    /* Convolution with bias, optionally followed by ReLU in the same pass
+     * (relu != 0). Batch size n may vary from call to call. */
+    dt_conv_plan *(*conv_create)(const struct dt_conv_shape *shape, int relu);
+    void (*conv_destroy)(dt_conv_plan *plan);
+    void (*conv_forward)(dt_conv_plan *plan, int n, float *out, const float *inp,
+                         const float *weight, const float *bias);
+    /* dinp may be NULL (first layer). dweight/dbias are overwritten. */
+    void (*conv_backward)(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight);
+
+    /* Max pooling; the plan keeps what backward needs from the last forward. */
+    dt_pool_plan *(*pool_create)(const struct dt_conv_shape *shape);
+    void (*pool_destroy)(dt_pool_plan *plan);
+    void (*pool_forward)(dt_pool_plan *plan, int n, float *out, const float *inp, int train);
+    /* relu_out != NULL: the pooled input was a ReLU's output, and relu_out is
+     * this pool's output; the ReLU's backward is applied here (on the small
+     * side) by passing gradient only where relu_out > 0. */
+    void (*pool_backward)(dt_pool_plan *plan, int n, float *dinp, const float *dout,
+                          const float *relu_out);
+
+    /* Row-major C = alpha * op(A) op(B) + beta * C, as cblas_sgemm. */
+    void (*gemm)(int transa, int transb, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+    void (*bias_add)(float *out, const float *bias, int rows, int cols);
+    void (*bias_grad)(float *dbias, const float *dout, int rows, int cols); /* overwrites */
+
+    void (*relu_forward)(float *out, const float *inp, size_t n);
+    void (*relu_backward)(float *dinp, const float *dout, const float *out, size_t n);
+
+    /* Inverted dropout: keep with probability 1-rate, scale kept by 1/(1-rate).
+     * mask holds the scale (0 or 1/(1-rate)) per element for backward. */
+    void (*dropout_forward)(float *out, float *mask, const float *inp, size_t n, float rate,
+                            dt_rng *rng);
+    void (*dropout_backward)(float *dinp, const float *dout, const float *mask, size_t n);
+
+    /* Softmax cross-entropy over logits [n][classes] with integer labels.
+     * Returns the summed loss (double); counts correct argmax predictions;
+     * writes dlogits = (softmax - onehot) * grad_scale when dlogits != NULL. */
+    double (*softmax_xent)(float *dlogits, long *ncorrect, const float *logits,
+                           const uint8_t *labels, int n, int classes, float grad_scale);
+
+    /* uint8 pixels to floats scaled by 1/255 (the seed's x / 255.0). */
+    void (*images_to_float)(float *dst, const uint8_t *src, size_t n);
+
+    /* Fused optimizer updates over a whole flat block. */
+    void (*adam_update)(float *param, float *m, float *v, const float *grad, size_t n,
+                        float alpha, float beta1, float beta2, float eps);
+    void (*sgd_update)(float *param, float *velocity, const float *grad, size_t n, float lr,
+                       float momentum);
+};
+
+extern const struct dt_backend dt_backend_cpu;
+
+#endif

@@ -1,0 +1,270 @@
+/* cpu_conv2d.c: 2-D convolution on the CPU through oneDNN.
+ *
+ * Activations stay in dtrain's NHWC layout (no reorders between layers);
+ * weights live in the flat parameter block as HWIO (Keras's layout), and are
+ * reordered into whatever blocked layout oneDNN's kernel prefers at each
+ * call: a few thousand floats against millions of multiply-adds. Primitives
+ * depend on the batch size, so a plan keeps a small cache of them per size
+ * (training uses the full batch and perhaps one remainder size). */
+#include "config.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "cpu/cpu_internal.h"
+
+#define CONV_CACHE 6
+
+/* One engine and stream for the process: oneDNN engines are expensive and
+ * carry no per-model state. */
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+static void ensure_engine(void)
+{
+    if (engine) return;
+    DT_DNNL_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    DT_DNNL_CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+}
+
+/* A weights-shaped buffer in a primitive's preferred layout, and the
+ * reorder that fills it from (or empties it into) the user's HWIO. */
+struct wbuf {
+    dnnl_memory_t mem;        /* in the primitive's layout */
+    void *data;               /* owned, when the layout differs from HWIO */
+    dnnl_primitive_t reorder; /* NULL when the layouts are the same */
+};
+
+struct entry {
+    int n, used;
+    dnnl_primitive_t fwd, bwd_data, bwd_w;
+    dnnl_memory_t src, dst, bias, diff_src, diff_dst, diff_bias;
+    dnnl_memory_t user_w, user_dw; /* HWIO, handles set per call */
+    struct wbuf w_fwd, w_bwd, dw;
+};
+
+struct dt_conv_plan {
+    struct dt_conv_shape s;
+    int relu;
+    unsigned clock;
+    struct entry cache[CONV_CACHE];
+};
+
+static void md_nhwc(dnnl_memory_desc_t *md, int n, int c, int h, int w)
+{
+    dnnl_dims_t d = {n, c, h, w};
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nhwc));
+}
+
+static dnnl_memory_t mem_none(const dnnl_memory_desc_t *md)
+{
+    dnnl_memory_t m;
+    DT_DNNL_CHECK(dnnl_memory_create(&m, md, engine, DNNL_MEMORY_NONE));
+    return m;
+}
+
+/* Prepare a buffer in layout `want`; `to_want` says which way data flows. */
+static void wbuf_init(struct wbuf *b, const dnnl_memory_desc_t *want, dnnl_memory_t user, int to_want)
+{
+    const dnnl_memory_desc_t *user_md;
+    DT_DNNL_CHECK(dnnl_memory_get_memory_desc(user, &user_md));
+    memset(b, 0, sizeof *b);
+    if (dnnl_memory_desc_equal(want, user_md)) return; /* use the user's buffer directly */
+    b->data = dt_xmalloc(dnnl_memory_desc_get_size(want));
+    DT_DNNL_CHECK(dnnl_memory_create(&b->mem, want, engine, b->data));
+    dnnl_primitive_desc_t rpd;
+    if (to_want)
+        DT_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, user_md, engine, want, engine, NULL));
+    else
+        DT_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, want, engine, user_md, engine, NULL));
+    DT_DNNL_CHECK(dnnl_primitive_create(&b->reorder, rpd));
+    dnnl_primitive_desc_destroy(rpd);
+}
+
+static void wbuf_destroy(struct wbuf *b)
+{
+    if (b->reorder) dnnl_primitive_destroy(b->reorder);
+    if (b->mem) dnnl_memory_destroy(b->mem);
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static void exec(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args)
+{
+    DT_DNNL_CHECK(dnnl_primitive_execute(p, stream, nargs, args));
+}
+
+static void reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+{
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    exec(r, 2, a);
+}
+
+static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
+{
+    const struct dt_conv_shape *s = &p->s;
+    dnnl_memory_desc_t src, dst, bias, w_any, w_user;
+    dnnl_dims_t wd = {s->k, s->c, s->kh, s->kw}, bd = {s->k};
+    dnnl_dims_t strides = {s->stride, s->stride}, pad = {s->pad, s->pad};
+    /* Right padding makes the output size exact (Keras 'same' pads the
+     * remainder on the bottom/right). */
+    dnnl_dims_t pad_r = {(s->oh - 1) * s->stride + s->kh - s->h - s->pad,
+                         (s->ow - 1) * s->stride + s->kw - s->w - s->pad};
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t fpd, bdpd, bwpd;
+    dnnl_primitive_attr_t attr;
+
+    memset(e, 0, sizeof *e);
+    e->n = n;
+    md_nhwc(&src, n, s->c, s->h, s->w);
+    md_nhwc(&dst, n, s->k, s->oh, s->ow);
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_user, 4, wd, dnnl_f32, dnnl_hwio));
+
+    DT_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+    if (p->relu) {
+        dnnl_post_ops_t po;
+        DT_DNNL_CHECK(dnnl_post_ops_create(&po));
+        DT_DNNL_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+        DT_DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_post_ops_destroy(po);
+    }
+    DT_DNNL_CHECK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+                                                     &src, &w_any, &bias, &dst, strides, pad, pad_r));
+    DT_DNNL_CHECK(dnnl_primitive_desc_create(&fpd, &cd, attr, engine, NULL));
+    dnnl_primitive_attr_destroy(attr);
+
+    DT_DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src, &w_any,
+                                                           &dst, strides, pad, pad_r));
+    DT_DNNL_CHECK(dnnl_primitive_desc_create(&bdpd, &cd, NULL, engine, fpd));
+    DT_DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src, &w_any,
+                                                              &bias, &dst, strides, pad, pad_r));
+    DT_DNNL_CHECK(dnnl_primitive_desc_create(&bwpd, &cd, NULL, engine, fpd));
+
+    DT_DNNL_CHECK(dnnl_primitive_create(&e->fwd, fpd));
+    DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_data, bdpd));
+    DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_w, bwpd));
+
+    /* The backward-weights kernel may want src/diff_dst in other layouts than
+     * NHWC; we ask for NHWC in the descriptor, so they match. */
+    e->src = mem_none(&src);
+    e->dst = mem_none(&dst);
+    e->bias = mem_none(&bias);
+    e->diff_src = mem_none(&src);
+    e->diff_dst = mem_none(&dst);
+    e->diff_bias = mem_none(&bias);
+    e->user_w = mem_none(&w_user);
+    e->user_dw = mem_none(&w_user);
+    wbuf_init(&e->w_fwd, dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0), e->user_w, 1);
+    wbuf_init(&e->w_bwd, dnnl_primitive_desc_query_md(bdpd, dnnl_query_weights_md, 0), e->user_w, 1);
+    wbuf_init(&e->dw, dnnl_primitive_desc_query_md(bwpd, dnnl_query_diff_weights_md, 0), e->user_dw, 0);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_desc_destroy(bdpd);
+    dnnl_primitive_desc_destroy(bwpd);
+}
+
+static void entry_destroy(struct entry *e)
+{
+    if (!e->n) return;
+    dnnl_primitive_destroy(e->fwd);
+    dnnl_primitive_destroy(e->bwd_data);
+    dnnl_primitive_destroy(e->bwd_w);
+    dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->bias, &e->diff_src, &e->diff_dst,
+                             &e->diff_bias, &e->user_w, &e->user_dw};
+    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) dnnl_memory_destroy(*mems[i]);
+    wbuf_destroy(&e->w_fwd);
+    wbuf_destroy(&e->w_bwd);
+    wbuf_destroy(&e->dw);
+    memset(e, 0, sizeof *e);
+}
+
+static struct entry *lookup(struct dt_conv_plan *p, int n)
+{
+    struct entry *victim = &p->cache[0];
+    for (int i = 0; i < CONV_CACHE; i++) {
+        struct entry *e = &p->cache[i];
+        if (e->n == n) { e->used = (int)++p->clock; return e; }
+        if (e->used < victim->used) victim = e;
+    }
+    entry_destroy(victim);
+    entry_build(p, victim, n);
+    victim->used = (int)++p->clock;
+    return victim;
+}
+
+dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
+{
+    ensure_engine();
+    dt_conv_plan *p = dt_xcalloc(1, sizeof *p);
+    p->s = *shape;
+    p->relu = relu;
+    return p;
+}
+
+void cpu_conv_destroy(dt_conv_plan *p)
+{
+    if (!p) return;
+    for (int i = 0; i < CONV_CACHE; i++) entry_destroy(&p->cache[i]);
+    free(p);
+}
+
+static void set(dnnl_memory_t m, const void *ptr)
+{
+    DT_DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)(uintptr_t)ptr));
+}
+
+/* The weights as a given primitive reads them: reordered, or the user's. */
+static dnnl_memory_t weights_for(struct entry *e, struct wbuf *b)
+{
+    if (!b->reorder) return e->user_w;
+    reorder(b->reorder, e->user_w, b->mem);
+    return b->mem;
+}
+
+void cpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, const float *weight,
+                      const float *bias)
+{
+    if (n == 0) return;
+    struct entry *e = lookup(p, n);
+    set(e->src, inp);
+    set(e->dst, out);
+    set(e->bias, bias);
+    set(e->user_w, weight);
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_fwd)},
+                           {DNNL_ARG_BIAS, e->bias}, {DNNL_ARG_DST, e->dst}};
+    exec(e->fwd, 4, a);
+    DT_DNNL_CHECK(dnnl_stream_wait(stream));
+}
+
+void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight)
+{
+    const struct dt_conv_shape *s = &p->s;
+    if (n == 0) { /* no samples, no gradient */
+        memset(dweight, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
+        memset(dbias, 0, sizeof(float) * (size_t)s->k);
+        return;
+    }
+    struct entry *e = lookup(p, n);
+    set(e->src, inp);
+    set(e->diff_dst, dout);
+    set(e->diff_bias, dbias);
+    set(e->user_dw, dweight);
+    dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
+    dnnl_exec_arg_t aw[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DIFF_DST, e->diff_dst},
+                            {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, e->diff_bias}};
+    exec(e->bwd_w, 4, aw);
+    if (e->dw.reorder) reorder(e->dw.reorder, e->dw.mem, e->user_dw);
+    if (dinp) {
+        set(e->user_w, weight);
+        set(e->diff_src, dinp);
+        dnnl_exec_arg_t ad[] = {{DNNL_ARG_DIFF_DST, e->diff_dst},
+                                {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_bwd)},
+                                {DNNL_ARG_DIFF_SRC, e->diff_src}};
+        exec(e->bwd_data, 3, ad);
+    }
+    DT_DNNL_CHECK(dnnl_stream_wait(stream));
+}

@@ -1,0 +1,54 @@
+/* cpu_internal.h: the CPU backend's functions, gathered into dt_backend_cpu
+ * by cpu_backend.c. Nothing outside src/cpu/ includes this header. */
+#ifndef DT_CPU_INTERNAL_H
+#define DT_CPU_INTERNAL_H
+
+#include "backend.h"
+
+/* Element-wise kernels are compiled for AVX-512, AVX2 and the baseline, and
+ * the loader picks the best the CPU has (GCC/Clang function multiversioning),
+ * so one binary is fast on a Zen 4 node and still runs on an old login node. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+#endif
+#ifndef DT_MULTIVERSION
+#define DT_MULTIVERSION
+#endif
+
+/* cpu_conv2d.c (oneDNN) */
+dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu);
+void cpu_conv_destroy(dt_conv_plan *plan);
+void cpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, const float *weight,
+                      const float *bias);
+void cpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight);
+
+/* cpu_pool.c */
+dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);
+void cpu_pool_destroy(dt_pool_plan *plan);
+void cpu_pool_forward(dt_pool_plan *plan, int n, float *out, const float *inp, int train);
+void cpu_pool_backward(dt_pool_plan *plan, int n, float *dinp, const float *dout,
+                       const float *relu_out);
+
+/* cpu_kernels.c: element-wise kernels, loss, optimizers, GEMM */
+void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc);
+void cpu_bias_add(float *out, const float *bias, int rows, int cols);
+void cpu_bias_grad(float *dbias, const float *dout, int rows, int cols);
+void cpu_relu_forward(float *out, const float *inp, size_t n);
+void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+void cpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,
+                         dt_rng *rng);
+void cpu_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n);
+double cpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits,
+                        const uint8_t *labels, int n, int classes, float grad_scale);
+void cpu_images_to_float(float *dst, const uint8_t *src, size_t n);
+void cpu_adam_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha,
+                     float beta1, float beta2, float eps);
+void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
+                    float momentum);
+void cpu_set_threads(int nthreads);
+
+#endif

@@ -1,0 +1,18 @@
+/* rng.h: small, fast, reproducible random numbers (splitmix64 seeding into
+ * xoshiro256**). The state is plain data so checkpoints can store it. */
+#ifndef DT_RNG_H
+#define DT_RNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dt_rng { uint64_t s[4]; } dt_rng;
+
+/* Independent streams: (seed, stream) pairs give unrelated sequences. */
+void dt_rng_seed(dt_rng *r, uint64_t seed, uint64_t stream);
+uint64_t dt_rng_u64(dt_rng *r);
+float dt_rng_uniform(dt_rng *r);                  /* [0, 1) */
+uint64_t dt_rng_below(dt_rng *r, uint64_t n);     /* [0, n), unbiased */
+void dt_rng_permutation(dt_rng *r, int64_t *perm, int64_t n);
+
+#endif
