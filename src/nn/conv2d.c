@@ -1,0 +1,92 @@
+/* conv2d.c: Keras Conv2D (stride, 'valid' or 'same' padding, optional fused
+ * ReLU). Parameters: kernel HWIO [kh][kw][c][filters], then bias [filters].
+ * The arithmetic is the backend's (oneDNN on the CPU, cuDNN on the GPU). */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "nn/layer.h"
+
+struct conv_state {
+    struct dt_conv_shape shape;
+    dt_conv_plan *plan;
+};
+
+static int conv2d_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
+{
+    int k = sp->kernel, s = sp->stride ? sp->stride : 1;
+    if (sp->filters < 1 || k < 1 || s < 1)
+        return dt_fail(st, DT_EUSAGE, "%s: filters, kernel and stride must be >= 1 (got %d, %d, %d)",
+                       l->name, sp->filters, k, s);
+    struct dt_conv_shape cs = {.h = l->in.h, .w = l->in.w, .c = l->in.c, .k = sp->filters,
+                               .kh = k, .kw = k, .stride = s};
+    if (sp->same) {
+        cs.oh = (cs.h + s - 1) / s;
+        cs.ow = (cs.w + s - 1) / s;
+        int ph = (cs.oh - 1) * s + k - cs.h;
+        cs.pad = ph > 0 ? ph / 2 : 0; /* the odd pixel goes bottom/right, as in TF */
+    } else {
+        if (cs.h < k || cs.w < k)
+            return dt_fail(st, DT_EUSAGE, "%s: %dx%d kernel does not fit a %dx%d input",
+                           l->name, k, k, cs.h, cs.w);
+        cs.oh = (cs.h - k) / s + 1;
+        cs.ow = (cs.w - k) / s + 1;
+    }
+    l->out = (struct dt_shape){cs.oh, cs.ow, cs.k};
+    l->nparams = (size_t)k * k * cs.c * cs.k + (size_t)cs.k;
+    struct conv_state *state = calloc(1, sizeof *state);
+    state->shape = cs;
+    l->state = state;
+    return DT_OK;
+}
+
+static void conv2d_create(struct dt_layer *l, const struct dt_backend *be, int max_n)
+{
+    struct conv_state *s = l->state;
+    (void)max_n;
+    s->plan = be->conv_create(&s->shape, l->spec.activation == DT_ACT_RELU);
+}
+
+static void conv2d_destroy(struct dt_layer *l, const struct dt_backend *be)
+{
+    struct conv_state *s = l->state;
+    if (s && s->plan) be->conv_destroy(s->plan);
+    free(s);
+    l->state = NULL;
+}
+
+static void conv2d_init(struct dt_layer *l, float *params, dt_rng *rng)
+{
+    const struct dt_conv_shape *s = &((struct conv_state *)l->state)->shape;
+    size_t nw = (size_t)s->kh * s->kw * s->c * s->k;
+    dt_glorot_uniform(params, nw, s->kh * s->kw * s->c, s->kh * s->kw * s->k, rng);
+    for (int i = 0; i < s->k; i++) params[nw + (size_t)i] = 0.0f;
+}
+
+static void conv2d_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+                           const float *params)
+{
+    struct conv_state *s = l->state;
+    size_t nw = (size_t)s->shape.kh * s->shape.kw * s->shape.c * s->shape.k;
+    c->be->conv_forward(s->plan, c->n, out, inp, params, params + nw);
+}
+
+static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
+                            const float *inp, const float *out, const float *params, float *dparams)
+{
+    struct conv_state *s = l->state;
+    size_t nw = (size_t)s->shape.kh * s->shape.kw * s->shape.c * s->shape.k;
+    if (l->spec.activation == DT_ACT_RELU && !l->relu_bwd_by_next)
+        c->be->relu_backward(dout, dout, out, dt_shape_size(l->out) * (size_t)c->n);
+    c->be->conv_backward(s->plan, c->n, dinp, dparams, dparams + nw, dout, inp, params);
+}
+
+const struct dt_layer_ops dt_conv2d_ops = {
+    .type = "conv2d",
+    .setup = conv2d_setup,
+    .create = conv2d_create,
+    .destroy = conv2d_destroy,
+    .init = conv2d_init,
+    .forward = conv2d_forward,
+    .backward = conv2d_backward,
+};

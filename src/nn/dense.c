@@ -1,0 +1,50 @@
+/* dense.c: Keras Dense (optional fused ReLU) on the flattened input.
+ * Parameters: kernel [in][units] (Keras's layout), then bias [units].
+ * out[n][units] = inp[n][in] . W + b, as one GEMM. */
+#include "config.h"
+
+#include "nn/layer.h"
+
+static int dense_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
+{
+    if (sp->filters < 1) return dt_fail(st, DT_EUSAGE, "%s: units must be >= 1 (got %d)", l->name, sp->filters);
+    l->out = (struct dt_shape){1, 1, sp->filters};
+    l->nparams = dt_shape_size(l->in) * (size_t)sp->filters + (size_t)sp->filters;
+    return DT_OK;
+}
+
+static void dense_init(struct dt_layer *l, float *params, dt_rng *rng)
+{
+    int in = (int)dt_shape_size(l->in), units = l->out.c;
+    dt_glorot_uniform(params, (size_t)in * units, in, units, rng);
+    for (int i = 0; i < units; i++) params[(size_t)in * units + (size_t)i] = 0.0f;
+}
+
+static void dense_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+                          const float *params)
+{
+    int in = (int)dt_shape_size(l->in), units = l->out.c;
+    if (c->n == 0) return;
+    c->be->gemm(0, 0, c->n, units, in, 1.0f, inp, in, params, units, 0.0f, out, units);
+    c->be->bias_add(out, params + (size_t)in * units, c->n, units);
+    if (l->spec.activation == DT_ACT_RELU) c->be->relu_forward(out, out, (size_t)c->n * units);
+}
+
+static void dense_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
+                           const float *inp, const float *out, const float *params, float *dparams)
+{
+    int in = (int)dt_shape_size(l->in), units = l->out.c;
+    if (l->spec.activation == DT_ACT_RELU && !l->relu_bwd_by_next) c->be->relu_backward(dout, dout, out, (size_t)c->n * units);
+    /* dW[in][units] = inp^T . dout; with no samples GEMM's beta=0 still zeroes it. */
+    c->be->gemm(1, 0, in, units, c->n, 1.0f, inp, in, dout, units, 0.0f, dparams, units);
+    c->be->bias_grad(dparams + (size_t)in * units, dout, c->n, units);
+    if (dinp && c->n > 0) c->be->gemm(0, 1, c->n, in, units, 1.0f, dout, units, params, units, 0.0f, dinp, in);
+}
+
+const struct dt_layer_ops dt_dense_ops = {
+    .type = "dense",
+    .setup = dense_setup,
+    .init = dense_init,
+    .forward = dense_forward,
+    .backward = dense_backward,
+};

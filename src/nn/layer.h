@@ -1,0 +1,82 @@
+/* layer.h: what every layer is, and the table of operations it fills.
+ *
+ * A layer type is one file in src/nn/ that fills a const dt_layer_ops; the
+ * model loop calls layer->ops->forward(...) and never switches on the type.
+ * Layers see tensors and the backend (backend.h), never MPI. Shapes are per
+ * sample, NHWC; a dense layer reads its input flattened (Keras's Flatten of
+ * an NHWC tensor is the same memory). */
+#ifndef DT_LAYER_H
+#define DT_LAYER_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "rng.h"
+#include "status.h"
+
+struct dt_shape { int h, w, c; };
+
+static inline size_t dt_shape_size(struct dt_shape s) { return (size_t)s.h * s.w * s.c; }
+
+enum dt_activation { DT_ACT_NONE = 0, DT_ACT_RELU = 1 };
+
+/* What a layer is asked to be; each type reads the fields it needs. */
+struct dt_layer_spec {
+    const char *type;   /* "conv2d", "maxpool", "dense", "relu", "dropout" */
+    int filters;        /* conv2d: output channels; dense: units */
+    int kernel;         /* conv2d/maxpool window size */
+    int stride;         /* 0 = default (1 for conv2d, the window for maxpool) */
+    int same;           /* conv2d: 'same' padding instead of 'valid' */
+    int activation;     /* conv2d, dense: fused activation */
+    float rate;         /* dropout */
+};
+
+struct dt_layer;
+
+/* Per-step context a layer's forward/backward may need. */
+struct dt_ctx {
+    const struct dt_backend *be;
+    int n;            /* samples in this batch (may be 0) */
+    int train;        /* dropout active, pool keeps argmax */
+    dt_rng *rng;      /* the replica's dropout stream */
+};
+
+struct dt_layer_ops {
+    const char *type;
+    /* Validate the spec against the input shape; set out shape and nparams. */
+    int (*setup)(struct dt_layer *l, const struct dt_layer_spec *spec, dt_status *st);
+    /* Allocate backend state for batches of up to max_n samples. */
+    void (*create)(struct dt_layer *l, const struct dt_backend *be, int max_n);
+    void (*destroy)(struct dt_layer *l, const struct dt_backend *be);
+    /* Keras's default initialisers into host memory: Glorot-uniform kernels,
+     * zero biases. NULL for layers without parameters. */
+    void (*init)(struct dt_layer *l, float *params, dt_rng *rng);
+    void (*forward)(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+                    const float *params);
+    /* dout may be overwritten (activations are undone in place). dinp is NULL
+     * for the first layer. dparams is overwritten, never accumulated. */
+    void (*backward)(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
+                     const float *inp, const float *out, const float *params, float *dparams);
+};
+
+struct dt_layer {
+    const struct dt_layer_ops *ops;
+    char name[32];          /* e.g. "conv2d_1", as Keras names them */
+    struct dt_shape in, out;
+    size_t param_offset;    /* into the model's flat parameter block */
+    size_t nparams;
+    struct dt_layer_spec spec;
+    /* Fusion set up by the model: a ReLU's backward done by the next layer
+     * (a max pool applies it on its smaller output, bit for bit the same). */
+    int relu_bwd_by_next;   /* this layer skips its fused ReLU's backward */
+    int relu_bwd_of_prev;   /* this layer applies the previous layer's */
+    void *state;            /* type-private */
+};
+
+extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt_relu_ops,
+    dt_dropout_ops;
+
+/* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
+void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng);
+
+#endif

@@ -1,0 +1,68 @@
+/* maxpool.c: Keras MaxPooling2D with 'valid' windows (pool 2, stride 2 by
+ * default); an odd last row/column is dropped, as Keras does. */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "nn/layer.h"
+
+struct pool_state {
+    struct dt_conv_shape shape;
+    dt_pool_plan *plan;
+};
+
+static int maxpool_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
+{
+    int k = sp->kernel ? sp->kernel : 2, s = sp->stride ? sp->stride : k;
+    if (l->in.h < k || l->in.w < k)
+        return dt_fail(st, DT_EUSAGE, "%s: %dx%d pool does not fit a %dx%d input", l->name, k, k,
+                       l->in.h, l->in.w);
+    struct pool_state *ps = calloc(1, sizeof *ps);
+    ps->shape = (struct dt_conv_shape){.h = l->in.h, .w = l->in.w, .c = l->in.c, .k = l->in.c,
+                                       .kh = k, .kw = k, .stride = s,
+                                       .oh = (l->in.h - k) / s + 1, .ow = (l->in.w - k) / s + 1};
+    l->out = (struct dt_shape){ps->shape.oh, ps->shape.ow, l->in.c};
+    l->nparams = 0;
+    l->state = ps;
+    return DT_OK;
+}
+
+static void maxpool_create(struct dt_layer *l, const struct dt_backend *be, int max_n)
+{
+    struct pool_state *ps = l->state;
+    (void)max_n;
+    ps->plan = be->pool_create(&ps->shape);
+}
+
+static void maxpool_destroy(struct dt_layer *l, const struct dt_backend *be)
+{
+    struct pool_state *ps = l->state;
+    if (ps && ps->plan) be->pool_destroy(ps->plan);
+    free(ps);
+    l->state = NULL;
+}
+
+static void maxpool_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+                            const float *params)
+{
+    struct pool_state *ps = l->state;
+    (void)params;
+    c->be->pool_forward(ps->plan, c->n, out, inp, c->train);
+}
+
+static void maxpool_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
+                             const float *inp, const float *out, const float *params, float *dparams)
+{
+    struct pool_state *ps = l->state;
+    (void)inp; (void)params; (void)dparams;
+    if (dinp) c->be->pool_backward(ps->plan, c->n, dinp, dout, l->relu_bwd_of_prev ? out : NULL);
+}
+
+const struct dt_layer_ops dt_maxpool_ops = {
+    .type = "maxpool",
+    .setup = maxpool_setup,
+    .create = maxpool_create,
+    .destroy = maxpool_destroy,
+    .forward = maxpool_forward,
+    .backward = maxpool_backward,
+};

@@ -1,0 +1,179 @@
+/* model.c: building, initialising and running a model (see model.h). */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "nn/model.h"
+
+static const struct {
+    const char *type;
+    const struct dt_layer_ops *ops;
+    const char *keras; /* Keras's base name, for layer names */
+} layer_types[] = {
+    {"conv2d", &dt_conv2d_ops, "conv2d"},
+    {"maxpool", &dt_maxpool_ops, "max_pooling2d"},
+    {"dense", &dt_dense_ops, "dense"},
+    {"relu", &dt_relu_ops, "re_lu"},
+    {"dropout", &dt_dropout_ops, "dropout"},
+};
+#define NTYPES ((int)(sizeof layer_types / sizeof *layer_types))
+
+void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng)
+{
+    float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
+    for (size_t i = 0; i < n; i++) w[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * limit;
+}
+
+int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
+                         const struct dt_layer_spec *specs, int nspecs, dt_status *st)
+{
+    int used[NTYPES] = {0};
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->input = input;
+    m->classes = classes;
+    m->layers = dt_xcalloc((size_t)nspecs, sizeof *m->layers);
+    m->nlayers = nspecs;
+    struct dt_shape shape = input;
+    for (int i = 0; i < nspecs; i++) {
+        struct dt_layer *l = &m->layers[i];
+        int t = 0;
+        while (t < NTYPES && strcmp(layer_types[t].type, specs[i].type) != 0) t++;
+        if (t == NTYPES) return dt_fail(st, DT_EUSAGE, "model %s: unknown layer type '%s'", name, specs[i].type);
+        l->ops = layer_types[t].ops;
+        l->spec = specs[i];
+        if (used[t]++) snprintf(l->name, sizeof l->name, "%s_%d", layer_types[t].keras, used[t] - 1);
+        else snprintf(l->name, sizeof l->name, "%s", layer_types[t].keras);
+        l->in = shape;
+        l->param_offset = m->nparams;
+        if (l->ops->setup(l, &specs[i], st) != DT_OK) return st->code;
+        m->nparams += l->nparams;
+        shape = l->out;
+    }
+    /* A max pool right after a fused ReLU applies the ReLU's backward on its
+     * own (4x smaller) output: max(relu(x)) > 0 exactly where the chosen
+     * input passed the ReLU. */
+    for (int i = 0; i + 1 < nspecs; i++)
+        if (m->layers[i].spec.activation == DT_ACT_RELU && m->layers[i + 1].ops == &dt_maxpool_ops) {
+            m->layers[i].relu_bwd_by_next = 1;
+            m->layers[i + 1].relu_bwd_of_prev = 1;
+        }
+    if (dt_shape_size(shape) != (size_t)classes)
+        return dt_fail(st, DT_EUSAGE, "model %s: last layer gives %zu outputs, the data has %d classes",
+                       name, dt_shape_size(shape), classes);
+    return DT_OK;
+}
+
+int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, int classes,
+                   float dropout, dt_status *st)
+{
+    const struct dt_layer_spec cnn[] = {
+        {.type = "conv2d", .filters = 32, .kernel = 3, .activation = DT_ACT_RELU},
+        {.type = "maxpool", .kernel = 2},
+        {.type = "conv2d", .filters = 64, .kernel = 3, .activation = DT_ACT_RELU},
+        {.type = "maxpool", .kernel = 2},
+        {.type = "dense", .filters = 128, .activation = DT_ACT_RELU},
+        {.type = "dropout", .rate = dropout},
+        {.type = "dense", .filters = classes},
+    };
+    const struct dt_layer_spec mlp[] = {
+        {.type = "dense", .filters = 128, .activation = DT_ACT_RELU},
+        {.type = "dense", .filters = classes},
+    };
+    if (strcmp(name, "cnn") == 0) return dt_model_build_specs(m, name, input, classes, cnn, 7, st);
+    if (strcmp(name, "mlp") == 0) return dt_model_build_specs(m, name, input, classes, mlp, 2, st);
+    return dt_fail(st, DT_EUSAGE, "--model: expected cnn or mlp, found '%s'", name);
+}
+
+void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
+{
+    m->be = be;
+    m->max_n = max_n > 0 ? max_n : 1;
+    m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    be->zero(m->grads, sizeof(float) * m->nparams);
+    m->act = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act);
+    m->dact = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact);
+    for (int i = 0; i <= m->nlayers; i++) {
+        struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
+        size_t bytes = sizeof(float) * dt_shape_size(s) * (size_t)m->max_n;
+        m->act[i] = be->alloc(bytes);
+        if (i > 0) m->dact[i] = be->alloc(bytes);
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].ops->create) m->layers[i].ops->create(&m->layers[i], be, m->max_n);
+}
+
+void dt_model_init_params(struct dt_model *m, uint64_t seed)
+{
+    float *host = dt_xcalloc(m->nparams ? m->nparams : 1, sizeof(float));
+    dt_rng rng;
+    dt_rng_seed(&rng, seed, 0x1417); /* the initialiser's own stream */
+    for (int i = 0; i < m->nlayers; i++) {
+        struct dt_layer *l = &m->layers[i];
+        if (l->ops->init) l->ops->init(l, host + l->param_offset, &rng);
+    }
+    m->be->upload(m->params, host, sizeof(float) * m->nparams);
+    free(host);
+}
+
+void dt_model_free(struct dt_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        struct dt_layer *l = &m->layers[i];
+        if (l->ops->destroy && m->be) l->ops->destroy(l, m->be);
+        else free(l->state);
+    }
+    if (m->be) {
+        for (int i = 0; i <= m->nlayers; i++) {
+            m->be->free(m->act[i]);
+            if (m->dact[i]) m->be->free(m->dact[i]);
+        }
+        m->be->free(m->params);
+        m->be->free(m->grads);
+    }
+    free(m->act);
+    free(m->dact);
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}
+
+void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
+{
+    struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng};
+    for (int i = 0; i < m->nlayers; i++) {
+        struct dt_layer *l = &m->layers[i];
+        l->ops->forward(l, &c, m->act[i + 1], m->act[i], m->params + l->param_offset);
+    }
+}
+
+struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, int n, float grad_scale)
+{
+    return dt_softmax_xent(m->be, grad_scale != 0.0f ? m->dact[m->nlayers] : NULL,
+                           m->act[m->nlayers], labels, n, m->classes, grad_scale);
+}
+
+void dt_model_backward(struct dt_model *m, int n, dt_rng *rng)
+{
+    struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng};
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        struct dt_layer *l = &m->layers[i];
+        l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1],
+                         m->params + l->param_offset, m->grads + l->param_offset);
+    }
+}
+
+void dt_model_summary(const struct dt_model *m, FILE *out)
+{
+    fprintf(out, "Model: %s (input %dx%dx%d, %d classes)\n", m->name, m->input.h, m->input.w,
+            m->input.c, m->classes);
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        fprintf(out, "  %-18s %-8s -> %4d x %4d x %4d  %10zu params\n", l->name, l->ops->type,
+                l->out.h, l->out.w, l->out.c, l->nparams);
+    }
+    fprintf(out, "  total parameters: %zu\n", m->nparams);
+}

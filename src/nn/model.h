@@ -1,0 +1,53 @@
+/* model.h: a model is an array of layers over one flat parameter block.
+ *
+ * All parameters live in one contiguous allocation and all gradients in a
+ * matching one, so the trainer reduces the whole model with one call and a
+ * layer's parameters are just an offset. Activations are kept per layer for
+ * backward: act[0] is the input batch, act[i+1] the output of layer i. */
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nn/layer.h"
+#include "nn/loss.h"
+
+struct dt_model {
+    char name[32];
+    const struct dt_backend *be;
+    struct dt_shape input;
+    int classes;
+    int nlayers;
+    struct dt_layer *layers;
+    size_t nparams;
+    float *params;   /* [nparams], device */
+    float *grads;    /* [nparams], device: d(loss)/d(params) of the last backward */
+    int max_n;       /* largest batch the buffers hold */
+    float **act;     /* [nlayers+1][max_n * shape] */
+    float **dact;    /* gradients of act; dact[0] is NULL (no one needs d input) */
+};
+
+/* The built-in models: "cnn" (the seed's Keras CNN) and "mlp". dropout is the
+ * CNN's dropout rate (the seed's 0.5). Shapes are checked against input. */
+int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, int classes,
+                   float dropout, dt_status *st);
+/* Build from an explicit layer list (used by tests and built-ins). */
+int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
+                         const struct dt_layer_spec *specs, int nspecs, dt_status *st);
+/* Allocate device buffers for batches of up to max_n samples. */
+void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n);
+/* Keras's initialisers, drawn from seed (host RNG), uploaded. */
+void dt_model_init_params(struct dt_model *m, uint64_t seed);
+void dt_model_free(struct dt_model *m);
+
+/* act[0] must hold the batch. */
+void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng);
+/* Loss of the last forward; with grad_scale != 0 also fills dact[nlayers]. */
+struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, int n,
+                                    float grad_scale);
+void dt_model_backward(struct dt_model *m, int n, dt_rng *rng);
+/* One line per layer: name, type, output shape, parameter count. */
+void dt_model_summary(const struct dt_model *m, FILE *out);
+
+#endif
