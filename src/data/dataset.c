@@ -1,0 +1,343 @@
+/* dataset.c: validating and reading HDF5 datasets (see dataset.h).
+ *
+ * Reads are independent per rank: each step a rank selects its (sorted)
+ * rows as a union of hyperslabs, one run of consecutive rows per block, and
+ * HDF5 reads just those bytes. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checks.h"
+#include "data/dataset.h"
+#include "data/shard.h"
+
+static const char *split_name[2] = {"train", "test"};
+
+/* ---- validation (rank 0) ------------------------------------------------ */
+
+struct meta {            /* what rank 0 learns and broadcasts */
+    int h, w, c, classes;
+    int has_test;
+};
+
+static int is_uint8(hid_t dset)
+{
+    hid_t t = H5Dget_type(dset);
+    int ok = H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == 1 && H5Tget_sign(t) == H5T_SGN_NONE;
+    H5Tclose(t);
+    return ok;
+}
+
+static void describe_type(hid_t dset, char *buf, size_t len)
+{
+    hid_t t = H5Dget_type(dset);
+    H5T_class_t cls = H5Tget_class(t);
+    size_t size = H5Tget_size(t);
+    snprintf(buf, len, "%s%zu", cls == H5T_FLOAT ? "float" : cls == H5T_INTEGER ?
+             (H5Tget_sign(t) == H5T_SGN_NONE ? "uint" : "int") : "non-numeric ", size * 8);
+    H5Tclose(t);
+}
+
+static int dims_of(hid_t dset, hsize_t *dims)
+{
+    hid_t sp = H5Dget_space(dset);
+    int nd = H5Sget_simple_extent_ndims(sp);
+    if (nd > 0 && nd <= 8) H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    return nd;
+}
+
+static void format_dims(const hsize_t *d, int nd, char *buf, size_t len)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, len - k, "[");
+    for (int i = 0; i < nd && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)d[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static int has_path(hid_t file, const char *group, const char *name)
+{
+    char full[64];
+    snprintf(full, sizeof full, "/%s/%s", group, name);
+    return H5Lexists(file, group, H5P_DEFAULT) > 0 && H5Lexists(file, full, H5P_DEFAULT) > 0;
+}
+
+/* Check one split of one file; fill n and merge its shape into m. */
+static int check_split(const char *path, hid_t file, int s, struct meta *m, int *shape_set,
+                       int declared, int64_t *n_out, uint8_t *max_label, dt_status *st)
+{
+    char ipath[32], lpath[32], a[128], b[128];
+    hsize_t id[8], ld[8];
+    int rc = DT_OK;
+    snprintf(ipath, sizeof ipath, "/%s/images", split_name[s]);
+    snprintf(lpath, sizeof lpath, "/%s/labels", split_name[s]);
+    if (!has_path(file, split_name[s], "images"))
+        return dt_fail(st, DT_EINPUT, "%s: no dataset %s (expected uint8 images [N,H,W,C], as dtrain-prep writes)", path, ipath);
+    if (!has_path(file, split_name[s], "labels"))
+        return dt_fail(st, DT_EINPUT, "%s: no dataset %s (expected uint8 labels [N])", path, lpath);
+    hid_t img = H5Dopen2(file, ipath, H5P_DEFAULT), lbl = H5Dopen2(file, lpath, H5P_DEFAULT);
+    if (img < 0 || lbl < 0) {
+        rc = dt_fail(st, DT_EINPUT, "%s: cannot open %s or %s", path, ipath, lpath);
+        goto out;
+    }
+    int ind = dims_of(img, id), lnd = dims_of(lbl, ld);
+    if (ind != 4) {
+        format_dims(id, ind, a, sizeof a);
+        rc = dt_fail(st, DT_EINPUT, "%s: %s has rank %d %s; expected rank 4 [N,H,W,C]", path, ipath, ind, a);
+        goto out;
+    }
+    if (!is_uint8(img)) {
+        describe_type(img, a, sizeof a);
+        rc = dt_fail(st, DT_EINPUT, "%s: %s holds %s; expected uint8 pixels", path, ipath, a);
+        goto out;
+    }
+    if (lnd != 1 || !is_uint8(lbl)) {
+        format_dims(ld, lnd, a, sizeof a);
+        describe_type(lbl, b, sizeof b);
+        rc = dt_fail(st, DT_EINPUT, "%s: %s is %s %s; expected uint8 [N]", path, lpath, b, a);
+        goto out;
+    }
+    if (id[0] != ld[0]) {
+        rc = dt_fail(st, DT_EINPUT, "%s: %s has %llu samples but %s has %llu labels", path, ipath,
+                     (unsigned long long)id[0], lpath, (unsigned long long)ld[0]);
+        goto out;
+    }
+    if (id[1] == 0 || id[2] == 0 || id[3] == 0 || id[1] > 65536 || id[2] > 65536 || id[3] > 4096) {
+        format_dims(id, 4, a, sizeof a);
+        rc = dt_fail(st, DT_EINPUT, "%s: %s has shape %s; expected [N,H,W,C] with non-empty images", path, ipath, a);
+        goto out;
+    }
+    if (!*shape_set) {
+        m->h = (int)id[1]; m->w = (int)id[2]; m->c = (int)id[3];
+        *shape_set = 1;
+    } else if ((int)id[1] != m->h || (int)id[2] != m->w || (int)id[3] != m->c) {
+        format_dims(id, 4, a, sizeof a);
+        rc = dt_fail(st, DT_EINPUT, "%s: %s has shape %s; the other data has %dx%dx%d images", path,
+                     ipath, a, m->h, m->w, m->c);
+        goto out;
+    }
+    *n_out = (int64_t)id[0];
+    /* Labels are small (1 byte a sample): rank 0 checks them all. */
+    if (id[0] > 0) {
+        uint8_t *lab = dt_xmalloc((size_t)id[0]);
+        DT_H5_CHECK(H5Dread(lbl, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab));
+        for (hsize_t i = 0; i < id[0]; i++) {
+            if (declared > 0 && lab[i] >= declared) {
+                rc = dt_fail(st, DT_EINPUT, "%s: %s[%llu] = %d, but num_classes is %d (labels must be 0..%d)",
+                             path, lpath, (unsigned long long)i, lab[i], declared, declared - 1);
+                break;
+            }
+            if (lab[i] > *max_label) *max_label = lab[i];
+        }
+        free(lab);
+    }
+out:
+    if (img >= 0) H5Dclose(img);
+    if (lbl >= 0) H5Dclose(lbl);
+    return rc;
+}
+
+static int read_classes_attr(const char *path, hid_t file, int *classes, dt_status *st)
+{
+    *classes = 0;
+    if (H5Aexists(file, "num_classes") <= 0) return DT_OK;
+    hid_t a = H5Aopen(file, "num_classes", H5P_DEFAULT);
+    int v = 0;
+    herr_t r = H5Aread(a, H5T_NATIVE_INT, &v);
+    H5Aclose(a);
+    if (r < 0 || v < 2 || v > 65536)
+        return dt_fail(st, DT_EINPUT, "%s: attribute num_classes = %d; expected an integer in [2, 65536]", path, v);
+    *classes = v;
+    return DT_OK;
+}
+
+static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_status *st)
+{
+    int shape_set = 0, declared = 0, test_files = 0;
+    uint8_t max_label = 0;
+    memset(m, 0, sizeof *m);
+    for (int f = 0; f < ds->nfiles; f++) {
+        const char *path = ds->paths[f];
+        if (access(path, R_OK) != 0)
+            return dt_fail(st, DT_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+        htri_t is = H5Fis_hdf5(path);
+        if (is <= 0) return dt_fail(st, DT_EINPUT, "%s: not an HDF5 file (expected a dataset written by dtrain-prep)", path);
+        hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (file < 0) return dt_fail(st, DT_EINPUT, "%s: HDF5 cannot open it", path);
+        int cls = 0, rc = read_classes_attr(path, file, &cls, st);
+        if (rc == DT_OK && cls > 0) {
+            if (declared && cls != declared)
+                rc = dt_fail(st, DT_EINPUT, "%s: num_classes = %d, but %s says %d", path, cls, ds->paths[0], declared);
+            declared = cls;
+        }
+        if (rc == DT_OK)
+            rc = check_split(path, file, DT_TRAIN, m, &shape_set, declared, &counts[f], &max_label, st);
+        if (rc == DT_OK && H5Lexists(file, "test", H5P_DEFAULT) > 0) {
+            test_files++;
+            rc = check_split(path, file, DT_TEST, m, &shape_set, declared, &counts[ds->nfiles + f], &max_label, st);
+        }
+        H5Fclose(file);
+        if (rc != DT_OK) return rc;
+    }
+    int64_t total = 0;
+    for (int f = 0; f < ds->nfiles; f++) total += counts[f];
+    if (total == 0) return dt_fail(st, DT_EINPUT, "%s: /train/images holds no samples", ds->paths[0]);
+    if (test_files && test_files != ds->nfiles)
+        return dt_fail(st, DT_EINPUT, "%s: only %d of %d shard files have a /test split", ds->paths[0],
+                       test_files, ds->nfiles);
+    m->classes = declared ? declared : max_label + 1;
+    if (m->classes < 2) m->classes = 2;
+    m->has_test = test_files > 0;
+    return DT_OK;
+}
+
+/* ---- opening (all ranks) ------------------------------------------------- */
+
+int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm comm, dt_status *st)
+{
+    struct meta m;
+    int rank;
+    int64_t *counts = dt_xcalloc(2 * (size_t)nfiles, sizeof(int64_t));
+    MPI_Comm_rank(comm, &rank);
+    memset(ds, 0, sizeof *ds);
+    ds->nfiles = nfiles;
+    ds->paths = paths;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our messages, not HDF5's stack */
+    st->code = DT_OK;
+    if (rank == 0) validate(ds, &m, counts, st);
+    if (dt_status_agree(st, comm) != DT_OK) {
+        free(counts);
+        return st->code;
+    }
+    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, 0, comm);
+    MPI_Bcast(counts, 2 * nfiles, MPI_INT64_T, 0, comm);
+    ds->shape = (struct dt_shape){m.h, m.w, m.c};
+    ds->classes = m.classes;
+
+    /* Parallel HDF5: the files are opened collectively through MPI-IO; each
+     * rank then reads its own rows independently. */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    DT_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+    ds->files = dt_xcalloc((size_t)nfiles, sizeof(hid_t));
+    for (int s = 0; s < 2; s++) {
+        struct dt_split *sp = &ds->split[s];
+        sp->present = s == DT_TRAIN || m.has_test;
+        sp->file_start = dt_xcalloc((size_t)nfiles + 1, sizeof(int64_t));
+        sp->images = dt_xcalloc((size_t)nfiles, sizeof(hid_t));
+        sp->labels = dt_xcalloc((size_t)nfiles, sizeof(hid_t));
+        for (int f = 0; f < nfiles; f++) sp->file_start[f + 1] = sp->file_start[f] + (sp->present ? counts[s * nfiles + f] : 0);
+        sp->n = sp->file_start[nfiles];
+    }
+    for (int f = 0; f < nfiles; f++) {
+        ds->files[f] = H5Fopen(paths[f], H5F_ACC_RDONLY, fapl);
+        if (ds->files[f] < 0) DT_DIE("%s: validated by rank 0 but cannot be opened here", paths[f]);
+        for (int s = 0; s < 2; s++) {
+            struct dt_split *sp = &ds->split[s];
+            char name[32];
+            if (!sp->present) { sp->images[f] = sp->labels[f] = -1; continue; }
+            snprintf(name, sizeof name, "/%s/images", split_name[s]);
+            sp->images[f] = H5Dopen2(ds->files[f], name, H5P_DEFAULT);
+            snprintf(name, sizeof name, "/%s/labels", split_name[s]);
+            sp->labels[f] = H5Dopen2(ds->files[f], name, H5P_DEFAULT);
+            DT_H5_CHECK(sp->images[f]);
+            DT_H5_CHECK(sp->labels[f]);
+        }
+    }
+    H5Pclose(fapl);
+    free(counts);
+    return DT_OK;
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+struct pos { int64_t g; int at; };
+
+static int by_g(const void *a, const void *b)
+{
+    int64_t x = ((const struct pos *)a)->g, y = ((const struct pos *)b)->g;
+    return (x > y) - (x < y);
+}
+
+/* Select rows rows[0..k) (sorted) of a dataset whose rows are rowdims[1..] */
+static hid_t select_rows(hid_t dset, const int64_t *rows, int k, int nd)
+{
+    hid_t space = H5Dget_space(dset);
+    hsize_t dims[4], start[4] = {0}, count[4] = {1, 1, 1, 1}, block[4];
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    DT_H5_CHECK(H5Sselect_none(space));
+    for (int i = 0; i < k;) {
+        int j = i + 1;
+        while (j < k && rows[j] == rows[j - 1] + 1) j++;
+        start[0] = (hsize_t)rows[i];
+        block[0] = (hsize_t)(j - i);
+        for (int d = 1; d < nd; d++) block[d] = dims[d];
+        DT_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_OR, start, NULL, count, block));
+        i = j;
+    }
+    return space;
+}
+
+static void read_rows(hid_t dset, const int64_t *rows, int k, int nd, size_t row_bytes, uint8_t *dst)
+{
+    hid_t fspace = select_rows(dset, rows, k, nd);
+    hsize_t total = (hsize_t)k * row_bytes;
+    hid_t mspace = H5Screate_simple(1, &total, NULL);
+    DT_H5_CHECK(H5Dread(dset, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, dst));
+    H5Sclose(mspace);
+    H5Sclose(fspace);
+}
+
+int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
+                    uint8_t *labels, dt_status *st)
+{
+    const struct dt_split *sp = &ds->split[split];
+    const size_t row = dt_shape_size(ds->shape);
+    (void)st;
+    if (n <= 0) return DT_OK;
+    size_t need = (size_t)n * (sizeof(struct pos) + sizeof(int64_t) + row + 1);
+    if (need > ds->scratch_bytes) {
+        free(ds->scratch);
+        ds->scratch = dt_xmalloc(need);
+        ds->scratch_bytes = need;
+    }
+    struct pos *p = (struct pos *)(void *)ds->scratch;
+    int64_t *rows = (int64_t *)(void *)(p + n);
+    uint8_t *img = (uint8_t *)(rows + n), *lab = img + (size_t)n * row;
+    for (int i = 0; i < n; i++) p[i] = (struct pos){idx[i], i};
+    qsort(p, (size_t)n, sizeof *p, by_g);
+    for (int i = 0; i < n;) { /* one read per file touched */
+        int64_t r0;
+        int f = dt_shard_locate(sp->file_start, ds->nfiles, p[i].g, &r0), j = i;
+        while (j < n && p[j].g < sp->file_start[f + 1]) { rows[j] = p[j].g - sp->file_start[f]; j++; }
+        read_rows(sp->images[f], rows + i, j - i, 4, row, img + (size_t)i * row);
+        read_rows(sp->labels[f], rows + i, j - i, 1, 1, lab + i);
+        i = j;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(images + (size_t)p[i].at * row, img + (size_t)i * row, row);
+        labels[p[i].at] = lab[i];
+    }
+    return DT_OK;
+}
+
+void dt_dataset_close(struct dt_dataset *ds)
+{
+    for (int s = 0; s < 2; s++) {
+        struct dt_split *sp = &ds->split[s];
+        for (int f = 0; sp->images && f < ds->nfiles; f++) {
+            if (sp->images[f] >= 0) H5Dclose(sp->images[f]);
+            if (sp->labels[f] >= 0) H5Dclose(sp->labels[f]);
+        }
+        free(sp->file_start);
+        free(sp->images);
+        free(sp->labels);
+    }
+    for (int f = 0; ds->files && f < ds->nfiles; f++) H5Fclose(ds->files[f]);
+    free(ds->files);
+    free(ds->scratch);
+    memset(ds, 0, sizeof *ds);
+}

@@ -1,0 +1,63 @@
+/* main.c: the dtrain executable: one SPMD program, every MPI rank a replica.
+ *
+ *   mpirun -np N dtrain INPUT.h5 [options]
+ *
+ * Parses options (every rank the same argv, so every rank the same verdict),
+ * trains, and exits with the same code on every rank. User errors are printed
+ * once, by rank 0, as "dtrain: error: ..." (see status.h for the codes). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "options.h"
+#include "train.h"
+
+static int finish(int code)
+{
+    MPI_Finalize();
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    struct dt_config cfg;
+    struct dt_trainer trainer;
+    dt_status st = {0};
+    int rank, nranks;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    dt_log_rank = rank;
+
+    if (dt_options_parse(&cfg, argc, argv, &st) != DT_OK) {
+        if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+        return finish(st.code);
+    }
+    if (cfg.help || cfg.version) {
+        if (rank == 0 && cfg.help) dt_options_usage(stdout);
+        if (rank == 0 && cfg.version) printf("dtrain %s\n", PACKAGE_VERSION);
+        return finish(DT_OK);
+    }
+    if (dt_trainer_init(&trainer, &cfg, MPI_COMM_WORLD, &st) != DT_OK) {
+        if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+        dt_trainer_free(&trainer);
+        return finish(st.code);
+    }
+    if (rank == 0 && cfg.verbose >= 1) {
+        printf("dtrain %s: %d replica%s x batch %d = global batch %d; model %s (%zu parameters); "
+               "%lld training samples%s\n",
+               PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size,
+               cfg.batch_size * nranks, cfg.model, trainer.model.nparams,
+               (long long)trainer.data.split[DT_TRAIN].n,
+               trainer.data.split[DT_TEST].present ? ", validating on /test" : "");
+        if (cfg.verbose >= 2) dt_model_summary(&trainer.model, stdout);
+        fflush(stdout);
+    }
+    int rc = dt_trainer_fit(&trainer, stdout, &st);
+    if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+    dt_trainer_free(&trainer);
+    return finish(rc);
+}

@@ -1,0 +1,163 @@
+/* options.c: getopt_long parsing of dtrain's command line (see options.h).
+ * Every option here is documented in usage() and in doc/dtrain.1. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/shard.h"
+#include "options.h"
+
+void dt_options_usage(FILE *out)
+{
+    fputs(
+        "Usage: mpirun -np N dtrain INPUT.h5 [SHARD.h5 ...] [OPTIONS]\n"
+        "Train a model data-parallel over N MPI ranks (every rank a replica).\n"
+        "\n"
+        "Training:\n"
+        "  -e, --epochs N           passes over the training data (default 10)\n"
+        "  -b, --batch-size N       samples per replica per step (default 64);\n"
+        "                           the global batch is N x ranks\n"
+        "      --steps-per-epoch N  stop each epoch after N steps (default: full pass)\n"
+        "  -m, --model NAME         cnn (the reference CNN, default) or mlp\n"
+        "      --dropout RATE       dropout rate of the CNN, in [0, 1) (default 0.5)\n"
+        "  -o, --optimizer NAME     adam (default) or sgd\n"
+        "      --lr RATE            learning rate (default 0.001 adam, 0.01 sgd)\n"
+        "      --momentum M         SGD momentum, in [0, 1) (default 0)\n"
+        "  -s, --seed N             seed for initialisation, shuffling, dropout (default 42)\n"
+        "      --no-validation      do not evaluate on the file's /test split\n"
+        "\n"
+        "Data and parallelism:\n"
+        "      --shard-policy P     auto (default), data or file: how samples are dealt\n"
+        "                           to ranks (file: whole shard files per rank)\n"
+        "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
+        "\n"
+        "Output:\n"
+        "  -q, --quiet              print nothing but errors\n"
+        "  -v, --verbose            also print every step's loss and the model summary\n"
+        "  -h, --help               print this help and exit\n"
+        "  -V, --version            print the version and exit\n"
+        "\n"
+        "Exit status: 0 success, 1 runtime failure, 2 bad command line, 3 bad input file.\n"
+        "See dtrain(1).\n",
+        out);
+}
+
+static int parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end != '\0')
+        return dt_fail(st, DT_EUSAGE, "%s: expected an integer, found '%s'", flag, arg);
+    if (v < lo || v > hi)
+        return dt_fail(st, DT_EUSAGE, "%s: expected an integer in [%ld, %ld], found %ld", flag, lo, hi, v);
+    *out = v;
+    return DT_OK;
+}
+
+static int parse_float(const char *flag, const char *arg, double lo, double hi, int hi_open,
+                       float *out, dt_status *st)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (errno || end == arg || *end != '\0' || !isfinite(v))
+        return dt_fail(st, DT_EUSAGE, "%s: expected a number, found '%s'", flag, arg);
+    if (v < lo || v > hi || (hi_open && v >= hi))
+        return dt_fail(st, DT_EUSAGE, "%s: expected a number in [%g, %g%c, found %s", flag, lo, hi,
+                       hi_open ? ')' : ']', arg);
+    *out = (float)v;
+    return DT_OK;
+}
+
+enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD };
+
+int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
+{
+    static const struct option longopts[] = {
+        {"epochs", required_argument, 0, 'e'},
+        {"batch-size", required_argument, 0, 'b'},
+        {"steps-per-epoch", required_argument, 0, OPT_STEPS},
+        {"model", required_argument, 0, 'm'},
+        {"dropout", required_argument, 0, OPT_DROPOUT},
+        {"optimizer", required_argument, 0, 'o'},
+        {"lr", required_argument, 0, OPT_LR},
+        {"momentum", required_argument, 0, OPT_MOMENTUM},
+        {"seed", required_argument, 0, 's'},
+        {"no-validation", no_argument, 0, OPT_NO_VAL},
+        {"shard-policy", required_argument, 0, OPT_SHARD},
+        {"threads", required_argument, 0, 't'},
+        {"quiet", no_argument, 0, 'q'},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0},
+    };
+    long v;
+    int c, set_momentum = 0;
+
+    memset(cfg, 0, sizeof *cfg);
+    *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
+                              .dropout = 0.5f, .seed = 42, .validation = 1,
+                              .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1};
+    st->code = DT_OK;
+    opterr = 0; /* we print our own messages, from rank 0 only */
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":e:b:m:o:s:t:qvhV", longopts, NULL)) != -1) {
+        const char *flag = optind > 1 ? argv[optind - 1] : "?";
+        int rc = DT_OK;
+        switch (c) {
+        case 'e': rc = parse_long("--epochs", optarg, 1, INT_MAX, &v, st); cfg->epochs = (int)v; break;
+        case 'b': rc = parse_long("--batch-size", optarg, 1, 1 << 20, &v, st); cfg->batch_size = (int)v; break;
+        case OPT_STEPS: rc = parse_long("--steps-per-epoch", optarg, 1, LONG_MAX, &cfg->steps_per_epoch, st); break;
+        case 'm':
+            if (strcmp(optarg, "cnn") && strcmp(optarg, "mlp"))
+                rc = dt_fail(st, DT_EUSAGE, "--model: expected cnn or mlp, found '%s'", optarg);
+            cfg->model = optarg;
+            break;
+        case OPT_DROPOUT: rc = parse_float("--dropout", optarg, 0.0, 1.0, 1, &cfg->dropout, st); break;
+        case 'o':
+            if (strcmp(optarg, "adam") && strcmp(optarg, "sgd"))
+                rc = dt_fail(st, DT_EUSAGE, "--optimizer: expected adam or sgd, found '%s'", optarg);
+            cfg->optimizer = optarg;
+            break;
+        case OPT_LR:
+            rc = parse_float("--lr", optarg, 0.0, 1e6, 0, &cfg->lr, st);
+            if (rc == DT_OK && cfg->lr <= 0.0f)
+                rc = dt_fail(st, DT_EUSAGE, "--lr: expected a positive number, found %s", optarg);
+            break;
+        case OPT_MOMENTUM: rc = parse_float("--momentum", optarg, 0.0, 1.0, 1, &cfg->momentum, st); set_momentum = 1; break;
+        case 's': rc = parse_long("--seed", optarg, 0, LONG_MAX, &v, st); cfg->seed = (uint64_t)v; break;
+        case OPT_NO_VAL: cfg->validation = 0; break;
+        case OPT_SHARD:
+            if (!strcmp(optarg, "auto")) cfg->shard_policy = DT_SHARD_AUTO;
+            else if (!strcmp(optarg, "data")) cfg->shard_policy = DT_SHARD_DATA;
+            else if (!strcmp(optarg, "file")) cfg->shard_policy = DT_SHARD_FILE;
+            else rc = dt_fail(st, DT_EUSAGE, "--shard-policy: expected auto, data or file, found '%s'", optarg);
+            break;
+        case 't': rc = parse_long("--threads", optarg, 1, 1024, &v, st); cfg->threads = (int)v; break;
+        case 'q': cfg->verbose = 0; break;
+        case 'v': cfg->verbose = 2; break;
+        case 'h': cfg->help = 1; break;
+        case 'V': cfg->version = 1; break;
+        case ':': rc = dt_fail(st, DT_EUSAGE, "%s: missing value", flag); break;
+        default: rc = dt_fail(st, DT_EUSAGE, "unknown option '%s' (see dtrain --help)", flag); break;
+        }
+        if (rc != DT_OK) return rc;
+    }
+    if (cfg->help || cfg->version) return DT_OK;
+    if (set_momentum && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
+        return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);
+    if (optind >= argc)
+        return dt_fail(st, DT_EUSAGE, "missing INPUT.h5: give the HDF5 dataset to train on (see dtrain --help)");
+    cfg->ninputs = argc - optind;
+    cfg->inputs = argv + optind;
+    return DT_OK;
+}
+
+void dt_options_free(struct dt_config *cfg) { memset(cfg, 0, sizeof *cfg); }

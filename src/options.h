@@ -1,0 +1,38 @@
+/* options.h: the run configuration and its command line.
+ *
+ * Every rank parses the same argv, so every rank reaches the same verdict;
+ * errors come back as a dt_status naming the flag, what was expected and
+ * what was found, and main() has rank 0 print it. */
+#ifndef DT_OPTIONS_H
+#define DT_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+struct dt_config {
+    char **inputs;          /* HDF5 files (one file, or shard files) */
+    int ninputs;
+    int epochs;             /* 10 */
+    int batch_size;         /* per replica: 64; global = batch_size * ranks */
+    long steps_per_epoch;   /* 0 = a full pass over the data */
+    float lr;               /* 0 = the optimizer's Keras default */
+    const char *optimizer;  /* adam | sgd */
+    float momentum;         /* sgd */
+    const char *model;      /* cnn | mlp */
+    float dropout;          /* the CNN's dropout rate, 0.5 */
+    uint64_t seed;          /* 42 */
+    int validation;         /* evaluate on /test each epoch when the file has it */
+    int shard_policy;       /* dt_shard_policy */
+    int threads;            /* BLAS/oneDNN threads per rank: 1 */
+    int verbose;            /* 0 quiet, 1 normal, 2 per-step */
+    int help, version;      /* print and exit 0 */
+};
+
+/* Fills cfg from argv; returns DT_OK or DT_EUSAGE with st filled. */
+int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st);
+void dt_options_usage(FILE *out);
+void dt_options_free(struct dt_config *cfg);
+
+#endif

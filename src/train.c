@@ -1,0 +1,179 @@
+/* train.c: the synchronous data-parallel loop (see train.h). */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "collectives/allreduce.h"
+#include "train.h"
+
+int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
+{
+    memset(t, 0, sizeof *t);
+    t->cfg = cfg;
+    DT_MPI_CHECK(MPI_Comm_dup(comm, &t->comm));
+    MPI_Comm_rank(t->comm, &t->rank);
+    MPI_Comm_size(t->comm, &t->nranks);
+    t->be = &dt_backend_cpu;
+    t->be->set_threads(cfg->threads);
+    st->code = DT_OK;
+
+    if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK) return st->code;
+
+    int policy = dt_shard_resolve(cfg->shard_policy, cfg->ninputs, t->nranks);
+    if (policy < 0)
+        dt_fail(st, DT_EUSAGE, "--shard-policy file: %d shard file%s for %d ranks; each rank needs at "
+                "least one file (use --shard-policy data, or write more shards with dtrain-prep --shards)",
+                cfg->ninputs, cfg->ninputs == 1 ? "" : "s", t->nranks);
+    else if (dt_model_build(&t->model, cfg->model, t->data.shape, t->data.classes, cfg->dropout, st) == DT_OK) {
+        /* shapes are fine */
+    }
+    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+
+    int64_t *per_file = dt_xcalloc((size_t)cfg->ninputs, sizeof(int64_t));
+    for (int f = 0; f < cfg->ninputs; f++)
+        per_file[f] = t->data.split[DT_TRAIN].file_start[f + 1] - t->data.split[DT_TRAIN].file_start[f];
+    dt_shard_init(&t->plan, policy, t->rank, t->nranks, cfg->batch_size, cfg->ninputs, per_file);
+    free(per_file);
+
+    dt_model_create(&t->model, t->be, cfg->batch_size);
+    if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
+    DT_MPI_CHECK(MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
+
+    struct dt_optim_config oc;
+    dt_optim_defaults(&oc, cfg->optimizer, st);
+    if (cfg->lr > 0.0f) oc.lr = cfg->lr;
+    oc.momentum = cfg->momentum;
+    dt_optim_create(&t->optim, t->be, &oc, t->model.nparams);
+
+    dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
+    size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
+    t->idx = dt_xmalloc(sizeof(int64_t) * B);
+    t->host_images = dt_xmalloc(row * B);
+    t->host_labels = dt_xmalloc(B);
+    t->dev_images = t->be->alloc(row * B);
+    t->dev_labels = t->be->alloc(B);
+    t->history = dt_xcalloc((size_t)cfg->epochs, sizeof *t->history);
+    return DT_OK;
+}
+
+/* Put n samples (already in host_images/labels) into the model's input. */
+static void load_batch(struct dt_trainer *t, int n)
+{
+    size_t bytes = dt_shape_size(t->data.shape) * (size_t)n;
+    if (n == 0) return;
+    t->be->upload(t->dev_images, t->host_images, bytes);
+    t->be->upload(t->dev_labels, t->host_labels, (size_t)n);
+    t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
+}
+
+void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
+{
+    const struct dt_split *sp = &t->data.split[DT_TEST];
+    dt_status st = {0};
+    /* Contiguous near-equal slices of the test split, one per rank. */
+    int64_t q = sp->n / t->nranks, rem = sp->n % t->nranks;
+    int64_t begin = t->rank * q + (t->rank < rem ? t->rank : rem), end = begin + q + (t->rank < rem);
+    double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
+    for (int64_t at = begin; at < end; at += t->cfg->batch_size) {
+        int n = (int)(end - at < t->cfg->batch_size ? end - at : t->cfg->batch_size);
+        for (int i = 0; i < n; i++) t->idx[i] = at + i;
+        if (dt_dataset_read(&t->data, DT_TEST, t->idx, n, t->host_images, t->host_labels, &st) != DT_OK)
+            DT_DIE("%s", st.msg);
+        load_batch(t, n);
+        dt_model_forward(&t->model, n, 0, NULL);
+        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
+        sums[0] += r.loss_sum;
+        sums[1] += (double)r.correct;
+        sums[2] += n;
+    }
+    dt_allreduce_sum_f64(sums, 3, t->comm);
+    *loss = sums[2] > 0 ? sums[0] / sums[2] : (double)NAN;
+    *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
+}
+
+static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epoch_stats *es, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    int64_t steps = t->plan.steps;
+    double sums[2] = {0.0, 0.0}, epoch_sums[2] = {0.0, 0.0};
+    if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < steps) steps = cfg->steps_per_epoch;
+    dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
+    double t0 = MPI_Wtime();
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t global;
+        int n = dt_shard_step(&t->plan, s, t->idx, &global);
+        if (dt_dataset_read(&t->data, DT_TRAIN, t->idx, n, t->host_images, t->host_labels, st) != DT_OK)
+            return st->code;
+        load_batch(t, n);
+        dt_model_forward(&t->model, n, 1, &t->dropout_rng);
+        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 1.0f / (float)global);
+        dt_model_backward(&t->model, n, &t->dropout_rng);
+        dt_allreduce_sum_f32(t->model.grads, t->model.nparams, t->comm);
+        dt_optim_step(&t->optim, t->model.params, t->model.grads);
+
+        sums[0] = r.loss_sum;
+        sums[1] = (double)r.correct;
+        dt_allreduce_sum_f64(sums, 2, t->comm);
+        epoch_sums[0] += sums[0];
+        epoch_sums[1] += sums[1];
+        es->samples += global;
+        if (cfg->verbose >= 2 && t->rank == 0)
+            fprintf(out, "step %lld/%lld - loss: %.6f - accuracy: %.4f\n", (long long)s + 1,
+                    (long long)steps, sums[0] / (double)global, sums[1] / (double)global);
+        if (!isfinite(sums[0]))
+            return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the loss is %f; try a smaller --lr",
+                           epoch + 1, (long long)s + 1, sums[0]);
+    }
+    es->seconds = MPI_Wtime() - t0;
+    /* Rank 0's clock decides, so every rank reports the same figure. */
+    MPI_Bcast(&es->seconds, 1, MPI_DOUBLE, 0, t->comm);
+    es->loss = es->samples ? epoch_sums[0] / (double)es->samples : (double)NAN;
+    es->accuracy = es->samples ? epoch_sums[1] / (double)es->samples : (double)NAN;
+    return DT_OK;
+}
+
+int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    int validate = cfg->validation && t->data.split[DT_TEST].present && t->data.split[DT_TEST].n > 0;
+    for (int e = 0; e < cfg->epochs; e++) {
+        struct dt_epoch_stats *es = &t->history[e];
+        if (train_epoch(t, e, out, es, st) != DT_OK) return st->code;
+        if (validate) {
+            dt_trainer_evaluate(t, &es->val_loss, &es->val_accuracy);
+            es->validated = 1;
+        }
+        t->epochs_done = e + 1;
+        if (cfg->verbose >= 1 && t->rank == 0) {
+            fprintf(out, "Epoch %d/%d - %.2f s - %.0f samples/s - loss: %.4f - accuracy: %.4f", e + 1,
+                    cfg->epochs, es->seconds, es->seconds > 0 ? (double)es->samples / es->seconds : 0.0,
+                    es->loss, es->accuracy);
+            if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
+            fputc('\n', out);
+            fflush(out);
+        }
+    }
+    return DT_OK;
+}
+
+void dt_trainer_free(struct dt_trainer *t)
+{
+    if (!t->cfg) return;
+    dt_optim_free(&t->optim);
+    dt_model_free(&t->model);
+    dt_shard_free(&t->plan);
+    dt_dataset_close(&t->data);
+    if (t->be) {
+        if (t->dev_images) t->be->free(t->dev_images);
+        if (t->dev_labels) t->be->free(t->dev_labels);
+    }
+    free(t->idx);
+    free(t->host_images);
+    free(t->host_labels);
+    free(t->history);
+    if (t->comm != MPI_COMM_NULL && t->comm) MPI_Comm_free(&t->comm);
+    memset(t, 0, sizeof *t);
+}

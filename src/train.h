@@ -1,0 +1,52 @@
+/* train.h: the synchronous data-parallel training loop.
+ *
+ * Every rank is a replica: rank 0's initial parameters are broadcast; each
+ * step every rank computes the gradient of its batch, the gradient block is
+ * summed across ranks in one all-reduce (each rank's loss already scaled by
+ * 1/global batch, so the sum is the global mean), and every rank applies the
+ * same update. Parameters stay bitwise identical on all ranks. */
+#ifndef DT_TRAIN_H
+#define DT_TRAIN_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "data/dataset.h"
+#include "data/shard.h"
+#include "nn/model.h"
+#include "optim/optim.h"
+#include "options.h"
+
+struct dt_epoch_stats {
+    double loss, accuracy;          /* training, over the epoch's samples */
+    double val_loss, val_accuracy;  /* when validated */
+    int validated;
+    int64_t samples;                /* trained on, all ranks */
+    double seconds;                 /* training time (without validation) */
+};
+
+struct dt_trainer {
+    const struct dt_config *cfg;
+    MPI_Comm comm;                  /* private duplicate */
+    int rank, nranks;
+    const struct dt_backend *be;
+    struct dt_dataset data;
+    struct dt_shard_plan plan;
+    struct dt_model model;
+    struct dt_optim optim;
+    dt_rng dropout_rng;             /* per rank */
+    int64_t *idx;                   /* [batch] */
+    uint8_t *host_images, *host_labels, *dev_images, *dev_labels;
+    int epochs_done;
+    struct dt_epoch_stats *history; /* [cfg->epochs] */
+};
+
+/* Collective over comm. Returns DT_OK or a user error agreed on by all ranks. */
+int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st);
+/* Runs cfg->epochs epochs; rank 0 prints one line per epoch to out (unless quiet). */
+int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st);
+/* Evaluate on the test split: mean loss and accuracy over all of it. */
+void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy);
+void dt_trainer_free(struct dt_trainer *t);
+
+#endif
