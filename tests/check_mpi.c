@@ -1,0 +1,193 @@
+/* check_mpi.c: multi-rank behaviour, run under the launcher at 2 and 3 ranks
+ * (tests/launch reads the rank count from the program name, check_mpi_npN).
+ *
+ * MPI is initialised once for the whole program and Check runs in no-fork
+ * mode, so every test is collective: all ranks run the same tests in the
+ * same order. What is checked:
+ * - an error found on one rank reaches every rank (dt_status_agree);
+ * - the all-reduce of exact integers is exact and identical everywhere;
+ * - after training (dropout on, so replicas draw different masks), the
+ *   parameters and optimizer state are bitwise identical on every rank;
+ * - fewer samples than ranks trains without a hang;
+ * - evaluation gives every rank the same figures. */
+#include "config.h"
+
+#include <check.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/allreduce.h"
+#include "train.h"
+
+static int rank, nranks;
+static char dir[512];
+
+/* Rank 0 writes a small dataset: n images [n,12,12,1] whose label is which
+ * quadrant is brightest (learnable), plus a test split of n/2. */
+static void write_dataset(const char *path, int n)
+{
+    if (rank == 0) {
+        hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        unsigned seed = 7;
+        const char *splits[2] = {"train", "test"};
+        for (int s = 0; s < 2; s++) {
+            int m = s == 0 ? n : n / 2 + 1;
+            uint8_t *img = calloc((size_t)m * 144, 1), *lab = calloc((size_t)m, 1);
+            for (int i = 0; i < m; i++) {
+                int q = (int)(rand_r(&seed) % 4);
+                lab[i] = (uint8_t)q;
+                for (int p = 0; p < 144; p++) {
+                    int y = p / 12, x = p % 12, inq = (y / 6) * 2 + x / 6;
+                    img[(size_t)i * 144 + (size_t)p] = (uint8_t)((inq == q ? 128 : 0) + rand_r(&seed) % 100);
+                }
+            }
+            hid_t g = H5Gcreate2(f, splits[s], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            hsize_t di[4] = {(hsize_t)m, 12, 12, 1}, dl[1] = {(hsize_t)m};
+            hid_t si = H5Screate_simple(4, di, NULL), sl = H5Screate_simple(1, dl, NULL);
+            hid_t a = H5Dcreate2(g, "images", H5T_STD_U8LE, si, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            hid_t b = H5Dcreate2(g, "labels", H5T_STD_U8LE, sl, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            H5Dwrite(a, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, img);
+            H5Dwrite(b, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab);
+            H5Dclose(a); H5Dclose(b); H5Sclose(si); H5Sclose(sl); H5Gclose(g);
+            free(img); free(lab);
+        }
+        int classes = 4;
+        hid_t as = H5Screate(H5S_SCALAR);
+        hid_t at = H5Acreate2(f, "num_classes", H5T_STD_I32LE, as, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(at, H5T_NATIVE_INT, &classes);
+        H5Aclose(at); H5Sclose(as); H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Every rank's copy of buf[0..bytes) equals rank 0's, bit for bit. */
+static int same_everywhere(const void *buf, size_t bytes)
+{
+    char *root = malloc(bytes);
+    if (rank == 0) memcpy(root, buf, bytes);
+    MPI_Bcast(root, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    int mine = memcmp(root, buf, bytes) == 0, all;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    free(root);
+    return all;
+}
+
+START_TEST(test_status_agree)
+{
+    dt_status st = {0};
+    if (rank == nranks - 1) dt_fail(&st, DT_EINPUT, "found on rank %d", rank);
+    ck_assert_int_eq(dt_status_agree(&st, MPI_COMM_WORLD), DT_EINPUT);
+    char want[64];
+    snprintf(want, sizeof want, "found on rank %d", nranks - 1);
+    ck_assert_str_eq(st.msg, want);
+    dt_status ok = {0};
+    ck_assert_int_eq(dt_status_agree(&ok, MPI_COMM_WORLD), DT_OK);
+}
+END_TEST
+
+START_TEST(test_allreduce_exact)
+{
+    /* Small integers sum exactly in float: the result is known. */
+    size_t n = 100003;
+    float *x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i % 7) + (size_t)rank);
+    dt_allreduce_sum_f32(x, n, MPI_COMM_WORLD);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(x[i] == (float)((i % 7) * (size_t)nranks + (size_t)(nranks * (nranks - 1) / 2)));
+    ck_assert(same_everywhere(x, sizeof(float) * n));
+    free(x);
+}
+END_TEST
+
+static void train(const char *path, const char *model, int epochs, int batch, struct dt_trainer *t)
+{
+    static char *inputs[1];
+    static struct dt_config cfg;
+    static char arg0[] = "dtrain", quiet[] = "--quiet";
+    char *argv[] = {arg0, (char *)path, quiet, NULL};
+    dt_status st = {0};
+    ck_assert_int_eq(dt_options_parse(&cfg, 3, argv, &st), DT_OK);
+    inputs[0] = (char *)path;
+    cfg.inputs = inputs;
+    cfg.model = model;
+    cfg.epochs = epochs;
+    cfg.batch_size = batch;
+    ck_assert_msg(dt_trainer_init(t, &cfg, MPI_COMM_WORLD, &st) == DT_OK, "init: %s", st.msg);
+    ck_assert_msg(dt_trainer_fit(t, stdout, &st) == DT_OK, "fit: %s", st.msg);
+}
+
+START_TEST(test_replicas_stay_identical)
+{
+    char path[600];
+    struct dt_trainer t;
+    snprintf(path, sizeof path, "%s/quadrants.h5", dir);
+    write_dataset(path, 301); /* uneven: the last step is short */
+    train(path, "cnn", 3, 8, &t);
+    size_t bytes = sizeof(float) * t.model.nparams;
+    ck_assert(same_everywhere(t.model.params, bytes));
+    ck_assert(same_everywhere(t.optim.slot[0], bytes));
+    ck_assert(same_everywhere(t.optim.slot[1], bytes));
+    ck_assert_int_eq(t.optim.step, 3 * t.plan.steps);
+    /* Not vacuous: the replicas drew different dropout masks (their streams
+     * have moved apart) and saw different samples... */
+    if (nranks > 1) ck_assert(!same_everywhere(&t.dropout_rng, sizeof t.dropout_rng));
+    /* ...and it learned the quadrant rule. */
+    ck_assert_msg(t.history[2].val_accuracy > 0.6, "val_accuracy %f", t.history[2].val_accuracy);
+    double loss, acc;
+    dt_trainer_evaluate(&t, &loss, &acc);
+    ck_assert(same_everywhere(&loss, sizeof loss));
+    ck_assert(same_everywhere(&acc, sizeof acc));
+    dt_trainer_free(&t);
+}
+END_TEST
+
+START_TEST(test_fewer_samples_than_ranks)
+{
+    char path[600];
+    struct dt_trainer t;
+    snprintf(path, sizeof path, "%s/tiny.h5", dir);
+    write_dataset(path, 1);
+    train(path, "mlp", 2, 4, &t);
+    ck_assert_int_eq(t.plan.steps, 1);
+    ck_assert_int_eq(t.history[1].samples, 1);
+    ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
+    dt_trainer_free(&t);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const char *tmp = getenv("TEST_TMP");
+    snprintf(dir, sizeof dir, "%s/mpi.%d", tmp ? tmp : "/tmp", nranks);
+    if (rank == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "cannot create %s\n", dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    Suite *s = suite_create("mpi");
+    TCase *tc = tcase_create("replicas");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_status_agree);
+    tcase_add_test(tc, test_allreduce_exact);
+    tcase_add_test(tc, test_replicas_stay_identical);
+    tcase_add_test(tc, test_fewer_samples_than_ranks);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */
+    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr), any;
+    srunner_free(sr);
+    /* A failure on any rank fails the test program on every rank. */
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,59 @@
+#!/bin/sh
+# cli_errors.sh: bad command lines and bad input files, each at 2 ranks.
+#
+# Every case must give exactly one "dtrain: error:" line (from rank 0) that
+# names the flag or file and what was expected, the documented exit code on
+# every rank (mpirun passes it on), and no hang (a timeout fails the case).
+. "$TOP_SRCDIR/tests/common.sh"
+
+T=$TEST_TMP/cli.$$
+mkdir -p "$T"
+for kind in good no-train-images length-mismatch bad-label wrong-rank float-images not-hdf5; do
+  "$MKFIXTURE" "$kind" "$T/$kind.h5" 64 >/dev/null || { echo "mkfixture $kind failed"; exit 99; }
+done
+good=$T/good.h5
+
+# --- the command line: exit 2 ---
+expect_fail 2 "unknown option '--bogus'" 2 "$good" --bogus
+expect_fail 2 "^dtrain: error: --epochs: expected an integer in \[1, .*found -1" 2 "$good" --epochs -1
+expect_fail 2 "--epochs: expected an integer, found 'ten'" 2 "$good" --epochs ten
+expect_fail 2 "--batch-size: expected an integer in \[1, .*found 0" 2 "$good" --batch-size 0
+expect_fail 2 "--epochs: missing value" 2 "$good" --epochs
+expect_fail 2 "missing INPUT.h5" 2
+expect_fail 2 "--model: expected cnn or mlp, found 'resnet'" 2 "$good" --model resnet
+expect_fail 2 "--optimizer: expected adam or sgd, found 'lion'" 2 "$good" --optimizer lion
+expect_fail 2 "--lr: expected a positive number, found 0" 2 "$good" --lr 0
+expect_fail 2 "--dropout: expected a number in \[0, 1), found 1" 2 "$good" --dropout 1
+expect_fail 2 "--momentum: only meaningful with --optimizer sgd" 2 "$good" --momentum 0.9
+expect_fail 2 "--threads: expected an integer in \[1, 1024\], found 0" 2 "$good" --threads 0
+expect_fail 2 "--shard-policy: expected auto, data or file, found 'rows'" 2 "$good" --shard-policy rows
+expect_fail 2 "--shard-policy file: 1 shard file for 2 ranks" 2 "$good" --shard-policy file
+
+# --- the input files: exit 3, the message names the file ---
+expect_fail 3 "$T/missing.h5: cannot open: No such file or directory" 2 "$T/missing.h5"
+expect_fail 3 "$T/not-hdf5.h5: not an HDF5 file" 2 "$T/not-hdf5.h5"
+expect_fail 3 "$T/no-train-images.h5: no dataset /train/images" 2 "$T/no-train-images.h5"
+expect_fail 3 "$T/length-mismatch.h5: /train/images has 64 samples but /train/labels has 63 labels" 2 "$T/length-mismatch.h5"
+expect_fail 3 "$T/bad-label.h5: /train/labels\[5\] = 10, but num_classes is 10" 2 "$T/bad-label.h5"
+expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2 \[64,784\]; expected rank 4" 2 "$T/wrong-rank.h5"
+expect_fail 3 "$T/float-images.h5: /train/images holds float32; expected uint8" 2 "$T/float-images.h5"
+# A bad shard among good ones is named too.
+expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-rank.h5"
+
+# --- help and version: exit 0 on every rank, printed once ---
+run_np 2 --help
+if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
+for opt in --epochs --batch-size --steps-per-epoch --model --dropout --optimizer --lr --momentum \
+           --seed --no-validation --shard-policy --threads --quiet --verbose --help --version; do
+  grep -q -- "$opt" "$out" || fail "--help does not document $opt"
+  grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain.1" || fail "dtrain.1 does not document $opt"
+done
+run_np 2 --version
+if [ "$rc" = 0 ] && [ "$(cat "$out")" = "dtrain $(sed -n 's/^PACKAGE_VERSION = //p' "$TOP_BUILDDIR/Makefile")" ]; then
+  pass "--version"
+else
+  fail "--version: rc=$rc, printed '$(cat "$out")'"
+fi
+
+rm -rf "$T"
+finish

@@ -1,0 +1,60 @@
+# shellcheck shell=sh
+# common.sh: helpers for the shell tests (sourced, POSIX sh).
+#
+# run_np N ARGS...  runs dtrain on N ranks with the configured launcher and a
+#                   timeout (a hang is a failure), capturing stdout/stderr in
+#                   $out/$err and the exit code in $rc.
+# expect_fail CODE PATTERN N ARGS...   asserts exit code and an error line.
+set -u
+: "${TEST_TMP:=/tmp/dtrain-tests}"
+mkdir -p "$TEST_TMP"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+launch() {
+  np=$1; shift
+  # shellcheck disable=SC2086
+  timeout -k 5 "${DT_TEST_TIMEOUT:-300}" $MPIEXEC $MPIEXEC_FLAGS -n "$np" "$@"
+}
+
+run_np() {
+  np=$1; shift
+  out=$TEST_TMP/out.$$; err=$TEST_TMP/err.$$
+  launch "$np" "$DTRAIN" "$@" >"$out" 2>"$err"
+  rc=$?
+}
+
+expect_fail() {
+  code=$1; pattern=$2; np=$3; shift 3
+  run_np "$np" "$@"
+  what="np=$np dtrain $*"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then fail "$what: timed out (hang)"; return; fi
+  # mpirun reports the ranks' common non-zero code (Open MPI and MPICH both do).
+  if [ "$rc" != "$code" ]; then fail "$what: exit $rc, expected $code"; cat "$err" >&2; return; fi
+  n=$(grep -c '^dtrain: error: ' "$err")
+  if [ "$n" != 1 ]; then fail "$what: $n error lines, expected exactly 1 (from rank 0)"; cat "$err" >&2; return; fi
+  if ! grep '^dtrain: error: ' "$err" | grep -q -- "$pattern"; then
+    fail "$what: message does not match '$pattern':"; cat "$err" >&2; return
+  fi
+  pass "$what -> $code: $(grep '^dtrain: error: ' "$err")"
+}
+
+finish() {
+  rm -f "$TEST_TMP/out.$$" "$TEST_TMP/err.$$"
+  if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
+  exit 0
+}
+
+# A small Fashion-MNIST file shared by the tests (made once per build).
+fm_small() {
+  f=$TEST_TMP/fm-small.h5
+  if [ ! -f "$f" ]; then
+    if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+      echo "SKIP: /usr/share/datasets/fashion-mnist missing (Debian package dataset-fashion-mnist)"; exit 77
+    fi
+    "$DTRAIN_PREP" --quiet --limit-train 4096 --limit-test 1024 "$f.part.$$" >/dev/null &&
+      mv "$f.part.$$" "$f" || { echo "dtrain-prep failed"; exit 99; }
+  fi
+  echo "$f"
+}
