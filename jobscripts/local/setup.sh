@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# setup.sh: install what dtrain needs on Debian 12 (only what is missing),
+# then build it in build/ (Open MPI) and, with --mpich, in build-mpich/ too.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#
+#   jobscripts/local/setup.sh [--mpich]
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+
+with_mpich=no
+[[ ${1:-} == --mpich ]] && with_mpich=yes
+
+pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
+      openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
+      libdnnl-dev libopenblas-dev check dataset-fashion-mnist)
+[[ $with_mpich == yes ]] && pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "== installing: ${missing[*]}"
+  sudo=()
+  [[ $(id -u) == 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+jobs=$(nproc)
+
+[[ -x configure ]] || ./autogen.sh
+
+build() { # build DIR CC
+  local dir=$1 cc=$2
+  mkdir -p "$dir"
+  if [[ ! -f $dir/config.status ]]; then
+    (cd "$dir" && CC=$cc ../configure --enable-werror)
+  fi
+  make -C "$dir" -j"$jobs"
+}
+# Installing MPICH can make it the system's default mpicc; name each wrapper.
+build build mpicc.openmpi
+[[ $with_mpich == yes ]] && build build-mpich mpicc.mpich
+echo "== dtrain built in $top/build"

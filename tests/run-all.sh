@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# run-all.sh: the whole test suite from a fresh Debian 12 machine: install
+# what is missing, build with Open MPI and run `make check` (unit, MPI,
+# end-to-end and bad-input tests), then build with MPICH and run the MPI and
+# end-to-end tests there too. Ends with "N passed, N failed, N skipped".
+#
+#   tests/run-all.sh
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top" || exit 1
+"$top/jobscripts/local/setup.sh" --mpich || { echo "setup failed"; exit 1; }
+
+status=0
+run_check() { # run_check DIR [TESTS=...]
+  local dir=$1; shift
+  echo "== make check in $dir $*"
+  if ! make -C "$dir" -j"$(nproc)" check "$@"; then
+    status=1
+    # Show what failed: the per-test logs Automake kept.
+    for log in "$dir"/tests/*.log; do
+      [[ $log == */test-suite.log ]] && continue
+      grep -q '^FAIL\|^ERROR' "${log%.log}.trs" 2>/dev/null && { echo "---- $log"; tail -50 "$log"; }
+    done
+  fi
+}
+run_check build
+# MPICH: the tests that involve MPI (the serial unit tests do not change).
+run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh"
+
+# One line for CI and humans: count the results Automake recorded per test.
+p=0; f=0; s=0
+for trs in build/tests/*.trs build-mpich/tests/*.trs; do
+  [[ -f $trs ]] || continue
+  case $(sed -n 's/^:test-result: //p' "$trs") in
+    PASS|XFAIL) p=$((p + 1)) ;;
+    SKIP) s=$((s + 1)) ;;
+    *) f=$((f + 1)) ;;
+  esac
+done
+echo "$p passed, $f failed, $s skipped"
+(( f == 0 && status == 0 ))
