@@ -27,8 +27,11 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         dt_fail(st, DT_EUSAGE, "--shard-policy file: %d shard file%s for %d ranks; each rank needs at "
                 "least one file (use --shard-policy data, or write more shards with dtrain-prep --shards)",
                 cfg->ninputs, cfg->ninputs == 1 ? "" : "s", t->nranks);
-    else if (dt_model_build(&t->model, cfg->model, t->data.shape, t->data.classes, cfg->dropout, st) == DT_OK) {
-        /* shapes are fine */
+    else if (dt_model_build(&t->model, cfg->model, t->data.shape, t->data.classes, cfg->dropout, st) != DT_OK) {
+        /* The model is fine in itself, so the data's shape is what does not fit. */
+        dt_status why = *st;
+        dt_fail(st, DT_EINPUT, "%s: %dx%dx%d images do not fit model %s: %s", cfg->inputs[0],
+                t->data.shape.h, t->data.shape.w, t->data.shape.c, cfg->model, why.msg);
     }
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
 

@@ -8,7 +8,7 @@
 
 T=$TEST_TMP/cli.$$
 mkdir -p "$T"
-for kind in good no-train-images length-mismatch bad-label wrong-rank float-images not-hdf5; do
+for kind in good no-train-images length-mismatch bad-label wrong-rank float-images not-hdf5 small-images; do
   "$MKFIXTURE" "$kind" "$T/$kind.h5" 64 >/dev/null || { echo "mkfixture $kind failed"; exit 99; }
 done
 good=$T/good.h5
@@ -37,6 +37,7 @@ expect_fail 3 "$T/length-mismatch.h5: /train/images has 64 samples but /train/la
 expect_fail 3 "$T/bad-label.h5: /train/labels\[5\] = 10, but num_classes is 10" 2 "$T/bad-label.h5"
 expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2 \[64,784\]; expected rank 4" 2 "$T/wrong-rank.h5"
 expect_fail 3 "$T/float-images.h5: /train/images holds float32; expected uint8" 2 "$T/float-images.h5"
+expect_fail 3 "$T/small-images.h5: 8x8x1 images do not fit model cnn: max_pooling2d_1: 2x2 pool does not fit a 1x1 input" 2 "$T/small-images.h5"
 # A bad shard among good ones is named too.
 expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-rank.h5"
 

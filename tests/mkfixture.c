@@ -30,6 +30,7 @@ enum {
     RANK2_IMAGES    = 1 << 3, /* /train/images is [N, H*W] */
     FLOAT_IMAGES    = 1 << 4, /* /train/images is float32 in [0, 1] */
     NO_NUM_CLASSES  = 1 << 5, /* root attribute num_classes missing */
+    SMALL_IMAGES    = 1 << 7, /* 8x8 images (valid data, too small for the CNN) */
     NOT_HDF5        = 1 << 6, /* a plain text file */
 };
 
@@ -48,6 +49,7 @@ static const struct kind kinds[] = {
     {"wrong-rank",      RANK2_IMAGES,    1, "/train/images is 2-D [N,784]"},
     {"float-images",    FLOAT_IMAGES,    1, "/train/images is float32 [N,28,28,1] in [0,1]"},
     {"no-num-classes",  NO_NUM_CLASSES,  1, "root attribute num_classes is missing"},
+    {"small-images",    SMALL_IMAGES,    1, "8x8 images in both splits: valid, but too small for the CNN"},
     {"not-hdf5",        NOT_HDF5,        1, "a plain text file, not HDF5"},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
@@ -146,6 +148,9 @@ static void write_split(hid_t file, const char *name, size_t n, unsigned defect)
             f[i] = (float)images[i] / 255.0f;
         write_dataset(g, "images", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dims, f);
         free(f);
+    } else if (defect & SMALL_IMAGES) {
+        hsize_t dims[4] = {n, 8, 8, 1}; /* the first 64 pixels of each image's buffer */
+        write_dataset(g, "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, 4, dims, images);
     } else if (!(defect & NO_TRAIN_IMAGES)) {
         hsize_t dims[4] = {n, H, W, 1};
         write_dataset(g, "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, 4, dims, images);
@@ -216,7 +221,7 @@ int main(int argc, char **argv)
     H5CHK(file = H5Fcreate(argv[2], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
     write_split(file, "train", (size_t)n, k->defect);
     if (!(k->defect & NO_TRAIN_IMAGES))
-        write_split(file, "test", ((size_t)n + 3) / 4, 0);
+        write_split(file, "test", ((size_t)n + 3) / 4, k->defect & SMALL_IMAGES);
     write_attr_i32(file, "format_version", 1);
     if (!(k->defect & NO_NUM_CLASSES))
         write_attr_i32(file, "num_classes", NUM_CLASSES);

@@ -124,6 +124,7 @@ void dt_model_free(struct dt_model *m)
 {
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
+        if (!l->ops) continue; /* building stopped before this layer */
         if (l->ops->destroy && m->be) l->ops->destroy(l, m->be);
         else free(l->state);
     }

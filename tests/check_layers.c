@@ -1,0 +1,1064 @@
+/* check_layers.c: unit tests for the layers, the loss and the model API on
+ * the CPU backend.
+ *
+ * Gradients are checked against central finite differences of a scalar
+ * objective (L = sum(out * R) with a fixed random R for a layer, the summed
+ * softmax cross-entropy for a model). Every layer here is piecewise linear,
+ * so a central difference that stays on one linear piece has no truncation
+ * error at all; each probe therefore records the ReLU on/off pattern and the
+ * max-pool winners of the perturbed forwards and discards probes that
+ * crossed a kink, instead of hoping a small step never does. What is left is
+ * float32 rounding, which the tolerance below is sized for. Every gradient
+ * check also proves it can fail: the same comparison against 1.1 x the
+ * analytic gradient must exceed the tolerance.
+ *
+ * Forward passes are checked against naive double-precision loops with the
+ * classic dot-product rounding bound as tolerance. No MPI: layers never call
+ * it, so MPI_Init is not needed. */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "nn/layer.h"
+#include "nn/loss.h"
+#include "nn/model.h"
+#include "rng.h"
+#include "status.h"
+
+static const struct dt_backend *const be = &dt_backend_cpu;
+
+/* Finite-difference tolerance, as max|fd - analytic| / max|analytic| over the
+ * probed coordinates (a norm-wise relative error, so coordinates with tiny
+ * gradients are held to the scale of the large ones rather than excused by
+ * an absolute floor). Expected error: the objective is accumulated in double
+ * from float32 outputs; only the outputs a probe touches change, each with
+ * about sqrt(K) * 6e-8 relative rounding (K <= 200 terms), so L(x+h) - L(x-h)
+ * is off by ~1e-6 and the quotient by ~1e-6 / 2h: 5e-5 for h = 1e-2, ~1.5e-3
+ * in the worst case of h = 3.3e-4 (the smallest step fd_compare falls back to
+ * near a kink). Measured: 1e-6..1e-5 for layers at h = 1e-2, <= 1e-3 for the
+ * CNN's first layer (steps down to 3e-4). 1e-2 covers that, yet a gradient
+ * wrong by 10% (or with a flipped sign) gives >= 0.1 and fails: fd_assert
+ * checks this on every run. */
+#define FD_TOL 1e-2
+/* Step for piecewise-linear layers: large, since there is no truncation
+ * error on a linear piece and a larger step divides the rounding error. */
+#define FD_STEP 1e-2f
+/* A probe set must keep this fraction after discarding kink crossings. */
+#define FD_MIN_KEPT 0.8
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static float uniform(dt_rng *r, float lo, float hi) { return lo + (hi - lo) * dt_rng_uniform(r); }
+
+static void fill_uniform(float *x, size_t n, dt_rng *r, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++) x[i] = uniform(r, lo, hi);
+}
+
+/* Distinct values spaced by `gap` (a shuffled ramp), so no two max-pool
+ * candidates are within 2 x FD_STEP of each other: no ties, no argmax flips. */
+static void fill_spaced(float *x, size_t n, dt_rng *r, float gap)
+{
+    int64_t *perm = malloc(sizeof *perm * n);
+    dt_rng_permutation(r, perm, (int64_t)n);
+    for (size_t i = 0; i < n; i++) x[i] = ((float)perm[i] - 0.5f * (float)n) * gap;
+    free(perm);
+}
+
+static uint64_t fnv(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int pool_kernel(const struct dt_layer *l) { return l->spec.kernel ? l->spec.kernel : 2; }
+static int pool_stride(const struct dt_layer *l)
+{
+    return l->spec.stride ? l->spec.stride : pool_kernel(l);
+}
+
+/* Which linear piece a layer is on: the ReLU on/off pattern of its output
+ * and, for a max pool, the position of each window's winner (the first
+ * input equal to the output, as the backend picks it). */
+static uint64_t layer_signature(const struct dt_layer *l, const float *inp, const float *out, int n,
+                                uint64_t h)
+{
+    size_t nout = dt_shape_size(l->out) * (size_t)n;
+    if (l->ops == &dt_relu_ops ||
+        ((l->ops == &dt_conv2d_ops || l->ops == &dt_dense_ops) && l->spec.activation == DT_ACT_RELU))
+        for (size_t i = 0; i < nout; i++) h = fnv(h, out[i] > 0.0f);
+    if (l->ops == &dt_maxpool_ops) {
+        int k = pool_kernel(l), s = pool_stride(l);
+        for (int b = 0; b < n; b++)
+            for (int oy = 0; oy < l->out.h; oy++)
+                for (int ox = 0; ox < l->out.w; ox++)
+                    for (int c = 0; c < l->out.c; c++) {
+                        float o = out[(((size_t)b * l->out.h + oy) * l->out.w + ox) * l->out.c + c];
+                        int win = -1;
+                        for (int q = 0; q < k * k && win < 0; q++) {
+                            int iy = oy * s + q / k, ix = ox * s + q % k;
+                            if (inp[(((size_t)b * l->in.h + iy) * l->in.w + ix) * l->in.c + c] == o) win = q;
+                        }
+                        h = fnv(h, (uint64_t)(int64_t)win);
+                    }
+    }
+    return h;
+}
+
+/* ---- finite differences ------------------------------------------------ */
+
+typedef double (*objective_fn)(void *ctx, uint64_t *signature);
+
+struct fd_stats {
+    double maxerr, maxwrong, maxan;
+    float minstep;     /* the smallest step a kept probe needed */
+    int checked, skipped;
+};
+
+/* Central differences of f with respect to x[idx[k]], against an[idx[k]]
+ * (idx NULL: every coordinate). Each probe tries step, step/3, step/10, step/30
+ * and uses the largest that stays on the base point's linear piece: large
+ * steps divide the rounding error, small ones are needed near a kink. */
+static struct fd_stats fd_compare(objective_fn f, void *ctx, float *x, const float *an,
+                                  const size_t *idx, size_t nidx, float step)
+{
+    static const float ladder[] = {1.0f, 1.0f / 3.0f, 0.1f, 1.0f / 30.0f};
+    struct fd_stats s = {.minstep = step};
+    uint64_t base, sp, sm;
+    f(ctx, &base);
+    for (size_t k = 0; k < nidx; k++) {
+        size_t i = idx ? idx[k] : k;
+        float x0 = x[i];
+        int kept = 0;
+        for (size_t j = 0; j < sizeof ladder / sizeof *ladder && !kept; j++) {
+            float h = step * ladder[j];
+            x[i] = x0 + h;
+            double xp = (double)x[i], lp = f(ctx, &sp);
+            x[i] = x0 - h;
+            double xm = (double)x[i], lm = f(ctx, &sm);
+            x[i] = x0;
+            if (sp != base || sm != base) continue;
+            double fd = (lp - lm) / (xp - xm), a = (double)an[i];
+            kept = 1;
+            s.minstep = fminf(s.minstep, h);
+            s.maxerr = fmax(s.maxerr, fabs(fd - a));
+            s.maxwrong = fmax(s.maxwrong, fabs(fd - 1.1 * a));
+            s.maxan = fmax(s.maxan, fabs(a));
+        }
+        if (kept) s.checked++;
+        else s.skipped++;
+    }
+    return s;
+}
+
+static void fd_assert(const char *what, struct fd_stats s, size_t nidx)
+{
+    ck_assert_msg((double)s.checked >= FD_MIN_KEPT * (double)nidx,
+                  "%s: only %d of %zu probes stayed on one linear piece", what, s.checked, nidx);
+    /* A gradient of all zeros would make the comparison vacuous. */
+    ck_assert_msg(s.maxan > 1e-3, "%s: analytic gradient is ~0 everywhere (max %g)", what, s.maxan);
+    double rel = s.maxerr / s.maxan, wrong = s.maxwrong / s.maxan;
+    printf("# %-30s fd rel err %.2e (1.1x grad: %.2e), %d probes, %d skipped, min step %.0e\n", what,
+           rel, wrong, s.checked, s.skipped, (double)s.minstep);
+    ck_assert_msg(rel < FD_TOL, "%s: |fd - analytic| / max|analytic| = %.3e >= %g (%d probes)", what,
+                  rel, FD_TOL, s.checked);
+    ck_assert_msg(wrong > FD_TOL, "%s: the check cannot tell a 10%% gradient error (%.3e)", what, wrong);
+}
+
+/* ---- a standalone layer ------------------------------------------------ */
+
+struct lh {
+    struct dt_layer l;
+    struct dt_ctx c;
+    dt_rng rng;        /* dropout stream */
+    int reseed;        /* re-seed rng before each forward (fixed dropout mask) */
+    int n;
+    size_t nin, nout, np;
+    float *inp, *out, *params, *dparams, *dinp, *dout, *R;
+};
+
+static void lh_setup(struct lh *h, const struct dt_layer_ops *ops, struct dt_layer_spec spec,
+                     struct dt_shape in, int n, uint64_t seed)
+{
+    dt_status st = {0};
+    dt_rng r;
+    memset(h, 0, sizeof *h);
+    h->l.ops = ops;
+    h->l.in = in;
+    h->l.spec = spec;
+    snprintf(h->l.name, sizeof h->l.name, "%s", ops->type);
+    ck_assert_msg(ops->setup(&h->l, &spec, &st) == DT_OK, "setup %s: %s", ops->type, st.msg);
+    if (ops->create) ops->create(&h->l, be, n);
+    h->n = n;
+    h->nin = dt_shape_size(in) * (size_t)n;
+    h->nout = dt_shape_size(h->l.out) * (size_t)n;
+    h->np = h->l.nparams;
+    h->inp = calloc(h->nin + 1, sizeof(float));
+    h->dinp = calloc(h->nin + 1, sizeof(float));
+    h->out = calloc(h->nout + 1, sizeof(float));
+    h->dout = calloc(h->nout + 1, sizeof(float));
+    h->R = calloc(h->nout + 1, sizeof(float));
+    h->params = calloc(h->np + 1, sizeof(float));
+    h->dparams = calloc(h->np + 1, sizeof(float));
+    dt_rng_seed(&r, seed, 1);
+    fill_uniform(h->inp, h->nin, &r, -1.0f, 1.0f);
+    fill_uniform(h->R, h->nout, &r, -1.0f, 1.0f);
+    /* Random kernels and non-zero biases, so the bias path is exercised. */
+    fill_uniform(h->params, h->np, &r, -0.5f, 0.5f);
+    dt_rng_seed(&h->rng, seed, 2);
+    h->c = (struct dt_ctx){.be = be, .n = n, .train = 1, .rng = &h->rng};
+}
+
+static void lh_free(struct lh *h)
+{
+    if (h->l.ops->destroy) h->l.ops->destroy(&h->l, be);
+    else free(h->l.state);
+    free(h->inp); free(h->dinp); free(h->out); free(h->dout); free(h->R);
+    free(h->params); free(h->dparams);
+}
+
+static void lh_forward(struct lh *h)
+{
+    if (h->reseed) dt_rng_seed(&h->rng, 0xd0d0, 3);
+    h->l.ops->forward(&h->l, &h->c, h->out, h->inp, h->params);
+}
+
+static double lh_objective(void *ctx, uint64_t *sig)
+{
+    struct lh *h = ctx;
+    double L = 0.0;
+    lh_forward(h);
+    for (size_t i = 0; i < h->nout; i++) L += (double)h->out[i] * (double)h->R[i];
+    *sig = layer_signature(&h->l, h->inp, h->out, h->n, 14695981039346656037ULL);
+    return L;
+}
+
+/* Analytic gradients of sum(out * R): dout = R. */
+static void lh_backward(struct lh *h)
+{
+    lh_forward(h);
+    memcpy(h->dout, h->R, sizeof(float) * h->nout);
+    for (size_t i = 0; i < h->np; i++) h->dparams[i] = NAN; /* must be overwritten */
+    h->l.ops->backward(&h->l, &h->c, h->dinp, h->dout, h->inp, h->out, h->params, h->dparams);
+}
+
+/* FD check of d/dinp and, for layers with parameters, d/dparams. */
+static void lh_fd(struct lh *h, const char *what)
+{
+    char label[96];
+    float *an_in = malloc(sizeof(float) * (h->nin + 1)), *an_p = malloc(sizeof(float) * (h->np + 1));
+    lh_backward(h);
+    memcpy(an_in, h->dinp, sizeof(float) * h->nin);
+    memcpy(an_p, h->dparams, sizeof(float) * h->np);
+    snprintf(label, sizeof label, "%s d/dinp", what);
+    fd_assert(label, fd_compare(lh_objective, h, h->inp, an_in, NULL, h->nin, FD_STEP), h->nin);
+    if (h->np) {
+        snprintf(label, sizeof label, "%s d/dparams", what);
+        fd_assert(label, fd_compare(lh_objective, h, h->params, an_p, NULL, h->np, FD_STEP), h->np);
+    }
+    free(an_in);
+    free(an_p);
+}
+
+/* ---- naive references -------------------------------------------------- */
+
+/* Direct NHWC/HWIO convolution in double with TF's 'same' rule (output
+ * ceil(h/s), padding total max((o-1)s + k - h, 0), the smaller half on top).
+ * bound[i] = sum of |terms| of out[i], for the rounding tolerance. */
+static void conv_ref(double *out, double *bound, int *poh, int *pow_, const float *inp,
+                     const float *w, const float *b, int n, struct dt_shape in, int K, int k, int s,
+                     int same)
+{
+    int oh = same ? (in.h + s - 1) / s : (in.h - k) / s + 1;
+    int ow = same ? (in.w + s - 1) / s : (in.w - k) / s + 1;
+    int pt = same ? ((oh - 1) * s + k - in.h > 0 ? ((oh - 1) * s + k - in.h) / 2 : 0) : 0;
+    int pl = same ? ((ow - 1) * s + k - in.w > 0 ? ((ow - 1) * s + k - in.w) / 2 : 0) : 0;
+    *poh = oh;
+    *pow_ = ow;
+    for (int bi = 0; bi < n; bi++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int f = 0; f < K; f++) {
+                    double acc = (double)b[f], abs_acc = fabs((double)b[f]);
+                    for (int ky = 0; ky < k; ky++)
+                        for (int kx = 0; kx < k; kx++) {
+                            int iy = oy * s + ky - pt, ix = ox * s + kx - pl;
+                            if (iy < 0 || iy >= in.h || ix < 0 || ix >= in.w) continue;
+                            for (int c = 0; c < in.c; c++) {
+                                double t = (double)inp[(((size_t)bi * in.h + iy) * in.w + ix) * in.c + c] *
+                                           (double)w[(((size_t)ky * k + kx) * in.c + c) * K + f];
+                                acc += t;
+                                abs_acc += fabs(t);
+                            }
+                        }
+                    size_t o = (((size_t)bi * oh + oy) * ow + ox) * K + f;
+                    out[o] = acc;
+                    bound[o] = abs_acc;
+                }
+}
+
+/* Float32 dot products of K terms are within K * 2^-24 * sum|terms| of the
+ * exact value (classic bound, any summation order); K <= 27 here, so 1e-5
+ * of sum|terms| covers it with >10x margin, while any indexing or padding
+ * mistake moves outputs by a whole term (~0.1 of sum|terms|). */
+#define REF_TOL 1e-5
+
+static void check_conv_forward(struct dt_shape in, int K, int k, int s, int same, int relu, int n)
+{
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = k, .stride = s,
+                                 .same = same, .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    struct lh h;
+    int oh, ow;
+    lh_setup(&h, &dt_conv2d_ops, spec, in, n, 100 + (uint64_t)(k * 7 + s * 3 + same));
+    size_t nw = (size_t)k * k * in.c * K;
+    double *ref = malloc(sizeof(double) * h.nout), *bound = malloc(sizeof(double) * h.nout);
+    conv_ref(ref, bound, &oh, &ow, h.inp, h.params, h.params + nw, n, in, K, k, s, same);
+    ck_assert_int_eq(h.l.out.h, oh);
+    ck_assert_int_eq(h.l.out.w, ow);
+    ck_assert_int_eq(h.l.out.c, K);
+    ck_assert_uint_eq(h.np, nw + (size_t)K);
+    lh_forward(&h);
+    int zeros = 0;
+    for (size_t i = 0; i < h.nout; i++) {
+        double want = relu ? fmax(ref[i], 0.0) : ref[i];
+        zeros += h.out[i] == 0.0f;
+        ck_assert_msg(fabs((double)h.out[i] - want) <= REF_TOL * bound[i],
+                      "conv %dx%d s%d %s: out[%zu] = %.9g, naive %.9g", k, k, s, same ? "same" : "valid", i,
+                      (double)h.out[i], want);
+    }
+    if (relu) ck_assert_msg(zeros > 0 && (size_t)zeros < h.nout, "relu case should clip some outputs");
+    free(ref);
+    free(bound);
+    lh_free(&h);
+}
+
+/* ---- forward references ------------------------------------------------ */
+
+START_TEST(conv_forward_valid)
+{
+    check_conv_forward((struct dt_shape){6, 7, 3}, 4, 3, 1, 0, 0, 2);
+}
+END_TEST
+
+START_TEST(conv_forward_valid_relu)
+{
+    check_conv_forward((struct dt_shape){6, 7, 3}, 4, 3, 1, 0, 1, 2);
+}
+END_TEST
+
+START_TEST(conv_forward_same_s1)
+{
+    check_conv_forward((struct dt_shape){7, 7, 2}, 3, 3, 1, 1, 0, 2);
+}
+END_TEST
+
+START_TEST(conv_forward_same_s2_odd)
+{
+    check_conv_forward((struct dt_shape){7, 7, 2}, 3, 3, 2, 1, 0, 2);
+}
+END_TEST
+
+/* 8 with stride 2 and kernel 3 pads one pixel in total: TF puts it on the
+ * bottom/right, so this case tells top/left from bottom/right padding. */
+START_TEST(conv_forward_same_s2_even)
+{
+    check_conv_forward((struct dt_shape){8, 8, 2}, 3, 3, 2, 1, 0, 2);
+}
+END_TEST
+
+START_TEST(conv_forward_valid_s2)
+{
+    check_conv_forward((struct dt_shape){9, 8, 2}, 3, 3, 2, 0, 0, 2);
+}
+END_TEST
+
+static void check_pool_forward(struct dt_shape in, int k, int s, int n)
+{
+    struct dt_layer_spec spec = {.type = "maxpool", .kernel = k, .stride = s};
+    struct lh h;
+    lh_setup(&h, &dt_maxpool_ops, spec, in, n, 200 + (uint64_t)(in.h * 10 + k));
+    int ss = s ? s : k, oh = (in.h - k) / ss + 1, ow = (in.w - k) / ss + 1;
+    ck_assert_int_eq(h.l.out.h, oh);
+    ck_assert_int_eq(h.l.out.w, ow);
+    ck_assert_int_eq(h.l.out.c, in.c);
+    for (int train = 0; train <= 1; train++) {
+        h.c.train = train;
+        lh_forward(&h);
+        for (int b = 0; b < n; b++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++)
+                    for (int c = 0; c < in.c; c++) {
+                        float m = -INFINITY;
+                        for (int ky = 0; ky < k; ky++)
+                            for (int kx = 0; kx < k; kx++)
+                                m = fmaxf(m, h.inp[(((size_t)b * in.h + oy * ss + ky) * in.w + ox * ss + kx) * in.c + c]);
+                        float got = h.out[(((size_t)b * oh + oy) * ow + ox) * in.c + c];
+                        /* max is exact: one of the inputs, bit for bit */
+                        ck_assert_msg(got == m, "pool %dx%d/%d on %dx%d: [%d,%d,%d,%d] = %g, naive %g", k, k,
+                                      ss, in.h, in.w, b, oy, ox, c, (double)got, (double)m);
+                    }
+    }
+    lh_free(&h);
+}
+
+START_TEST(maxpool_forward_even) { check_pool_forward((struct dt_shape){6, 6, 3}, 2, 0, 2); }
+END_TEST
+
+START_TEST(maxpool_forward_odd) { check_pool_forward((struct dt_shape){7, 5, 3}, 2, 0, 2); }
+END_TEST
+
+START_TEST(maxpool_forward_overlap) { check_pool_forward((struct dt_shape){7, 7, 2}, 3, 2, 2); }
+END_TEST
+
+static void check_dense_forward(int relu)
+{
+    struct dt_shape in = {3, 2, 4}; /* read flattened: 24 inputs */
+    int units = 5, n = 3, nin = 24;
+    struct dt_layer_spec spec = {.type = "dense", .filters = units,
+                                 .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    struct lh h;
+    lh_setup(&h, &dt_dense_ops, spec, in, n, 300 + (uint64_t)relu);
+    ck_assert_int_eq(h.l.out.h, 1);
+    ck_assert_int_eq(h.l.out.w, 1);
+    ck_assert_int_eq(h.l.out.c, units);
+    ck_assert_uint_eq(h.np, (size_t)nin * units + (size_t)units);
+    lh_forward(&h);
+    const float *W = h.params, *bias = h.params + nin * units;
+    int zeros = 0;
+    for (int b = 0; b < n; b++)
+        for (int u = 0; u < units; u++) {
+            double acc = (double)bias[u], bound = fabs((double)bias[u]);
+            for (int i = 0; i < nin; i++) {
+                double t = (double)h.inp[b * nin + i] * (double)W[i * units + u];
+                acc += t;
+                bound += fabs(t);
+            }
+            if (relu) acc = fmax(acc, 0.0);
+            float got = h.out[b * units + u];
+            zeros += got == 0.0f;
+            ck_assert_msg(fabs((double)got - acc) <= REF_TOL * bound, "dense[%d][%d] = %.9g, naive %.9g", b,
+                          u, (double)got, acc);
+        }
+    if (relu) ck_assert_msg(zeros > 0 && zeros < n * units, "relu case should clip some outputs");
+    lh_free(&h);
+}
+
+START_TEST(dense_forward) { check_dense_forward(0); }
+END_TEST
+
+START_TEST(dense_forward_relu) { check_dense_forward(1); }
+END_TEST
+
+START_TEST(relu_forward_backward_exact)
+{
+    struct lh h;
+    lh_setup(&h, &dt_relu_ops, (struct dt_layer_spec){.type = "relu"}, (struct dt_shape){3, 3, 2}, 2, 400);
+    lh_backward(&h);
+    int pos = 0;
+    for (size_t i = 0; i < h.nin; i++) {
+        pos += h.inp[i] > 0.0f;
+        ck_assert(h.out[i] == (h.inp[i] > 0.0f ? h.inp[i] : 0.0f));
+        ck_assert(h.dinp[i] == (h.inp[i] > 0.0f ? h.R[i] : 0.0f));
+    }
+    ck_assert(pos > 0 && (size_t)pos < h.nin);
+    lh_free(&h);
+}
+END_TEST
+
+/* ---- gradients: layers standalone -------------------------------------- */
+
+static void fd_conv(struct dt_shape in, int K, int k, int s, int same, int relu, const char *what)
+{
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = k, .stride = s,
+                                 .same = same, .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    struct lh h;
+    lh_setup(&h, &dt_conv2d_ops, spec, in, 2, 500 + (uint64_t)(k * 7 + s * 3 + same + relu * 11));
+    lh_fd(&h, what);
+    lh_free(&h);
+}
+
+START_TEST(fd_conv_valid) { fd_conv((struct dt_shape){6, 7, 3}, 4, 3, 1, 0, 0, "conv2d valid s1"); }
+END_TEST
+
+START_TEST(fd_conv_valid_relu) { fd_conv((struct dt_shape){6, 7, 3}, 4, 3, 1, 0, 1, "conv2d valid s1 relu"); }
+END_TEST
+
+START_TEST(fd_conv_same_s1) { fd_conv((struct dt_shape){7, 7, 2}, 3, 3, 1, 1, 0, "conv2d same s1 7x7"); }
+END_TEST
+
+START_TEST(fd_conv_same_s2_odd) { fd_conv((struct dt_shape){7, 7, 2}, 3, 3, 2, 1, 0, "conv2d same s2 7x7"); }
+END_TEST
+
+START_TEST(fd_conv_same_s2_even) { fd_conv((struct dt_shape){8, 8, 2}, 3, 3, 2, 1, 1, "conv2d same s2 8x8 relu"); }
+END_TEST
+
+static void fd_pool(struct dt_shape in, int k, int s, const char *what)
+{
+    struct lh h;
+    dt_rng r;
+    lh_setup(&h, &dt_maxpool_ops, (struct dt_layer_spec){.type = "maxpool", .kernel = k, .stride = s},
+             in, 2, 600 + (uint64_t)in.h);
+    dt_rng_seed(&r, 601, 0);
+    fill_spaced(h.inp, h.nin, &r, 4.0f * FD_STEP); /* neighbours 4 steps apart: no flips */
+    lh_fd(&h, what);
+    lh_free(&h);
+}
+
+START_TEST(fd_maxpool_even) { fd_pool((struct dt_shape){6, 6, 3}, 2, 0, "maxpool 2x2 on 6x6"); }
+END_TEST
+
+START_TEST(fd_maxpool_odd) { fd_pool((struct dt_shape){7, 5, 3}, 2, 0, "maxpool 2x2 on 7x5"); }
+END_TEST
+
+START_TEST(fd_maxpool_overlap) { fd_pool((struct dt_shape){7, 7, 2}, 3, 2, "maxpool 3x3/2 on 7x7"); }
+END_TEST
+
+static void fd_dense(int relu, const char *what)
+{
+    struct lh h;
+    lh_setup(&h, &dt_dense_ops,
+             (struct dt_layer_spec){.type = "dense", .filters = 5, .activation = relu ? DT_ACT_RELU : DT_ACT_NONE},
+             (struct dt_shape){3, 2, 4}, 3, 700 + (uint64_t)relu);
+    lh_fd(&h, what);
+    lh_free(&h);
+}
+
+START_TEST(fd_dense_plain) { fd_dense(0, "dense"); }
+END_TEST
+
+START_TEST(fd_dense_relu) { fd_dense(1, "dense relu"); }
+END_TEST
+
+START_TEST(fd_relu)
+{
+    struct lh h;
+    lh_setup(&h, &dt_relu_ops, (struct dt_layer_spec){.type = "relu"}, (struct dt_shape){4, 3, 2}, 2, 800);
+    /* keep inputs >= 0.05 away from the kink */
+    for (size_t i = 0; i < h.nin; i++) h.inp[i] = h.inp[i] < 0.0f ? h.inp[i] - 0.05f : h.inp[i] + 0.05f;
+    lh_fd(&h, "relu");
+    lh_free(&h);
+}
+END_TEST
+
+START_TEST(fd_dropout)
+{
+    struct lh h;
+    lh_setup(&h, &dt_dropout_ops, (struct dt_layer_spec){.type = "dropout", .rate = 0.3f},
+             (struct dt_shape){4, 4, 3}, 2, 900);
+    h.reseed = 1; /* the same mask in every forward */
+    lh_fd(&h, "dropout 0.3");
+    /* and exactly: dinp = R * mask, mask in {0, 1/(1-rate)} */
+    lh_backward(&h);
+    for (size_t i = 0; i < h.nin; i++) {
+        float want = h.out[i] == 0.0f ? 0.0f : h.R[i] * (h.out[i] / h.inp[i]);
+        ck_assert_msg(fabsf(h.dinp[i] - want) <= 1e-6f * fabsf(want), "dropout dinp[%zu]", i);
+    }
+    lh_free(&h);
+}
+END_TEST
+
+/* ---- loss -------------------------------------------------------------- */
+
+struct xent_ctx {
+    float *logits;
+    const uint8_t *labels;
+    int n, classes;
+};
+
+static double xent_objective(void *ctx, uint64_t *sig)
+{
+    struct xent_ctx *x = ctx;
+    *sig = 0;
+    return dt_softmax_xent(be, NULL, x->logits, x->labels, x->n, x->classes, 0.0f).loss_sum;
+}
+
+/* The loss is smooth, so here the central difference has a truncation
+ * error, h^2/6 * |f'''| <= 1e-4/6 * O(1) ~ 2e-5 for h = 1e-2 (softmax
+ * derivatives are bounded by small constants): well inside FD_TOL. */
+START_TEST(fd_softmax_xent)
+{
+    enum { N = 4, C = 5 };
+    float logits[N * C], dl[N * C], an[N * C];
+    const uint8_t labels[N] = {0, 3, 4, 3};
+    dt_rng r;
+    dt_rng_seed(&r, 1000, 0);
+    fill_uniform(logits, N * C, &r, -2.0f, 2.0f);
+    struct xent_ctx x = {logits, labels, N, C};
+    /* grad_scale 1: d(sum loss)/d(logits), as the objective */
+    dt_softmax_xent(be, dl, logits, labels, N, C, 1.0f);
+    memcpy(an, dl, sizeof an);
+    fd_assert("softmax xent d/dlogits", fd_compare(xent_objective, &x, logits, an, NULL, N * C, FD_STEP), N * C);
+    /* grad_scale scales the gradient and nothing else */
+    float half[N * C];
+    dt_softmax_xent(be, half, logits, labels, N, C, 0.25f);
+    for (int i = 0; i < N * C; i++) ck_assert_msg(fabsf(half[i] - 0.25f * an[i]) <= 1e-7f, "grad_scale at %d", i);
+}
+END_TEST
+
+START_TEST(softmax_xent_hand)
+{
+    /* Sample 0: logits [0, ln 2, 0], label 1: softmax = [1/4, 1/2, 1/4], so
+     * loss = -ln(1/2) = ln 4 - ln 2 = ln 2 and dlogits = [1/4, -1/2, 1/4].
+     * Sample 1: the same logits, label 0: loss = ln 4, dlogits = [-3/4, 1/2, 1/4].
+     * Sample 2: [1000, 0, -1000], label 2: loss = 2000 (exp would overflow
+     * without the max shift), dlogits = [1, 0, -1] to float precision. */
+    const float ln2 = (float)M_LN2;
+    const float logits[9] = {0.0f, ln2, 0.0f, 0.0f, ln2, 0.0f, 1000.0f, 0.0f, -1000.0f};
+    const uint8_t labels[3] = {1, 0, 2};
+    float d[9];
+    struct dt_loss_result r = dt_softmax_xent(be, d, logits, labels, 3, 3, 1.0f);
+    /* The float logit ln2 is off by <= 2^-25 relative, and the loss moves by
+     * at most that much per unit logit: 1e-7 absolute covers it. */
+    double want = M_LN2 + 2.0 * M_LN2 + 2000.0;
+    ck_assert_msg(fabs(r.loss_sum - want) <= 1e-7 * 3.0 + 1e-12 * 2000.0, "loss %.12g, want %.12g",
+                  r.loss_sum, want);
+    ck_assert_int_eq(r.correct, 1); /* only sample 0's argmax (1) is its label */
+    const double wd[9] = {0.25, -0.5, 0.25, -0.75, 0.5, 0.25, 1.0, 0.0, -1.0};
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg(fabs((double)d[i] - wd[i]) <= 1e-7, "dlogits[%d] = %.9g, want %g", i, (double)d[i], wd[i]);
+    /* per sample too, so a swapped label/sum cannot pass by cancellation */
+    r = dt_softmax_xent(be, NULL, logits, labels, 1, 3, 0.0f);
+    ck_assert_msg(fabs(r.loss_sum - M_LN2) <= 1e-7, "sample 0 loss %.12g", r.loss_sum);
+    r = dt_softmax_xent(be, NULL, logits + 3, labels + 1, 1, 3, 0.0f);
+    ck_assert_msg(fabs(r.loss_sum - 2.0 * M_LN2) <= 1e-7, "sample 1 loss %.12g", r.loss_sum);
+}
+END_TEST
+
+/* ---- the model API: a small CNN ---------------------------------------- */
+
+static const struct dt_layer_spec small_cnn[] = {
+    {.type = "conv2d", .filters = 4, .kernel = 3, .activation = DT_ACT_RELU},
+    {.type = "maxpool", .kernel = 2},
+    {.type = "conv2d", .filters = 6, .kernel = 3, .activation = DT_ACT_RELU},
+    {.type = "maxpool", .kernel = 2},
+    {.type = "dense", .filters = 8, .activation = DT_ACT_RELU},
+    {.type = "dense", .filters = 4},
+};
+#define SMALL_CNN_N ((int)(sizeof small_cnn / sizeof *small_cnn))
+static const struct dt_shape small_in = {12, 12, 1}; /* 10 -> 5 -> 3 -> 1 (odd edges dropped): 1x1x6 into dense */
+
+struct model_ctx {
+    struct dt_model m;
+    int n;
+    const uint8_t *labels;
+    dt_rng rng;
+};
+
+static void model_setup(struct model_ctx *x, const uint8_t *labels, int n, uint64_t seed)
+{
+    dt_status st = {0};
+    dt_rng r;
+    memset(x, 0, sizeof *x);
+    ck_assert_msg(dt_model_build_specs(&x->m, "small", small_in, 4, small_cnn, SMALL_CNN_N, &st) == DT_OK,
+                  "%s", st.msg);
+    dt_model_create(&x->m, be, n);
+    dt_model_init_params(&x->m, seed);
+    /* Non-zero biases, so the ReLUs see a mix of signs from the start. */
+    dt_rng_seed(&r, seed, 9);
+    for (int i = 0; i < x->m.nlayers; i++) {
+        const struct dt_layer *l = &x->m.layers[i];
+        if (!l->nparams) continue;
+        float *b = x->m.params + l->param_offset + l->nparams - (size_t)l->out.c;
+        fill_uniform(b, (size_t)l->out.c, &r, -0.1f, 0.1f);
+    }
+    fill_uniform(x->m.act[0], dt_shape_size(small_in) * (size_t)n, &r, 0.0f, 1.0f);
+    x->n = n;
+    x->labels = labels;
+    dt_rng_seed(&x->rng, seed, 10);
+}
+
+static double model_objective(void *ctx, uint64_t *sig)
+{
+    struct model_ctx *x = ctx;
+    dt_model_forward(&x->m, x->n, 1, &x->rng);
+    uint64_t h = 14695981039346656037ULL;
+    for (int i = 0; i < x->m.nlayers; i++)
+        h = layer_signature(&x->m.layers[i], x->m.act[i], x->m.act[i + 1], x->n, h);
+    *sig = h;
+    return dt_model_loss(&x->m, x->labels, x->n, 0.0f).loss_sum;
+}
+
+START_TEST(fd_cnn_model)
+{
+    const uint8_t labels[3] = {2, 0, 3};
+    struct model_ctx x;
+    model_setup(&x, labels, 3, 1100);
+    /* The pool after each ReLU-activated conv takes over its ReLU backward. */
+    ck_assert(x.m.layers[0].relu_bwd_by_next && x.m.layers[1].relu_bwd_of_prev);
+    ck_assert(x.m.layers[2].relu_bwd_by_next && x.m.layers[3].relu_bwd_of_prev);
+    ck_assert(!x.m.layers[4].relu_bwd_by_next);
+
+    dt_model_forward(&x.m, 3, 1, &x.rng);
+    dt_model_loss(&x.m, labels, 3, 1.0f);
+    for (size_t i = 0; i < x.m.nparams; i++) x.m.grads[i] = NAN; /* must all be overwritten */
+    dt_model_backward(&x.m, 3, &x.rng);
+    float *an = malloc(sizeof(float) * x.m.nparams);
+    memcpy(an, x.m.grads, sizeof(float) * x.m.nparams);
+    for (size_t i = 0; i < x.m.nparams; i++) ck_assert_msg(isfinite(an[i]), "grad[%zu] not written", i);
+
+    /* Per layer: up to 40 kernel entries at random and every bias. The loss
+     * is smooth between kinks; with h = 1e-2 its truncation error is
+     * h^2/6 |f'''| ~ 1e-5, well inside FD_TOL. */
+    dt_rng r;
+    dt_rng_seed(&r, 1101, 0);
+    for (int li = 0; li < x.m.nlayers; li++) {
+        const struct dt_layer *l = &x.m.layers[li];
+        if (!l->nparams) continue;
+        size_t nb = (size_t)l->out.c, nk = l->nparams - nb, idx[64], nidx = 0;
+        for (size_t j = 0; j < 40 && j < nk; j++) idx[nidx++] = l->param_offset + (size_t)dt_rng_below(&r, nk);
+        for (size_t j = 0; j < nb && nidx < 64; j++) idx[nidx++] = l->param_offset + nk + j;
+        char label[64];
+        snprintf(label, sizeof label, "cnn %s d/dparams", l->name);
+        fd_assert(label, fd_compare(model_objective, &x, x.m.params, an, idx, nidx, FD_STEP), nidx);
+    }
+    free(an);
+    dt_model_free(&x.m);
+}
+END_TEST
+
+/* The fused ReLU backward in the pool gives the same gradient, bit for bit,
+ * as pooling backward first and undoing the ReLU on the large side after. */
+static void check_fusion(struct dt_shape in)
+{
+    const struct dt_layer_spec specs[] = {
+        {.type = "conv2d", .filters = 3, .kernel = 3, .activation = DT_ACT_RELU},
+        {.type = "maxpool", .kernel = 2},
+        {.type = "dense", .filters = 4},
+    };
+    const uint8_t labels[3] = {1, 3, 0};
+    int n = 3;
+    struct dt_model m;
+    dt_status st = {0};
+    dt_rng r;
+    ck_assert_msg(dt_model_build_specs(&m, "fuse", in, 4, specs, 3, &st) == DT_OK, "%s", st.msg);
+    ck_assert(m.layers[0].relu_bwd_by_next && m.layers[1].relu_bwd_of_prev);
+    dt_model_create(&m, be, n);
+    dt_model_init_params(&m, 1200);
+    dt_rng_seed(&r, 1201, 0);
+    fill_uniform(m.act[0], dt_shape_size(in) * (size_t)n, &r, -1.0f, 1.0f);
+    dt_model_forward(&m, n, 1, &r);
+    dt_model_loss(&m, labels, n, 1.0f);
+    dt_model_backward(&m, n, &r);
+
+    /* Unfused: a pool that does not know about the ReLU, then relu_backward. */
+    struct dt_layer pool = {.ops = &dt_maxpool_ops, .in = m.layers[1].in, .spec = specs[1]};
+    snprintf(pool.name, sizeof pool.name, "pool");
+    struct dt_ctx c = {.be = be, .n = n, .train = 1, .rng = &r};
+    size_t nconv = dt_shape_size(m.layers[0].out) * (size_t)n, npool = dt_shape_size(m.layers[1].out) * (size_t)n;
+    float *pout = malloc(sizeof(float) * npool), *dpout = malloc(sizeof(float) * npool);
+    float *dconv = malloc(sizeof(float) * nconv);
+    ck_assert_int_eq(pool.ops->setup(&pool, &specs[1], &st), DT_OK);
+    pool.ops->create(&pool, be, n);
+    pool.ops->forward(&pool, &c, pout, m.act[1], NULL);
+    ck_assert(memcmp(pout, m.act[2], sizeof(float) * npool) == 0);
+    memcpy(dpout, m.dact[2], sizeof(float) * npool);
+    pool.ops->backward(&pool, &c, dconv, dpout, m.act[1], pout, NULL, NULL);
+    be->relu_backward(dconv, dconv, m.act[1], nconv);
+
+    size_t zero_windows = 0, nonzero = 0;
+    for (size_t i = 0; i < npool; i++) zero_windows += m.act[2][i] == 0.0f;
+    for (size_t i = 0; i < nconv; i++) nonzero += dconv[i] != 0.0f;
+    /* Meaningful only if some windows are all-zero after the ReLU (the case
+     * the fusion must get right) and some gradient flows. */
+    ck_assert_msg(zero_windows > 0 && nonzero > 0, "degenerate case: %zu dead windows, %zu nonzero",
+                  zero_windows, nonzero);
+    ck_assert_msg(memcmp(dconv, m.dact[1], sizeof(float) * nconv) == 0, "fused != unfused on %dx%d",
+                  in.h, in.w);
+    pool.ops->destroy(&pool, be);
+    free(pout);
+    free(dpout);
+    free(dconv);
+    dt_model_free(&m);
+}
+
+START_TEST(pool_relu_fusion_even) { check_fusion((struct dt_shape){10, 10, 2}); }
+END_TEST
+
+START_TEST(pool_relu_fusion_odd) { check_fusion((struct dt_shape){9, 11, 2}); }
+END_TEST
+
+/* ---- initialisation ---------------------------------------------------- */
+
+START_TEST(glorot_dense)
+{
+    const struct dt_layer_spec spec = {.type = "dense", .filters = 50};
+    struct dt_model m;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "g", (struct dt_shape){1, 1, 100}, 50, &spec, 1, &st), DT_OK);
+    dt_model_create(&m, be, 1);
+    dt_model_init_params(&m, 1300);
+    const size_t nw = 100 * 50;
+    ck_assert_uint_eq(m.nparams, nw + 50);
+    const double limit = sqrt(6.0 / 150.0);
+    double sum = 0.0, sum2 = 0.0, maxabs = 0.0;
+    for (size_t i = 0; i < nw; i++) {
+        double w = (double)m.params[i];
+        ck_assert_msg(fabs(w) <= limit, "w[%zu] = %g outside +-%g", i, w, limit);
+        sum += w;
+        sum2 += w * w;
+        maxabs = fmax(maxabs, fabs(w));
+    }
+    for (size_t i = nw; i < m.nparams; i++) ck_assert_msg(m.params[i] == 0.0f, "bias %zu not zero", i - nw);
+    /* U(-a, a): mean 0, sd a/sqrt(3); var a^2/3, sd of w^2 is a^2 sqrt(4/45).
+     * Over 5000 draws the sample mean's sd is a/sqrt(3*5000) and the sample
+     * variance's a^2 sqrt(4/45/5000); allow 5 sigma. The variance test also
+     * catches a wrong fan (limit sqrt(6/100) would give +50%). */
+    double mean = sum / (double)nw, var = sum2 / (double)nw - mean * mean;
+    ck_assert_msg(fabs(mean) < 5.0 * limit / sqrt(3.0 * (double)nw), "mean %g", mean);
+    ck_assert_msg(fabs(var - limit * limit / 3.0) < 5.0 * limit * limit * sqrt(4.0 / 45.0 / (double)nw),
+                  "variance %g, want %g", var, limit * limit / 3.0);
+    /* P(no |w| > 0.99 a) = 0.99^5000 ~ 1e-22: the range is used in full */
+    ck_assert_msg(maxabs > 0.99 * limit, "max |w| %g", maxabs);
+    dt_model_free(&m);
+}
+END_TEST
+
+START_TEST(glorot_conv)
+{
+    /* HWIO 3x3x4x8: fan_in = 3*3*4, fan_out = 3*3*8 (Keras's receptive-field fans) */
+    const struct dt_layer_spec specs[] = {{.type = "conv2d", .filters = 8, .kernel = 3},
+                                          {.type = "dense", .filters = 2}};
+    struct dt_model m;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "g", (struct dt_shape){5, 5, 4}, 2, specs, 2, &st), DT_OK);
+    dt_model_create(&m, be, 1);
+    dt_model_init_params(&m, 1301);
+    const size_t nw = 3 * 3 * 4 * 8;
+    const double limit = sqrt(6.0 / (36.0 + 72.0));
+    double maxabs = 0.0;
+    for (size_t i = 0; i < nw; i++) maxabs = fmax(maxabs, fabs((double)m.params[i]));
+    for (size_t i = nw; i < nw + 8; i++) ck_assert(m.params[i] == 0.0f);
+    /* P(no |w| > 0.95 a) = 0.95^288 ~ 4e-7 */
+    ck_assert_msg(maxabs <= limit && maxabs > 0.95 * limit, "max |w| %g, limit %g", maxabs, limit);
+    dt_model_free(&m);
+}
+END_TEST
+
+/* ---- dropout statistics ------------------------------------------------ */
+
+START_TEST(dropout_stats)
+{
+    const float rate = 0.3f;
+    struct lh h;
+    lh_setup(&h, &dt_dropout_ops, (struct dt_layer_spec){.type = "dropout", .rate = rate},
+             (struct dt_shape){10, 10, 10}, 10, 1400);
+    for (size_t i = 0; i < h.nin; i++) h.inp[i] = 1.0f + h.inp[i] * 0.5f; /* in [0.5, 1.5): never 0 */
+    lh_forward(&h);
+    const double n = (double)h.nin, scale = 1.0 / (1.0 - (double)rate);
+    size_t zeros = 0;
+    for (size_t i = 0; i < h.nin; i++) {
+        if (h.out[i] == 0.0f) { zeros++; continue; }
+        /* kept: x * (1/(1-rate)), up to two float roundings */
+        double want = (double)h.inp[i] * scale;
+        ck_assert_msg(fabs((double)h.out[i] - want) <= 2.4e-7 * want, "kept out[%zu] = %.9g, want %.9g", i,
+                      (double)h.out[i], want);
+    }
+    /* Binomial(10000, 0.3): sd = sqrt(n p (1-p)) ~ 46; 5 sigma */
+    double sd = sqrt(n * (double)rate * (1.0 - (double)rate));
+    ck_assert_msg(fabs((double)zeros - n * (double)rate) < 5.0 * sd, "%zu of %.0f zeroed", zeros, n);
+    /* a second forward draws a different mask from the advancing stream */
+    float *first = malloc(sizeof(float) * h.nin);
+    memcpy(first, h.out, sizeof(float) * h.nin);
+    lh_forward(&h);
+    ck_assert(memcmp(first, h.out, sizeof(float) * h.nin) != 0);
+    free(first);
+    lh_free(&h);
+}
+END_TEST
+
+START_TEST(dropout_inference_identity)
+{
+    struct lh h;
+    lh_setup(&h, &dt_dropout_ops, (struct dt_layer_spec){.type = "dropout", .rate = 0.3f},
+             (struct dt_shape){4, 4, 3}, 2, 1500);
+    h.c.train = 0;
+    dt_rng before = h.rng;
+    lh_forward(&h);
+    ck_assert(memcmp(h.out, h.inp, sizeof(float) * h.nin) == 0);
+    ck_assert(memcmp(&before, &h.rng, sizeof before) == 0); /* draws nothing */
+    lh_free(&h);
+}
+END_TEST
+
+/* ---- building errors --------------------------------------------------- */
+
+START_TEST(build_unknown_type)
+{
+    const struct dt_layer_spec specs[] = {{.type = "dense", .filters = 4}, {.type = "conv3d", .filters = 2}};
+    struct dt_model m;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "mymodel", (struct dt_shape){4, 4, 1}, 4, specs, 2, &st), DT_EUSAGE);
+    ck_assert_int_eq(st.code, DT_EUSAGE);
+    ck_assert_msg(strstr(st.msg, "mymodel") && strstr(st.msg, "conv3d"), "message: %s", st.msg);
+    free(m.layers); /* the dense layer has no state; see build_failure_then_free */
+}
+END_TEST
+
+START_TEST(build_class_mismatch)
+{
+    const struct dt_layer_spec specs[] = {{.type = "dense", .filters = 5}};
+    struct dt_model m;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "mymodel", (struct dt_shape){4, 4, 1}, 4, specs, 1, &st), DT_EUSAGE);
+    ck_assert_msg(strstr(st.msg, "mymodel") && strstr(st.msg, "5") && strstr(st.msg, "4"), "message: %s", st.msg);
+    dt_model_free(&m);
+}
+END_TEST
+
+START_TEST(build_kernel_too_big)
+{
+    const struct dt_layer_spec conv[] = {{.type = "conv2d", .filters = 2, .kernel = 5}, {.type = "dense", .filters = 2}};
+    const struct dt_layer_spec pool[] = {{.type = "maxpool", .kernel = 3}, {.type = "dense", .filters = 2}};
+    struct dt_model m;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "mymodel", (struct dt_shape){4, 6, 1}, 2, conv, 2, &st), DT_EUSAGE);
+    ck_assert_msg(strstr(st.msg, "conv2d") && strstr(st.msg, "5x5") && strstr(st.msg, "4x6"), "message: %s", st.msg);
+    free(m.layers[0].state);
+    free(m.layers);
+    st = (dt_status){0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "mymodel", (struct dt_shape){2, 2, 1}, 2, pool, 2, &st), DT_EUSAGE);
+    ck_assert_msg(strstr(st.msg, "max") && strstr(st.msg, "2x2"), "message: %s", st.msg);
+    free(m.layers);
+    /* 'same' padding fits any kernel: not an error */
+    const struct dt_layer_spec same[] = {{.type = "conv2d", .filters = 2, .kernel = 5, .same = 1},
+                                         {.type = "dense", .filters = 2}};
+    st = (dt_status){0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "mymodel", (struct dt_shape){4, 4, 1}, 2, same, 2, &st), DT_OK);
+    ck_assert_int_eq(m.layers[0].out.h, 4);
+    dt_model_free(&m);
+}
+END_TEST
+
+/* dt_trainer_free() calls dt_model_free() after a failed build (main.c's
+ * error path), so a half-built model must be freeable. */
+START_TEST(build_failure_then_free)
+{
+    const struct dt_layer_spec specs[] = {
+        {.type = "conv2d", .filters = 2, .kernel = 3},
+        {.type = "conv2d", .filters = 2, .kernel = 3}, /* 2x2 input: does not fit */
+        {.type = "dense", .filters = 2},
+    };
+    struct dt_model m;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_model_build_specs(&m, "mymodel", (struct dt_shape){4, 4, 1}, 2, specs, 3, &st), DT_EUSAGE);
+    dt_model_free(&m);
+    ck_assert_ptr_null(m.layers);
+}
+END_TEST
+
+/* ---- an empty batch ---------------------------------------------------- */
+
+START_TEST(batch_of_zero)
+{
+    const struct dt_layer_spec specs[] = {
+        {.type = "conv2d", .filters = 4, .kernel = 3, .activation = DT_ACT_RELU},
+        {.type = "maxpool", .kernel = 2},
+        {.type = "conv2d", .filters = 6, .kernel = 3, .same = 1, .stride = 2},
+        {.type = "relu"},
+        {.type = "dense", .filters = 8, .activation = DT_ACT_RELU},
+        {.type = "dropout", .rate = 0.5f},
+        {.type = "dense", .filters = 4},
+    };
+    const uint8_t labels[3] = {0, 1, 2};
+    struct dt_model m;
+    dt_status st = {0};
+    dt_rng r;
+    ck_assert_int_eq(dt_model_build_specs(&m, "empty", (struct dt_shape){10, 10, 1}, 4, specs, 7, &st), DT_OK);
+    dt_model_create(&m, be, 3);
+    dt_model_init_params(&m, 1600);
+    dt_rng_seed(&r, 1601, 0);
+    fill_uniform(m.act[0], 300, &r, 0.0f, 1.0f);
+    /* a full batch first, so stale non-zero gradients are in place */
+    dt_model_forward(&m, 3, 1, &r);
+    dt_model_loss(&m, labels, 3, 1.0f);
+    dt_model_backward(&m, 3, &r);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < m.nparams; i++) nonzero += m.grads[i] != 0.0f;
+    ck_assert(nonzero > 0);
+
+    dt_model_forward(&m, 0, 1, &r);
+    struct dt_loss_result lr = dt_model_loss(&m, labels, 0, 1.0f);
+    ck_assert(lr.loss_sum == 0.0 && lr.correct == 0);
+    dt_model_backward(&m, 0, &r);
+    for (size_t i = 0; i < m.nparams; i++)
+        ck_assert_msg(m.grads[i] == 0.0f, "grad[%zu] = %g after an empty batch", i, (double)m.grads[i]);
+    dt_model_forward(&m, 0, 0, &r); /* evaluation too */
+    dt_model_free(&m);
+}
+END_TEST
+
+static Suite *layers_suite(void)
+{
+    Suite *s = suite_create("layers");
+    TCase *tc;
+
+    tc = tcase_create("reference");
+    tcase_add_test(tc, conv_forward_valid);
+    tcase_add_test(tc, conv_forward_valid_relu);
+    tcase_add_test(tc, conv_forward_same_s1);
+    tcase_add_test(tc, conv_forward_same_s2_odd);
+    tcase_add_test(tc, conv_forward_same_s2_even);
+    tcase_add_test(tc, conv_forward_valid_s2);
+    tcase_add_test(tc, maxpool_forward_even);
+    tcase_add_test(tc, maxpool_forward_odd);
+    tcase_add_test(tc, maxpool_forward_overlap);
+    tcase_add_test(tc, dense_forward);
+    tcase_add_test(tc, dense_forward_relu);
+    tcase_add_test(tc, relu_forward_backward_exact);
+    tcase_add_test(tc, pool_relu_fusion_even);
+    tcase_add_test(tc, pool_relu_fusion_odd);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("gradients");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, fd_conv_valid);
+    tcase_add_test(tc, fd_conv_valid_relu);
+    tcase_add_test(tc, fd_conv_same_s1);
+    tcase_add_test(tc, fd_conv_same_s2_odd);
+    tcase_add_test(tc, fd_conv_same_s2_even);
+    tcase_add_test(tc, fd_maxpool_even);
+    tcase_add_test(tc, fd_maxpool_odd);
+    tcase_add_test(tc, fd_maxpool_overlap);
+    tcase_add_test(tc, fd_dense_plain);
+    tcase_add_test(tc, fd_dense_relu);
+    tcase_add_test(tc, fd_relu);
+    tcase_add_test(tc, fd_dropout);
+    tcase_add_test(tc, fd_softmax_xent);
+    tcase_add_test(tc, softmax_xent_hand);
+    tcase_add_test(tc, fd_cnn_model);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("init");
+    tcase_add_test(tc, glorot_dense);
+    tcase_add_test(tc, glorot_conv);
+    tcase_add_test(tc, dropout_stats);
+    tcase_add_test(tc, dropout_inference_identity);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("build");
+    tcase_add_test(tc, build_unknown_type);
+    tcase_add_test(tc, build_class_mismatch);
+    tcase_add_test(tc, build_kernel_too_big);
+    tcase_add_test(tc, build_failure_then_free);
+    tcase_add_test(tc, batch_of_zero);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(layers_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
