@@ -1,0 +1,122 @@
+/* coll.h: dtrain's all-reduce: one interface, one file per algorithm.
+ *
+ * Every algorithm fills a const struct dt_allreduce_algo (name, whether it
+ * can run on this layout, run); the harness and the trainer call
+ * algo->run(...) and never switch on the algorithm, as nccl-tests does.
+ * All of them sum float32 buffers in place or out of place, for any element
+ * count (0 included) and any rank count, and leave bitwise-identical results
+ * on every rank (replicas would drift otherwise).
+ *
+ * A dt_coll holds what the algorithms share: the topology, scratch buffers,
+ * and a node-shared MPI-3 window. Memory from dt_coll_alloc() lives in that
+ * window, so the hierarchical algorithm reads peers' data in place instead of
+ * copying it in first (the trainer keeps its gradient block there). Knows
+ * nothing about layers or models. */
+#ifndef DT_COLL_H
+#define DT_COLL_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collectives/topology.h"
+#include "status.h"
+
+enum dt_compress { DT_COMPRESS_NONE = 0, DT_COMPRESS_FP16 = 1, DT_COMPRESS_BF16 = 2 };
+
+struct dt_coll_config {
+    const char *algorithm;     /* "auto" (default), "mpi", "ring", "hier" */
+    int ranks_per_node;        /* 0 = detect */
+    int compress;              /* enum dt_compress */
+    int compress_cross_only;   /* hier: compress only the cross-node hop */
+    size_t chunk_bytes;        /* ring pipeline piece; 0 = default (256 KiB) */
+    const char *table;         /* auto's table file; NULL = built in */
+};
+
+struct dt_coll;
+
+struct dt_allreduce_algo {
+    const char *name;
+    /* 0 if it cannot run here; why says so in one line. */
+    int (*usable)(const struct dt_coll *c, char *why, size_t len);
+    void (*run)(struct dt_coll *c, const float *send, float *recv, size_t count);
+};
+
+extern const struct dt_allreduce_algo dt_allreduce_mpi, dt_allreduce_ring, dt_allreduce_hier,
+    dt_allreduce_auto;
+
+/* One row of auto's table: at this layout and from this size on, use algo. */
+struct dt_auto_rule {
+    int nodes, ranks_per_node;  /* 0 = any */
+    size_t min_bytes;
+    char algo[16];
+};
+
+/* A node-shared MPI-3 window: one region per local rank, all mapped here. */
+struct dt_shm {
+    MPI_Win win;
+    size_t count;               /* floats per local rank */
+    float **peer;               /* [local_size] base of each local rank's region */
+};
+
+struct dt_coll {
+    struct dt_topo topo;
+    struct dt_coll_config cfg;
+    const struct dt_allreduce_algo *algo;  /* the configured one */
+    struct dt_shm staging;      /* hier copies other buffers through this */
+    struct dt_shm *allocs;      /* dt_coll_alloc's windows (zero-copy) */
+    int nallocs;
+    /* scratch */
+    float *tmp;
+    size_t tmp_count;
+    uint16_t *packed[2];
+    size_t packed_count;
+    /* auto */
+    struct dt_auto_rule *rules;
+    int nrules;
+};
+
+/* Collective over comm. Checks the configuration against the layout (an
+ * algorithm that cannot run here is a usage error naming why). */
+int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *cfg, dt_status *st);
+void dt_coll_free(struct dt_coll *c);
+/* Collective over the node: count floats inside the shared window (the
+ * same count on every rank). Valid until dt_coll_free. */
+float *dt_coll_alloc(struct dt_coll *c, size_t count);
+/* Sum over all ranks with the configured algorithm. */
+void dt_allreduce(struct dt_coll *c, const float *send, float *recv, size_t count);
+const struct dt_allreduce_algo *dt_allreduce_find(const char *name);
+
+/* ---- helpers the algorithms share (coll.c) ---- */
+/* The dt_coll_alloc window whose region of mine holds [p, p+count), or NULL. */
+const struct dt_shm *dt_coll_find_shm(const struct dt_coll *c, const float *p, size_t count);
+float *dt_coll_scratch(struct dt_coll *c, size_t count);
+uint16_t *dt_coll_packed(struct dt_coll *c, int which, size_t count);
+/* Make stores to the window visible to the node, and wait for everyone. */
+void dt_shm_fence(struct dt_coll *c, const struct dt_shm *s);
+/* Ring all-reduce over any communicator (used by ring and by hier's
+ * cross-node hop). compress: 16-bit transport, fp32 sums; cross_only (comm
+ * must then be the world): only hops between nodes are compressed. */
+void dt_ring_allreduce(struct dt_coll *c, MPI_Comm comm, float *buf, size_t count, int compress,
+                       int cross_only);
+/* Segment i of n over count elements: near-equal, contiguous. */
+static inline void dt_segment(size_t count, int n, int i, size_t *off, size_t *len)
+{
+    size_t q = count / (size_t)n, r = count % (size_t)n, ui = (size_t)i;
+    *off = ui * q + (ui < r ? ui : r);
+    *len = q + (ui < r);
+}
+
+/* auto.c: read cfg.table (or the built-in table) into c->rules. */
+int dt_auto_load(struct dt_coll *c, dt_status *st);
+/* The algorithm auto picks for count floats on this layout. */
+const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t count);
+
+/* fp16/bf16 conversion, round to nearest even. */
+void dt_pack16(uint16_t *dst, const float *src, size_t n, int compress);
+void dt_unpack16_add(float *dst, const uint16_t *src, size_t n, int compress);
+void dt_unpack16(float *dst, const uint16_t *src, size_t n, int compress);
+/* Round src through the 16-bit format in place (so the owner holds what peers receive). */
+void dt_round16(float *buf, size_t n, int compress);
+
+#endif
