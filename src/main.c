@@ -27,7 +27,10 @@ int main(int argc, char **argv)
     dt_status st = {0};
     int rank, nranks;
 
-    MPI_Init(&argc, &argv);
+    /* Serialized: the gradient thread calls MPI only while the main thread
+     * does not (see collectives/reducer.h). */
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     dt_log_rank = rank;
@@ -53,6 +56,13 @@ int main(int argc, char **argv)
                cfg.batch_size * nranks, cfg.model, trainer.model.nparams,
                (long long)trainer.data.split[DT_TRAIN].n,
                trainer.data.split[DT_TEST].present ? ", validating on /test" : "");
+        char layout[160];
+        dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
+        printf("layout: %s; all-reduce %s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
+               trainer.coll.algo->name,
+               cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
+               trainer.reducer.nbuckets, trainer.reducer.nbuckets == 1 ? "" : "s", cfg.bucket_mb,
+               trainer.reducer.overlap ? "overlapped with backward" : "after backward");
         if (cfg.verbose >= 2) dt_model_summary(&trainer.model, stdout);
         fflush(stdout);
     }

@@ -36,6 +36,18 @@ void dt_options_usage(FILE *out)
         "                           to ranks (file: whole shard files per rank)\n"
         "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
         "\n"
+        "Gradient exchange:\n"
+        "      --allreduce ALGO     auto (default: by size and layout), mpi, ring or hier\n"
+        "      --allreduce-table F  auto's table (from dtrain-bench-allreduce --table)\n"
+        "      --ranks-per-node K   treat each K consecutive ranks as one node\n"
+        "                           (default: detected; env DTRAIN_RANKS_PER_NODE)\n"
+        "      --bucket-mb MB       gradient bucket size (default 0.25); 0 = one\n"
+        "                           all-reduce of the whole block after backward\n"
+        "      --no-overlap         reduce buckets after backward, not during it\n"
+        "      --grad-compression C none (default), fp16 or bf16: 16-bit transport,\n"
+        "                           fp32 sums\n"
+        "      --compress-cross-only  compress only hops between nodes\n"
+        "\n"
         "Output:\n"
         "  -q, --quiet              print nothing but errors\n"
         "  -v, --verbose            also print every step's loss and the model summary\n"
@@ -75,7 +87,8 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
     return DT_OK;
 }
 
-enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD };
+enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
+       OPT_TABLE, OPT_RPN, OPT_BUCKET, OPT_NO_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -92,6 +105,13 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"no-validation", no_argument, 0, OPT_NO_VAL},
         {"shard-policy", required_argument, 0, OPT_SHARD},
         {"threads", required_argument, 0, 't'},
+        {"allreduce", required_argument, 0, OPT_ALLREDUCE},
+        {"allreduce-table", required_argument, 0, OPT_TABLE},
+        {"ranks-per-node", required_argument, 0, OPT_RPN},
+        {"bucket-mb", required_argument, 0, OPT_BUCKET},
+        {"no-overlap", no_argument, 0, OPT_NO_OVERLAP},
+        {"grad-compression", required_argument, 0, OPT_COMPRESS},
+        {"compress-cross-only", no_argument, 0, OPT_CROSS_ONLY},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -104,7 +124,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     memset(cfg, 0, sizeof *cfg);
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
                               .dropout = 0.5f, .seed = 42, .validation = 1,
-                              .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1};
+                              .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
+                              .allreduce = "auto", .bucket_mb = 0.25, .overlap = 1};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -141,6 +162,27 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             else rc = dt_fail(st, DT_EUSAGE, "--shard-policy: expected auto, data or file, found '%s'", optarg);
             break;
         case 't': rc = parse_long("--threads", optarg, 1, 1024, &v, st); cfg->threads = (int)v; break;
+        case OPT_ALLREDUCE:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "mpi") && strcmp(optarg, "ring") && strcmp(optarg, "hier"))
+                rc = dt_fail(st, DT_EUSAGE, "--allreduce: expected auto, mpi, ring or hier, found '%s'", optarg);
+            cfg->allreduce = optarg;
+            break;
+        case OPT_TABLE: cfg->allreduce_table = optarg; break;
+        case OPT_RPN: rc = parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
+        case OPT_BUCKET: {
+            float mb;
+            rc = parse_float("--bucket-mb", optarg, 0.0, 65536.0, 0, &mb, st);
+            cfg->bucket_mb = (double)mb;
+            break;
+        }
+        case OPT_NO_OVERLAP: cfg->overlap = 0; break;
+        case OPT_COMPRESS:
+            if (!strcmp(optarg, "none")) cfg->compress = 0;
+            else if (!strcmp(optarg, "fp16")) cfg->compress = 1;
+            else if (!strcmp(optarg, "bf16")) cfg->compress = 2;
+            else rc = dt_fail(st, DT_EUSAGE, "--grad-compression: expected none, fp16 or bf16, found '%s'", optarg);
+            break;
+        case OPT_CROSS_ONLY: cfg->compress_cross_only = 1; break;
         case 'q': cfg->verbose = 0; break;
         case 'v': cfg->verbose = 2; break;
         case 'h': cfg->help = 1; break;
@@ -153,6 +195,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (cfg->help || cfg->version) return DT_OK;
     if (set_momentum && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
         return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);
+    if (cfg->compress_cross_only && !cfg->compress)
+        return dt_fail(st, DT_EUSAGE, "--compress-cross-only: needs --grad-compression fp16 or bf16");
     if (optind >= argc)
         return dt_fail(st, DT_EUSAGE, "missing INPUT.h5: give the HDF5 dataset to train on (see dtrain --help)");
     cfg->ninputs = argc - optind;

@@ -26,6 +26,14 @@ struct dt_config {
     int validation;         /* evaluate on /test each epoch when the file has it */
     int shard_policy;       /* dt_shard_policy */
     int threads;            /* BLAS/oneDNN threads per rank: 1 */
+    /* gradient exchange (src/collectives/) */
+    const char *allreduce;  /* auto | mpi | ring | hier */
+    const char *allreduce_table; /* auto's table file; NULL = built in */
+    int ranks_per_node;     /* 0 = detect */
+    double bucket_mb;       /* bucket size; 0 = one all-reduce after backward */
+    int overlap;            /* reduce buckets during backward (thread) */
+    int compress;           /* dt_compress */
+    int compress_cross_only;
     int verbose;            /* 0 quiet, 1 normal, 2 per-step */
     int help, version;      /* print and exit 0 */
 };

@@ -13,12 +13,16 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
 {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
-    DT_MPI_CHECK(MPI_Comm_dup(comm, &t->comm));
-    MPI_Comm_rank(t->comm, &t->rank);
-    MPI_Comm_size(t->comm, &t->nranks);
     t->be = &dt_backend_cpu;
     t->be->set_threads(cfg->threads);
     st->code = DT_OK;
+    struct dt_coll_config cc = {.algorithm = cfg->allreduce, .ranks_per_node = cfg->ranks_per_node,
+                                .compress = cfg->compress, .compress_cross_only = cfg->compress_cross_only,
+                                .table = cfg->allreduce_table};
+    if (dt_coll_init(&t->coll, comm, &cc, st) != DT_OK) return st->code;
+    t->comm = t->coll.topo.world;
+    MPI_Comm_rank(t->comm, &t->rank);
+    MPI_Comm_size(t->comm, &t->nranks);
 
     if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK) return st->code;
 
@@ -44,6 +48,23 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     dt_model_create(&t->model, t->be, cfg->batch_size);
     if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
     DT_MPI_CHECK(MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
+
+    /* The gradient block lives in a node-shared window, so the hierarchical
+     * all-reduce reads peers' gradients in place. Buckets end at layers. */
+    t->be->free(t->model.grads);
+    t->model.grads = dt_coll_alloc(&t->coll, t->model.nparams);
+    t->model.grads_borrowed = 1;
+    size_t *bounds = dt_xcalloc((size_t)t->model.nlayers + 1, sizeof(size_t));
+    for (int i = 0; i < t->model.nlayers; i++) bounds[i] = t->model.layers[i].param_offset;
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    int overlap = cfg->overlap && level >= MPI_THREAD_SERIALIZED;
+    if (cfg->overlap && !overlap && t->rank == 0 && cfg->verbose)
+        printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
+               "buckets are reduced after backward (no overlap)\n", level);
+    dt_reducer_init(&t->reducer, &t->coll, t->model.grads, t->model.nparams, bounds, t->model.nlayers,
+                    (size_t)(cfg->bucket_mb * 1048576.0), overlap);
+    free(bounds);
 
     struct dt_optim_config oc;
     dt_optim_defaults(&oc, cfg->optimizer, st);
@@ -97,6 +118,8 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
 }
 
+static void grads_ready(void *ctx, size_t offset) { dt_reducer_ready(ctx, offset); }
+
 static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epoch_stats *es, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
@@ -104,6 +127,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     double sums[2] = {0.0, 0.0}, epoch_sums[2] = {0.0, 0.0};
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < steps) steps = cfg->steps_per_epoch;
     dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
+    dt_reducer_stats_reset(&t->reducer);
     double t0 = MPI_Wtime();
     for (int64_t s = 0; s < steps; s++) {
         int64_t global;
@@ -113,8 +137,9 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         load_batch(t, n);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 1.0f / (float)global);
-        dt_model_backward(&t->model, n, &t->dropout_rng);
-        dt_allreduce_sum_f32(t->model.grads, t->model.nparams, t->comm);
+        dt_reducer_begin(&t->reducer);
+        dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->reducer);
+        dt_reducer_finish(&t->reducer);
         dt_optim_step(&t->optim, t->model.params, t->model.grads);
 
         sums[0] = r.loss_sum;
@@ -131,6 +156,10 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
                            epoch + 1, (long long)s + 1, sums[0]);
     }
     es->seconds = MPI_Wtime() - t0;
+    if (t->reducer.steps) {
+        es->comm_ms = 1e3 * t->reducer.comm_seconds / (double)t->reducer.steps;
+        es->wait_ms = 1e3 * t->reducer.wait_seconds / (double)t->reducer.steps;
+    }
     /* Rank 0's clock decides, so every rank reports the same figure. */
     MPI_Bcast(&es->seconds, 1, MPI_DOUBLE, 0, t->comm);
     es->loss = es->samples ? epoch_sums[0] / (double)es->samples : (double)NAN;
@@ -155,6 +184,9 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
                     cfg->epochs, es->seconds, es->seconds > 0 ? (double)es->samples / es->seconds : 0.0,
                     es->loss, es->accuracy);
             if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
+            if (t->nranks > 1) /* rank 0's view of the gradient exchange */
+                fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
+                        es->comm_ms > 0 ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
             fputc('\n', out);
             fflush(out);
         }
@@ -165,6 +197,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
 void dt_trainer_free(struct dt_trainer *t)
 {
     if (!t->cfg) return;
+    dt_reducer_free(&t->reducer);
     dt_optim_free(&t->optim);
     dt_model_free(&t->model);
     dt_shard_free(&t->plan);
@@ -177,6 +210,6 @@ void dt_trainer_free(struct dt_trainer *t)
     free(t->host_images);
     free(t->host_labels);
     free(t->history);
-    if (t->comm != MPI_COMM_NULL && t->comm) MPI_Comm_free(&t->comm);
+    dt_coll_free(&t->coll);
     memset(t, 0, sizeof *t);
 }

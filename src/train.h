@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "collectives/reducer.h"
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "nn/model.h"
@@ -23,11 +24,14 @@ struct dt_epoch_stats {
     int validated;
     int64_t samples;                /* trained on, all ranks */
     double seconds;                 /* training time (without validation) */
+    double comm_ms, wait_ms;        /* per step: inside all-reduce; blocked for it */
 };
 
 struct dt_trainer {
     const struct dt_config *cfg;
-    MPI_Comm comm;                  /* private duplicate */
+    MPI_Comm comm;                  /* private duplicate (coll.topo.world) */
+    struct dt_coll coll;            /* topology and all-reduce */
+    struct dt_reducer reducer;      /* gradient buckets, overlapped with backward */
     int rank, nranks;
     const struct dt_backend *be;
     struct dt_dataset data;

@@ -28,6 +28,18 @@ expect_fail 2 "--momentum: only meaningful with --optimizer sgd" 2 "$good" --mom
 expect_fail 2 "--threads: expected an integer in \[1, 1024\], found 0" 2 "$good" --threads 0
 expect_fail 2 "--shard-policy: expected auto, data or file, found 'rows'" 2 "$good" --shard-policy rows
 expect_fail 2 "--shard-policy file: 1 shard file for 2 ranks" 2 "$good" --shard-policy file
+expect_fail 2 "--allreduce: expected auto, mpi, ring or hier, found 'tree'" 2 "$good" --allreduce tree
+expect_fail 2 "--grad-compression: expected none, fp16 or bf16, found 'int8'" 2 "$good" --grad-compression int8
+expect_fail 2 "--compress-cross-only: needs --grad-compression" 2 "$good" --compress-cross-only
+expect_fail 2 "--allreduce mpi: MPI_Allreduce cannot carry 16-bit gradients" 2 "$good" --allreduce mpi --grad-compression bf16
+expect_fail 2 "--ranks-per-node: 3 is more than the 2 ranks of the job" 2 "$good" --ranks-per-node 3
+expect_fail 2 "--bucket-mb: expected a number in \[0, 65536\], found -1" 2 "$good" --bucket-mb -1
+expect_fail 2 "--allreduce-table: cannot open $T/none.table: No such file" 2 "$good" --allreduce-table "$T/none.table"
+printf '0 0 0 mpi\n0 0 oops hier\n' >"$T/bad.table"
+expect_fail 2 "$T/bad.table:2: expected 'NODES RANKS_PER_NODE MIN_BYTES ALGORITHM'" 2 "$good" --allreduce-table "$T/bad.table"
+export DTRAIN_RANKS_PER_NODE=x
+expect_fail 2 "DTRAIN_RANKS_PER_NODE: expected a positive integer, found 'x'" 2 "$good"
+unset DTRAIN_RANKS_PER_NODE
 
 # --- the input files: exit 3, the message names the file ---
 expect_fail 3 "$T/missing.h5: cannot open: No such file or directory" 2 "$T/missing.h5"
@@ -45,7 +57,9 @@ expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-r
 run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --model --dropout --optimizer --lr --momentum \
-           --seed --no-validation --shard-policy --threads --quiet --verbose --help --version; do
+           --seed --no-validation --shard-policy --threads --allreduce --allreduce-table \
+           --ranks-per-node --bucket-mb --no-overlap --grad-compression --compress-cross-only \
+           --quiet --verbose --help --version; do
   grep -q -- "$opt" "$out" || fail "--help does not document $opt"
   grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain.1" || fail "dtrain.1 does not document $opt"
 done

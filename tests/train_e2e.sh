@@ -15,7 +15,7 @@ mkdir -p "$T"
 
 val_acc() { sed -n 's/.*val_accuracy: \([0-9.]*\).*/\1/p' "$1" | tail -1; }
 # Per-step and per-epoch figures without the timings, which legitimately vary.
-losses() { sed -e 's/ - [0-9.]* s - [0-9]* samples\/s//' "$1" | grep -E '^(step|Epoch)'; }
+losses() { sed -e 's/ - [0-9.]* s - [0-9]* samples\/s//' -e 's/ - comm: .*//' "$1" | grep -E '^(step|Epoch)'; }
 
 # --- it learns ---
 run_np 2 "$fm" --epochs 2 --batch-size 32

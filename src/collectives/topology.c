@@ -29,6 +29,7 @@ int dt_topo_create(struct dt_topo *t, MPI_Comm comm, int ranks_per_node, dt_stat
         dt_fail(st, DT_EUSAGE, "--ranks-per-node: %d is more than the %d ranks of the job", ranks_per_node, t->size);
     if (dt_status_agree(st, t->world) != DT_OK) {
         MPI_Comm_free(&t->world);
+        memset(t, 0, sizeof *t); /* so dt_topo_free has nothing to do */
         return st->code;
     }
     if (ranks_per_node > 0) {

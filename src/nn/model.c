@@ -134,7 +134,7 @@ void dt_model_free(struct dt_model *m)
             if (m->dact[i]) m->be->free(m->dact[i]);
         }
         m->be->free(m->params);
-        m->be->free(m->grads);
+        if (!m->grads_borrowed) m->be->free(m->grads);
     }
     free(m->act);
     free(m->dact);
@@ -157,14 +157,21 @@ struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, i
                            m->act[m->nlayers], labels, n, m->classes, grad_scale);
 }
 
-void dt_model_backward(struct dt_model *m, int n, dt_rng *rng)
+void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
+                              void (*done)(void *ctx, size_t offset), void *ctx)
 {
     struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng};
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct dt_layer *l = &m->layers[i];
         l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1],
                          m->params + l->param_offset, m->grads + l->param_offset);
+        if (done && l->nparams) done(ctx, l->param_offset);
     }
+}
+
+void dt_model_backward(struct dt_model *m, int n, dt_rng *rng)
+{
+    dt_model_backward_notify(m, n, rng, NULL, NULL);
 }
 
 void dt_model_summary(const struct dt_model *m, FILE *out)

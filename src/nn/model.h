@@ -23,6 +23,7 @@ struct dt_model {
     size_t nparams;
     float *params;   /* [nparams], device */
     float *grads;    /* [nparams], device: d(loss)/d(params) of the last backward */
+    int grads_borrowed; /* grads belongs to someone else (a shared window) */
     int max_n;       /* largest batch the buffers hold */
     float **act;     /* [nlayers+1][max_n * shape] */
     float **dact;    /* gradients of act; dact[0] is NULL (no one needs d input) */
@@ -47,6 +48,11 @@ void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng);
 struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, int n,
                                     float grad_scale);
 void dt_model_backward(struct dt_model *m, int n, dt_rng *rng);
+/* The same, calling done(ctx, offset) after each layer that has parameters:
+ * gradients from offset to the end of the block are then final (backward
+ * runs last layer first), so they can be reduced while backward goes on. */
+void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
+                              void (*done)(void *ctx, size_t offset), void *ctx);
 /* One line per layer: name, type, output shape, parameter count. */
 void dt_model_summary(const struct dt_model *m, FILE *out);
 

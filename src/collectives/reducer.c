@@ -1,0 +1,141 @@
+/* reducer.c: bucketed, overlapped gradient all-reduce (see reducer.h).
+ *
+ * Buckets are numbered in the order backward completes them: bucket 0 is
+ * [start[1], start[0]) = the end of the block, bucket b is
+ * [start[b+1], start[b]). The communication thread takes buckets strictly in
+ * that order, so all ranks issue the same collectives in the same order. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "collectives/reducer.h"
+
+static int cmp_desc(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x < y) - (x > y);
+}
+
+static void reduce_bucket(struct dt_reducer *r, int b)
+{
+    size_t lo = r->start[b + 1], hi = r->start[b];
+    double t0 = MPI_Wtime();
+    dt_allreduce(r->coll, r->buf + lo, r->buf + lo, hi - lo);
+    r->comm_seconds += MPI_Wtime() - t0;
+}
+
+static void *comm_thread(void *arg)
+{
+    struct dt_reducer *r = arg;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        while (!r->quit && !(r->launched < r->nbuckets && r->ready_from <= r->start[r->launched + 1]))
+            pthread_cond_wait(&r->wake, &r->lock);
+        if (r->quit) break;
+        int b = r->launched++;
+        pthread_mutex_unlock(&r->lock);
+        reduce_bucket(r, b);
+        pthread_mutex_lock(&r->lock);
+        r->finished++;
+        if (r->finished == r->nbuckets) pthread_cond_signal(&r->idle);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, size_t count,
+                     const size_t *bounds, int nbounds, size_t bucket_bytes, int overlap)
+{
+    memset(r, 0, sizeof *r);
+    r->coll = coll;
+    r->buf = buf;
+    r->count = count;
+    /* Candidate ends, from the end of the block down to 0. */
+    size_t *cand = dt_xmalloc(sizeof(size_t) * (size_t)(nbounds + 2));
+    int nc = 0;
+    cand[nc++] = count;
+    for (int i = 0; i < nbounds; i++)
+        if (bounds[i] > 0 && bounds[i] < count) cand[nc++] = bounds[i];
+    cand[nc++] = 0;
+    qsort(cand, (size_t)nc, sizeof *cand, cmp_desc);
+    r->start = dt_xmalloc(sizeof(size_t) * (size_t)(nc + 1));
+    r->start[0] = count;
+    int n = 0;
+    for (int i = 1; i < nc; i++) {
+        size_t bytes = (r->start[n] - cand[i]) * sizeof(float);
+        /* Close a bucket once it is big enough; the last one takes the rest. */
+        if (cand[i] == 0 || (bucket_bytes > 0 && bytes >= bucket_bytes)) {
+            if (cand[i] == r->start[n]) continue;
+            r->start[++n] = cand[i];
+        }
+    }
+    r->nbuckets = n;
+    free(cand);
+    r->overlap = overlap && r->nbuckets > 0;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    pthread_cond_init(&r->idle, NULL);
+    r->launched = r->finished = r->nbuckets; /* idle until the first begin */
+    if (r->overlap && pthread_create(&r->thread, NULL, comm_thread, r) != 0)
+        r->overlap = 0;
+}
+
+void dt_reducer_free(struct dt_reducer *r)
+{
+    if (!r->start) return;
+    if (r->overlap) {
+        pthread_mutex_lock(&r->lock);
+        r->quit = 1;
+        pthread_cond_signal(&r->wake);
+        pthread_mutex_unlock(&r->lock);
+        pthread_join(r->thread, NULL);
+    }
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->wake);
+    pthread_cond_destroy(&r->idle);
+    free(r->start);
+    memset(r, 0, sizeof *r);
+}
+
+void dt_reducer_begin(struct dt_reducer *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->ready_from = r->count;
+    r->launched = r->finished = 0;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void dt_reducer_ready(struct dt_reducer *r, size_t offset)
+{
+    if (!r->overlap) return;
+    pthread_mutex_lock(&r->lock);
+    if (offset < r->ready_from) {
+        r->ready_from = offset;
+        pthread_cond_signal(&r->wake);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void dt_reducer_finish(struct dt_reducer *r)
+{
+    double t0 = MPI_Wtime();
+    if (r->overlap) {
+        pthread_mutex_lock(&r->lock);
+        r->ready_from = 0;
+        pthread_cond_signal(&r->wake);
+        while (r->finished < r->nbuckets) pthread_cond_wait(&r->idle, &r->lock);
+        pthread_mutex_unlock(&r->lock);
+    } else {
+        for (int b = 0; b < r->nbuckets; b++) reduce_bucket(r, b);
+    }
+    r->wait_seconds += MPI_Wtime() - t0;
+    r->steps++;
+}
+
+void dt_reducer_stats_reset(struct dt_reducer *r)
+{
+    r->comm_seconds = r->wait_seconds = 0.0;
+    r->steps = 0;
+}
