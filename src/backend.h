@@ -36,7 +36,11 @@ struct dt_backend {
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
-    void (*set_threads)(int nthreads);
+    /* Threads per rank, and the calling thread's floating-point mode (on the
+     * CPU: denormals flushed to zero, as TensorFlow does: tiny gradients
+     * otherwise cost up to a third of the step time). Call before starting
+     * threads: they inherit the mode. */
+    void (*setup)(int nthreads);
 
     /* Convolution with bias, optionally followed by ReLU in the same pass
      * (relu != 0). Batch size n may vary from call to call. */

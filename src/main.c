@@ -55,7 +55,7 @@ int main(int argc, char **argv)
                PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size,
                cfg.batch_size * nranks, cfg.model, trainer.model.nparams,
                (long long)trainer.data.split[DT_TRAIN].n,
-               trainer.data.split[DT_TEST].present ? ", validating on /test" : "");
+               trainer.data.split[DT_TEST].present && cfg.validation ? ", validating on /test" : "");
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
         printf("layout: %s; all-reduce %s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,

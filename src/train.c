@@ -14,7 +14,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
     t->be = &dt_backend_cpu;
-    t->be->set_threads(cfg->threads);
+    t->be->setup(cfg->threads);
     st->code = DT_OK;
     struct dt_coll_config cc = {.algorithm = cfg->allreduce, .ranks_per_node = cfg->ranks_per_node,
                                 .compress = cfg->compress, .compress_cross_only = cfg->compress_cross_only,

@@ -49,6 +49,6 @@ void cpu_adam_update(float *param, float *m, float *v, const float *grad, size_t
                      float beta1, float beta2, float eps);
 void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
                     float momentum);
-void cpu_set_threads(int nthreads);
+void cpu_setup(int nthreads);
 
 #endif

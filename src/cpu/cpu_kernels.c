@@ -7,6 +7,9 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "cpu/cpu_internal.h"
 
@@ -14,8 +17,11 @@
 void openblas_set_num_threads(int);
 #endif
 
-void cpu_set_threads(int nthreads)
+void cpu_setup(int nthreads)
 {
+#if defined(__SSE__) || defined(__x86_64__)
+    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) and DAZ (bit 6) */
+#endif
     omp_set_num_threads(nthreads);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(nthreads);
