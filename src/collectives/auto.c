@@ -36,7 +36,7 @@ static int parse(struct dt_coll *c, const char *text, const char *source, dt_sta
         size_t n = end ? (size_t)(end - p) : strlen(p);
         char buf[256], extra[8];
         struct dt_auto_rule r;
-        unsigned long long minb;
+        long long minb;
         line++;
         if (n >= sizeof buf) return dt_fail(st, DT_EUSAGE, "%s:%d: line too long", source, line);
         memcpy(buf, p, n);
@@ -48,8 +48,8 @@ static int parse(struct dt_coll *c, const char *text, const char *source, dt_sta
         while (*q == ' ' || *q == '\t' || *q == '\r') q++;
         if (!*q) continue;
         memset(&r, 0, sizeof r);
-        if (sscanf(q, "%d %d %llu %15s %7s", &r.nodes, &r.ranks_per_node, &minb, r.algo, extra) != 4 ||
-            r.nodes < 0 || r.ranks_per_node < 0)
+        if (sscanf(q, "%d %d %lld %15s %7s", &r.nodes, &r.ranks_per_node, &minb, r.algo, extra) != 4 ||
+            r.nodes < 0 || r.ranks_per_node < 0 || minb < 0)
             return dt_fail(st, DT_EUSAGE, "%s:%d: expected 'NODES RANKS_PER_NODE MIN_BYTES ALGORITHM', found '%s'",
                            source, line, q);
         const struct dt_allreduce_algo *a = dt_allreduce_find(r.algo);

@@ -70,6 +70,7 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
     c->cfg = *cfg;
     if (!c->cfg.algorithm) c->cfg.algorithm = "auto";
     if (!c->cfg.chunk_bytes) c->cfg.chunk_bytes = DEFAULT_CHUNK;
+    if (c->cfg.chunk_bytes < sizeof(float)) c->cfg.chunk_bytes = sizeof(float);
     if (dt_topo_create(&c->topo, comm, cfg->ranks_per_node, st) != DT_OK) return st->code;
     c->algo = dt_allreduce_find(c->cfg.algorithm);
     if (!c->algo)
@@ -78,6 +79,8 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
         dt_fail(st, DT_EUSAGE, "--allreduce %s: %s", c->algo->name, why);
     if (dt_status_agree(st, c->topo.world) != DT_OK) {
         dt_topo_free(&c->topo);
+        free(c->rules);
+        c->rules = NULL;
         return st->code;
     }
     shm_create(c, &c->staging, STAGING_BYTES / sizeof(float));

@@ -39,8 +39,9 @@ static int hier_usable(const struct dt_coll *c, char *why, size_t len)
 }
 
 /* dst = sum over j of src[j][off..off+n), j in rank order: the same order on
- * every node, so the result does not depend on who computes it. */
-DT_MULTIVERSION static void sum_peers(float *restrict dst, float *const *src, int nsrc, size_t off, size_t n)
+ * every node, so the result does not depend on who computes it. dst is one
+ * of the sources (my own slice): each element is read before it is written. */
+DT_MULTIVERSION static void sum_peers(float *dst, float *const *src, int nsrc, size_t off, size_t n)
 {
     const float *a = src[0] + off;
     if (nsrc == 2) {

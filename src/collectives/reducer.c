@@ -73,6 +73,8 @@ void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, siz
     }
     r->nbuckets = n;
     free(cand);
+    /* Alone, a sum is the identity: no thread, no calls. */
+    if (coll->topo.size == 1) r->nbuckets = 0;
     r->overlap = overlap && r->nbuckets > 0;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);

@@ -30,7 +30,7 @@ struct dt_topo {
 /* Collective. ranks_per_node 0 = detect (or DTRAIN_RANKS_PER_NODE). */
 int dt_topo_create(struct dt_topo *t, MPI_Comm comm, int ranks_per_node, dt_status *st);
 void dt_topo_free(struct dt_topo *t);
-/* "2 nodes x 2 ranks" or "2 nodes: 4+2 ranks" */
+/* "2 nodes x 2 ranks" or "2 nodes of 4+2 ranks", "(emulated)" when so */
 void dt_topo_describe(const struct dt_topo *t, char *buf, int len);
 
 #endif
