@@ -48,6 +48,7 @@ struct entry {
 struct dt_conv_plan {
     struct dt_conv_shape s;
     int relu;
+    int direct;         /* cpu_conv_direct.c handles forward and backward-weights */
     unsigned clock;
     struct entry cache[CONV_CACHE];
 };
@@ -201,6 +202,7 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     dt_conv_plan *p = dt_xcalloc(1, sizeof *p);
     p->s = *shape;
     p->relu = relu;
+    p->direct = cpu_conv_direct_fits(shape) && !getenv("DTRAIN_NO_DIRECT_CONV");
     return p;
 }
 
@@ -228,6 +230,10 @@ void cpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, cons
                       const float *bias)
 {
     if (n == 0) return;
+    if (p->direct) {
+        cpu_conv_direct_forward(&p->s, p->relu, n, out, inp, weight, bias);
+        return;
+    }
     struct entry *e = lookup(p, n);
     set(e->src, inp);
     set(e->dst, out);
@@ -248,16 +254,22 @@ void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, floa
         memset(dbias, 0, sizeof(float) * (size_t)s->k);
         return;
     }
+    if (p->direct) {
+        cpu_conv_direct_backward_weights(s, n, dweight, dbias, dout, inp);
+        if (!dinp) return;
+    }
     struct entry *e = lookup(p, n);
     set(e->src, inp);
     set(e->diff_dst, dout);
     set(e->diff_bias, dbias);
     set(e->user_dw, dweight);
-    dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
-    dnnl_exec_arg_t aw[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DIFF_DST, e->diff_dst},
-                            {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, e->diff_bias}};
-    exec(e->bwd_w, 4, aw);
-    if (e->dw.reorder) reorder(e->dw.reorder, e->dw.mem, e->user_dw);
+    if (!p->direct) {
+        dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
+        dnnl_exec_arg_t aw[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DIFF_DST, e->diff_dst},
+                                {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, e->diff_bias}};
+        exec(e->bwd_w, 4, aw);
+        if (e->dw.reorder) reorder(e->dw.reorder, e->dw.mem, e->user_dw);
+    }
     if (dinp) {
         set(e->user_w, weight);
         set(e->diff_src, dinp);

@@ -25,6 +25,13 @@ void cpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, c
 void cpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight);
 
+/* cpu_conv_direct.c: one input channel, vectorized over output channels */
+int cpu_conv_direct_fits(const struct dt_conv_shape *s);
+void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n, float *out,
+                             const float *inp, const float *weight, const float *bias);
+void cpu_conv_direct_backward_weights(const struct dt_conv_shape *s, int n, float *dweight,
+                                      float *dbias, const float *dout, const float *inp);
+
 /* cpu_pool.c */
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);
 void cpu_pool_destroy(dt_pool_plan *plan);

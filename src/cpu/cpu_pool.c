@@ -33,8 +33,9 @@ void cpu_pool_destroy(dt_pool_plan *p)
     free(p);
 }
 
-/* Branch-free over channels, so the compiler vectorizes both. */
-DT_MULTIVERSION static void window_max_arg(float *restrict o, int32_t *restrict am, const float *restrict x,
+/* Branch-free over channels, so the compiler vectorizes both; inlined into
+ * the multiversioned loops below (a call per window costs more than it does). */
+static inline __attribute__((always_inline)) void window_max_arg(float *restrict o, int32_t *restrict am, const float *restrict x,
                            int32_t off, int channels)
 {
     for (int c = 0; c < channels; c++) {
@@ -45,7 +46,7 @@ DT_MULTIVERSION static void window_max_arg(float *restrict o, int32_t *restrict 
     }
 }
 
-DT_MULTIVERSION static void window_max(float *restrict o, const float *restrict x, int channels)
+static inline __attribute__((always_inline)) void window_max(float *restrict o, const float *restrict x, int channels)
 {
     for (int c = 0; c < channels; c++) {
         float ov = o[c], xv = x[c];
@@ -53,7 +54,7 @@ DT_MULTIVERSION static void window_max(float *restrict o, const float *restrict 
     }
 }
 
-void cpu_pool_forward(dt_pool_plan *p, int n, float *out, const float *inp, int train)
+DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, float *out, const float *inp, int train)
 {
     const struct dt_conv_shape *s = &p->s;
     const size_t in_sample = (size_t)s->h * s->w * s->c, out_sample = (size_t)s->oh * s->ow * s->c;
@@ -85,7 +86,7 @@ void cpu_pool_forward(dt_pool_plan *p, int n, float *out, const float *inp, int 
 
 /* Non-overlapping windows: every input element is written once (gradient
  * or zero), so no separate clearing pass. */
-DT_MULTIVERSION static void unpool_row(float *restrict dx, const float *restrict dy,
+static inline __attribute__((always_inline)) void unpool_row(float *restrict dx, const float *restrict dy,
                                        const int32_t *restrict am, const float *restrict y,
                                        int32_t off, int channels)
 {
@@ -95,7 +96,8 @@ DT_MULTIVERSION static void unpool_row(float *restrict dx, const float *restrict
     }
 }
 
-void cpu_pool_backward(dt_pool_plan *p, int n, float *dinp, const float *dout, const float *relu_out)
+DT_MULTIVERSION void cpu_pool_backward(dt_pool_plan *p, int n, float *dinp, const float *dout,
+                                       const float *relu_out)
 {
     const struct dt_conv_shape *s = &p->s;
     const size_t in_sample = (size_t)s->h * s->w * s->c, out_sample = (size_t)s->oh * s->ow * s->c;
