@@ -25,7 +25,9 @@ run_check() { # run_check DIR [TESTS=...]
 }
 run_check build
 # MPICH: the tests that involve MPI (the serial unit tests do not change).
-run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh"
+run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 \
+  tests/check_coll_np3 tests/check_coll_np4 tests/check_coll_np5 tests/check_coll_np6 \
+  tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
