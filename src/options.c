@@ -41,9 +41,11 @@ void dt_options_usage(FILE *out)
         "      --allreduce-table F  auto's table (from dtrain-bench-allreduce --table)\n"
         "      --ranks-per-node K   treat each K consecutive ranks as one node\n"
         "                           (default: detected; env DTRAIN_RANKS_PER_NODE)\n"
-        "      --bucket-mb MB       gradient bucket size (default 0.25); 0 = one\n"
-        "                           all-reduce of the whole block after backward\n"
-        "      --no-overlap         reduce buckets after backward, not during it\n"
+        "      --bucket-mb MB       gradient bucket size (default 1); 0 = one\n"
+        "                           bucket for the whole gradient block\n"
+        "      --overlap            reduce buckets during backward, in a thread\n"
+        "                           (default when the job spans nodes)\n"
+        "      --no-overlap         reduce buckets after backward (default on one node)\n"
         "      --grad-compression C none (default), fp16 or bf16: 16-bit transport,\n"
         "                           fp32 sums\n"
         "      --compress-cross-only  compress only hops between nodes\n"
@@ -88,7 +90,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 }
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
-       OPT_TABLE, OPT_RPN, OPT_BUCKET, OPT_NO_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
+       OPT_TABLE, OPT_RPN, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -110,6 +112,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"ranks-per-node", required_argument, 0, OPT_RPN},
         {"bucket-mb", required_argument, 0, OPT_BUCKET},
         {"no-overlap", no_argument, 0, OPT_NO_OVERLAP},
+        {"overlap", no_argument, 0, OPT_OVERLAP},
         {"grad-compression", required_argument, 0, OPT_COMPRESS},
         {"compress-cross-only", no_argument, 0, OPT_CROSS_ONLY},
         {"quiet", no_argument, 0, 'q'},
@@ -125,7 +128,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
                               .dropout = 0.5f, .seed = 42, .validation = 1,
                               .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
-                              .allreduce = "auto", .bucket_mb = 0.25, .overlap = 1};
+                              .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -176,6 +179,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             break;
         }
         case OPT_NO_OVERLAP: cfg->overlap = 0; break;
+        case OPT_OVERLAP: cfg->overlap = 1; break;
         case OPT_COMPRESS:
             if (!strcmp(optarg, "none")) cfg->compress = 0;
             else if (!strcmp(optarg, "fp16")) cfg->compress = 1;

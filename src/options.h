@@ -31,7 +31,8 @@ struct dt_config {
     const char *allreduce_table; /* auto's table file; NULL = built in */
     int ranks_per_node;     /* 0 = detect */
     double bucket_mb;       /* bucket size; 0 = one all-reduce after backward */
-    int overlap;            /* reduce buckets during backward (thread) */
+    int overlap;            /* reduce buckets during backward: 1 on, 0 off,
+                               -1 auto = on when the job spans nodes */
     int compress;           /* dt_compress */
     int compress_cross_only;
     int verbose;            /* 0 quiet, 1 normal, 2 per-step */

@@ -58,8 +58,12 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     for (int i = 0; i < t->model.nlayers; i++) bounds[i] = t->model.layers[i].param_offset;
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    int overlap = cfg->overlap && level >= MPI_THREAD_SERIALIZED;
-    if (cfg->overlap && !overlap && t->rank == 0 && cfg->verbose)
+    /* Measured (doc/design.md): inside one node the all-reduce is CPU work
+     * on the rank's own core, so a thread only time-slices with backward and
+     * costs ~4%; across nodes there is network time to hide. */
+    int want = cfg->overlap < 0 ? t->coll.topo.nnodes > 1 : cfg->overlap;
+    int overlap = want && level >= MPI_THREAD_SERIALIZED;
+    if (want && !overlap && t->rank == 0 && cfg->verbose)
         printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
                "buckets are reduced after backward (no overlap)\n", level);
     dt_reducer_init(&t->reducer, &t->coll, t->model.grads, t->model.nparams, bounds, t->model.nlayers,
@@ -186,7 +190,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
             if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
             if (t->nranks > 1) /* rank 0's view of the gradient exchange */
                 fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
-                        es->comm_ms > 0 ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
+                        es->comm_ms > es->wait_ms ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
             fputc('\n', out);
             fflush(out);
         }

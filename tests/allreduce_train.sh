@@ -33,9 +33,16 @@ run_np 4 "$fm" $base --ranks-per-node 2 --allreduce mpi --bucket-mb 0 --no-overl
 losses >"$T/ref"
 [ "$(wc -l <"$T/ref")" = 20 ] || { fail "reference run: rc=$rc"; cat "$err"; }
 grep -q '^layout: 2 nodes x 2 ranks (emulated); all-reduce mpi' "$out" || fail "layout line: $(grep layout "$out")"
+# Overlap by default only across nodes (measured: on one node it costs).
+run_np 4 "$fm" $base --ranks-per-node 2
+grep -q '^layout: .*1 bucket of >= 1.00 MiB, overlapped with backward' "$out" && pass "2 nodes: overlap by default" ||
+  fail "2 nodes default: $(grep layout "$out")"
+run_np 2 "$fm" $base
+grep -q '^layout: 1 node x 2 ranks; .*after backward' "$out" && pass "1 node: no overlap by default" ||
+  fail "1 node default: $(grep layout "$out")"
 
 for algo in mpi ring hier auto; do
-  compare "$algo, buckets overlapped" 1e-4 --allreduce "$algo"
+  compare "$algo, buckets overlapped" 1e-4 --allreduce "$algo" --overlap
   compare "$algo, buckets after backward" 1e-4 --allreduce "$algo" --no-overlap
 done
 compare "hier, tiny buckets (one per layer)" 1e-4 --allreduce hier --bucket-mb 0.0001

@@ -58,7 +58,7 @@ run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --model --dropout --optimizer --lr --momentum \
            --seed --no-validation --shard-policy --threads --allreduce --allreduce-table \
-           --ranks-per-node --bucket-mb --no-overlap --grad-compression --compress-cross-only \
+           --ranks-per-node --bucket-mb --overlap --no-overlap --grad-compression --compress-cross-only \
            --quiet --verbose --help --version; do
   grep -q -- "$opt" "$out" || fail "--help does not document $opt"
   grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain.1" || fail "dtrain.1 does not document $opt"
