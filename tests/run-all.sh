@@ -25,9 +25,12 @@ run_check() { # run_check DIR [TESTS=...]
 }
 run_check build
 # MPICH: the tests that involve MPI (the serial unit tests do not change).
+echo "== MPICH limitation here: Debian's MPICH (ch4:ucx) waits by polling without yielding the core,"
+echo "   so the collective tests at 4-6 ranks on this 2-core machine take minutes each (measured:"
+echo "   check_coll_np4 unfinished after 3 minutes, against 3 s with Open MPI). With MPICH they run"
+echo "   at 1-3 ranks; at 4-6 ranks they run with Open MPI above. dtrain's own 4-rank tests run on both."
 run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 \
-  tests/check_coll_np3 tests/check_coll_np4 tests/check_coll_np5 tests/check_coll_np6 \
-  tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
+  tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
