@@ -9,6 +9,8 @@
 #include "collectives/allreduce.h"
 #include "train.h"
 
+enum { DT_STATS = 2 }; /* floats after the gradients: loss sum, correct count */
+
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
     memset(t, 0, sizeof *t);
@@ -52,7 +54,9 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     /* The gradient block lives in a node-shared window, so the hierarchical
      * all-reduce reads peers' gradients in place. Buckets end at layers. */
     t->be->free(t->model.grads);
-    t->model.grads = dt_coll_alloc(&t->coll, t->model.nparams);
+    /* Two more floats ride along: the step's loss sum and correct count, so
+     * one reduction per step serves both (one synchronisation, not two). */
+    t->model.grads = dt_coll_alloc(&t->coll, t->model.nparams + DT_STATS);
     t->model.grads_borrowed = 1;
     size_t *bounds = dt_xcalloc((size_t)t->model.nlayers + 1, sizeof(size_t));
     for (int i = 0; i < t->model.nlayers; i++) bounds[i] = t->model.layers[i].param_offset;
@@ -66,7 +70,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     if (want && !overlap && t->rank == 0 && cfg->verbose)
         printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
                "buckets are reduced after backward (no overlap)\n", level);
-    dt_reducer_init(&t->reducer, &t->coll, t->model.grads, t->model.nparams, bounds, t->model.nlayers,
+    dt_reducer_init(&t->reducer, &t->coll, t->model.grads, t->model.nparams + DT_STATS, bounds, t->model.nlayers,
                     (size_t)(cfg->bucket_mb * 1048576.0), overlap);
     free(bounds);
 
@@ -141,14 +145,16 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         load_batch(t, n);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 1.0f / (float)global);
+        float stats[DT_STATS] = {(float)r.loss_sum, (float)r.correct};
+        t->be->upload(t->model.grads + t->model.nparams, stats, sizeof stats);
         dt_reducer_begin(&t->reducer);
         dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->reducer);
         dt_reducer_finish(&t->reducer);
         dt_optim_step(&t->optim, t->model.params, t->model.grads);
 
-        sums[0] = r.loss_sum;
-        sums[1] = (double)r.correct;
-        dt_allreduce_sum_f64(sums, 2, t->comm);
+        t->be->download(stats, t->model.grads + t->model.nparams, sizeof stats);
+        sums[0] = (double)stats[0]; /* float: ~7 digits of a batch's sum, plenty for a log */
+        sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
         epoch_sums[0] += sums[0];
         epoch_sums[1] += sums[1];
         es->samples += global;
