@@ -63,6 +63,7 @@ static int parse(struct dt_coll *c, const char *text, const char *source, dt_sta
         if (!a || a == &dt_allreduce_auto)
             return dt_fail(st, DT_EUSAGE, "%s:%d: algorithm '%s' is not mpi, ring or hier", source, line, r.algo);
         r.min_bytes = (size_t)minb;
+        r.pick = a;
         if (c->nrules == cap) {
             cap *= 2;
             c->rules = realloc(c->rules, sizeof *c->rules * (size_t)cap);
@@ -92,18 +93,25 @@ int dt_auto_load(struct dt_coll *c, dt_status *st)
     return rc;
 }
 
+/* Once the layout is known: which rules apply, and what each picks here. */
+void dt_auto_resolve(struct dt_coll *c)
+{
+    char why[8];
+    for (int i = 0; i < c->nrules; i++) {
+        struct dt_auto_rule *r = &c->rules[i];
+        r->applies = (!r->nodes || r->nodes == c->topo.nnodes) &&
+                     (!r->ranks_per_node || (c->topo.uniform && r->ranks_per_node == c->topo.local_size));
+        if (!r->pick->usable(c, why, sizeof why)) r->pick = &dt_allreduce_ring;
+    }
+}
+
+/* On every call, so it only scans the (few) resolved rules. */
 const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t count)
 {
     const struct dt_allreduce_algo *pick = &dt_allreduce_ring;
     size_t bytes = count * sizeof(float);
-    char why[8];
-    for (int i = 0; i < c->nrules; i++) {
-        const struct dt_auto_rule *r = &c->rules[i];
-        if (r->nodes && r->nodes != c->topo.nnodes) continue;
-        if (r->ranks_per_node && (!c->topo.uniform || r->ranks_per_node != c->topo.local_size)) continue;
-        if (r->min_bytes <= bytes) pick = dt_allreduce_find(r->algo);
-    }
-    if (!pick->usable(c, why, sizeof why)) pick = &dt_allreduce_ring;
+    for (int i = 0; i < c->nrules; i++)
+        if (c->rules[i].applies && c->rules[i].min_bytes <= bytes) pick = c->rules[i].pick;
     return pick;
 }
 

@@ -77,6 +77,7 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
         dt_fail(st, DT_EUSAGE, "--allreduce: expected auto, mpi, ring or hier, found '%s'", c->cfg.algorithm);
     else if (dt_auto_load(c, st) == DT_OK && !c->algo->usable(c, why, sizeof why))
         dt_fail(st, DT_EUSAGE, "--allreduce %s: %s", c->algo->name, why);
+    if (st->code == DT_OK) dt_auto_resolve(c);
     if (dt_status_agree(st, c->topo.world) != DT_OK) {
         dt_topo_free(&c->topo);
         free(c->rules);

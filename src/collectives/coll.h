@@ -50,6 +50,8 @@ struct dt_auto_rule {
     int nodes, ranks_per_node;  /* 0 = any */
     size_t min_bytes;
     char algo[16];
+    const struct dt_allreduce_algo *pick; /* algo, or ring where algo cannot run here */
+    int applies;                /* the rule's layout is this job's */
 };
 
 /* A node-shared MPI-3 window: one region per local rank, all mapped here. */
@@ -109,6 +111,7 @@ static inline void dt_segment(size_t count, int n, int i, size_t *off, size_t *l
 
 /* auto.c: read cfg.table (or the built-in table) into c->rules. */
 int dt_auto_load(struct dt_coll *c, dt_status *st);
+void dt_auto_resolve(struct dt_coll *c);
 /* The algorithm auto picks for count floats on this layout. */
 const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t count);
 
