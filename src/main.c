@@ -58,11 +58,16 @@ int main(int argc, char **argv)
                trainer.data.split[DT_TEST].present && cfg.validation ? ", validating on /test" : "");
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
-        printf("layout: %s; all-reduce %s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
-               trainer.coll.algo->name,
-               cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
-               trainer.reducer.nbuckets, trainer.reducer.nbuckets == 1 ? "" : "s", cfg.bucket_mb,
-               trainer.reducer.overlap ? "overlapped with backward" : "after backward");
+        const struct dt_strategy *s = &trainer.strategy;
+        if (s->ops == &dt_strategy_sharded)
+            printf("layout: %s; strategy sharded: optimizer state %.2f MiB per rank (1/%d of the model's)\n",
+                   layout, (double)dt_strategy_optimizer_bytes(s) / 1048576.0, nranks);
+        else
+            printf("layout: %s; strategy %s, all-reduce %s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
+                   s->ops->name, trainer.coll.algo->name,
+                   cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
+                   s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s", cfg.bucket_mb,
+                   s->reducer.overlap ? "overlapped with backward" : "after backward");
         if (cfg.verbose >= 2) dt_model_summary(&trainer.model, stdout);
         fflush(stdout);
     }

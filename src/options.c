@@ -36,6 +36,11 @@ void dt_options_usage(FILE *out)
         "                           to ranks (file: whole shard files per rank)\n"
         "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
         "\n"
+        "Distribution:\n"
+        "      --strategy NAME      auto (default: mirrored on one node, multi-worker on\n"
+        "                           several), mirrored, multi-worker, or sharded (ZeRO-1:\n"
+        "                           each rank keeps 1/N of the optimizer state)\n"
+        "\n"
         "Gradient exchange:\n"
         "      --allreduce ALGO     auto (default: by size and layout), mpi, ring or hier\n"
         "      --allreduce-table F  auto's table (from dtrain-bench-allreduce --table)\n"
@@ -90,7 +95,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 }
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
-       OPT_TABLE, OPT_RPN, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
+       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -107,6 +112,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"no-validation", no_argument, 0, OPT_NO_VAL},
         {"shard-policy", required_argument, 0, OPT_SHARD},
         {"threads", required_argument, 0, 't'},
+        {"strategy", required_argument, 0, OPT_STRATEGY},
         {"allreduce", required_argument, 0, OPT_ALLREDUCE},
         {"allreduce-table", required_argument, 0, OPT_TABLE},
         {"ranks-per-node", required_argument, 0, OPT_RPN},
@@ -128,7 +134,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
                               .dropout = 0.5f, .seed = 42, .validation = 1,
                               .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
-                              .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1};
+                              .strategy = "auto", .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -171,6 +177,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             cfg->allreduce = optarg;
             break;
         case OPT_TABLE: cfg->allreduce_table = optarg; break;
+        case OPT_STRATEGY: cfg->strategy = optarg; break; /* checked by dt_strategy_create */
         case OPT_RPN: rc = parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
         case OPT_BUCKET: {
             float mb;

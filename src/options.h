@@ -27,6 +27,7 @@ struct dt_config {
     int shard_policy;       /* dt_shard_policy */
     int threads;            /* BLAS/oneDNN threads per rank: 1 */
     /* gradient exchange (src/collectives/) */
+    const char *strategy;   /* auto | mirrored | multi-worker | sharded | tpu (refused) */
     const char *allreduce;  /* auto | mpi | ring | hier */
     const char *allreduce_table; /* auto's table file; NULL = built in */
     int ranks_per_node;     /* 0 = detect */

@@ -9,7 +9,6 @@
 #include "collectives/allreduce.h"
 #include "train.h"
 
-enum { DT_STATS = 2 }; /* floats after the gradients: loss sum, correct count */
 
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
@@ -51,34 +50,10 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
     DT_MPI_CHECK(MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
 
-    /* The gradient block lives in a node-shared window, so the hierarchical
-     * all-reduce reads peers' gradients in place. Buckets end at layers. */
-    t->be->free(t->model.grads);
-    /* Two more floats ride along: the step's loss sum and correct count, so
-     * one reduction per step serves both (one synchronisation, not two). */
-    t->model.grads = dt_coll_alloc(&t->coll, t->model.nparams + DT_STATS);
-    t->model.grads_borrowed = 1;
-    size_t *bounds = dt_xcalloc((size_t)t->model.nlayers + 1, sizeof(size_t));
-    for (int i = 0; i < t->model.nlayers; i++) bounds[i] = t->model.layers[i].param_offset;
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    /* Measured (doc/design.md): inside one node the all-reduce is CPU work
-     * on the rank's own core, so a thread only time-slices with backward and
-     * costs ~4%; across nodes there is network time to hide. */
-    int want = cfg->overlap < 0 ? t->coll.topo.nnodes > 1 : cfg->overlap;
-    int overlap = want && level >= MPI_THREAD_SERIALIZED;
-    if (want && !overlap && t->rank == 0 && cfg->verbose)
-        printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
-               "buckets are reduced after backward (no overlap)\n", level);
-    dt_reducer_init(&t->reducer, &t->coll, t->model.grads, t->model.nparams + DT_STATS, bounds, t->model.nlayers,
-                    (size_t)(cfg->bucket_mb * 1048576.0), overlap);
-    free(bounds);
-
-    struct dt_optim_config oc;
-    dt_optim_defaults(&oc, cfg->optimizer, st);
-    if (cfg->lr > 0.0f) oc.lr = cfg->lr;
-    oc.momentum = cfg->momentum;
-    dt_optim_create(&t->optim, t->be, &oc, t->model.nparams);
+    /* The strategy places the gradient (and parameter) blocks, buckets and
+     * the optimizer; its refusals (mirrored across nodes, ...) are agreed. */
+    dt_strategy_create(&t->strategy, cfg, &t->model, &t->coll, st);
+    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
 
     dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
@@ -126,7 +101,11 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
 }
 
-static void grads_ready(void *ctx, size_t offset) { dt_reducer_ready(ctx, offset); }
+static void grads_ready(void *ctx, size_t offset)
+{
+    struct dt_strategy *s = ctx;
+    s->ops->grads_ready(s, offset);
+}
 
 static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epoch_stats *es, dt_status *st)
 {
@@ -135,7 +114,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     double sums[2] = {0.0, 0.0}, epoch_sums[2] = {0.0, 0.0};
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < steps) steps = cfg->steps_per_epoch;
     dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
-    dt_reducer_stats_reset(&t->reducer);
+    dt_reducer_stats_reset(&t->strategy.reducer);
     double t0 = MPI_Wtime();
     for (int64_t s = 0; s < steps; s++) {
         int64_t global;
@@ -146,13 +125,10 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 1.0f / (float)global);
         float stats[DT_STATS] = {(float)r.loss_sum, (float)r.correct};
-        t->be->upload(t->model.grads + t->model.nparams, stats, sizeof stats);
-        dt_reducer_begin(&t->reducer);
-        dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->reducer);
-        dt_reducer_finish(&t->reducer);
-        dt_optim_step(&t->optim, t->model.params, t->model.grads);
+        t->strategy.ops->begin(&t->strategy, stats);
+        dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
+        t->strategy.ops->finish(&t->strategy, stats);
 
-        t->be->download(stats, t->model.grads + t->model.nparams, sizeof stats);
         sums[0] = (double)stats[0]; /* float: ~7 digits of a batch's sum, plenty for a log */
         sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
         epoch_sums[0] += sums[0];
@@ -166,9 +142,9 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
                            epoch + 1, (long long)s + 1, sums[0]);
     }
     es->seconds = MPI_Wtime() - t0;
-    if (t->reducer.steps) {
-        es->comm_ms = 1e3 * t->reducer.comm_seconds / (double)t->reducer.steps;
-        es->wait_ms = 1e3 * t->reducer.wait_seconds / (double)t->reducer.steps;
+    if (t->strategy.reducer.steps) {
+        es->comm_ms = 1e3 * t->strategy.reducer.comm_seconds / (double)t->strategy.reducer.steps;
+        es->wait_ms = 1e3 * t->strategy.reducer.wait_seconds / (double)t->strategy.reducer.steps;
     }
     /* Rank 0's clock decides, so every rank reports the same figure. */
     MPI_Bcast(&es->seconds, 1, MPI_DOUBLE, 0, t->comm);
@@ -194,7 +170,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
                     cfg->epochs, es->seconds, es->seconds > 0 ? (double)es->samples / es->seconds : 0.0,
                     es->loss, es->accuracy);
             if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
-            if (t->nranks > 1) /* rank 0's view of the gradient exchange */
+            if (t->nranks > 1 && t->strategy.reducer.steps) /* rank 0's view of the gradient exchange */
                 fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
                         es->comm_ms > es->wait_ms ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
             fputc('\n', out);
@@ -207,8 +183,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
 void dt_trainer_free(struct dt_trainer *t)
 {
     if (!t->cfg) return;
-    dt_reducer_free(&t->reducer);
-    dt_optim_free(&t->optim);
+    dt_strategy_free(&t->strategy);
     dt_model_free(&t->model);
     dt_shard_free(&t->plan);
     dt_dataset_close(&t->data);

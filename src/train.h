@@ -11,7 +11,7 @@
 #include <mpi.h>
 #include <stdio.h>
 
-#include "collectives/reducer.h"
+#include "strategy/strategy.h"
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "nn/model.h"
@@ -31,13 +31,12 @@ struct dt_trainer {
     const struct dt_config *cfg;
     MPI_Comm comm;                  /* private duplicate (coll.topo.world) */
     struct dt_coll coll;            /* topology and all-reduce */
-    struct dt_reducer reducer;      /* gradient buckets, overlapped with backward */
+    struct dt_strategy strategy;    /* local gradients -> new parameters */
     int rank, nranks;
     const struct dt_backend *be;
     struct dt_dataset data;
     struct dt_shard_plan plan;
     struct dt_model model;
-    struct dt_optim optim;
     dt_rng dropout_rng;             /* per rank */
     int64_t *idx;                   /* [batch] */
     uint8_t *host_images, *host_labels, *dev_images, *dev_labels;

@@ -32,7 +32,7 @@ compare() { # compare NAME TOL ARGS...
 run_np 4 "$fm" $base --ranks-per-node 2 --allreduce mpi --bucket-mb 0 --no-overlap
 losses >"$T/ref"
 [ "$(wc -l <"$T/ref")" = 20 ] || { fail "reference run: rc=$rc"; cat "$err"; }
-grep -q '^layout: 2 nodes x 2 ranks (emulated); all-reduce mpi' "$out" || fail "layout line: $(grep layout "$out")"
+grep -q '^layout: 2 nodes x 2 ranks (emulated); strategy multi-worker, all-reduce mpi' "$out" || fail "layout line: $(grep layout "$out")"
 # Overlap by default only across nodes (measured: on one node it costs).
 run_np 4 "$fm" $base --ranks-per-node 2
 grep -q '^layout: .*1 bucket of >= 1.00 MiB, overlapped with backward' "$out" && pass "2 nodes: overlap by default" ||
@@ -54,7 +54,7 @@ done
 run_np 4 "$fm" $base --ranks-per-node 3
 losses >"$T/x"
 w=$(worst "$T/ref" "$T/x")
-if [ "$rc" = 0 ] && grep -q 'layout: 2 nodes of 3+1 ranks (emulated); all-reduce auto' "$out" && awk "BEGIN{exit !($w <= 1e-4)}"; then
+if [ "$rc" = 0 ] && grep -q 'layout: 2 nodes of 3+1 ranks (emulated); strategy multi-worker, all-reduce auto' "$out" && awk "BEGIN{exit !($w <= 1e-4)}"; then
   pass "uneven 3+1 with auto: $w"
 else
   fail "uneven 3+1: rc=$rc worst=$w"; cat "$out" "$err" | head

@@ -104,8 +104,9 @@ START_TEST(test_allreduce_exact)
 }
 END_TEST
 
-static void train_with(const char *path, const char *model, int epochs, int batch, const char *allreduce,
-                       int overlap, float dropout, struct dt_trainer *t)
+static void train_full(const char *path, const char *model, int epochs, int batch, const char *allreduce,
+                       int overlap, float dropout, const char *strategy, int ranks_per_node,
+                       struct dt_trainer *t)
 {
     static char *inputs[1];
     static struct dt_config cfg;
@@ -121,8 +122,16 @@ static void train_with(const char *path, const char *model, int epochs, int batc
     cfg.allreduce = allreduce;
     cfg.overlap = overlap;
     cfg.dropout = dropout;
+    cfg.strategy = strategy;
+    cfg.ranks_per_node = ranks_per_node;
     ck_assert_msg(dt_trainer_init(t, &cfg, MPI_COMM_WORLD, &st) == DT_OK, "init: %s", st.msg);
     ck_assert_msg(dt_trainer_fit(t, stdout, &st) == DT_OK, "fit: %s", st.msg);
+}
+
+static void train_with(const char *path, const char *model, int epochs, int batch, const char *allreduce,
+                       int overlap, float dropout, struct dt_trainer *t)
+{
+    train_full(path, model, epochs, batch, allreduce, overlap, dropout, "auto", 0, t);
 }
 
 static void train(const char *path, const char *model, int epochs, int batch, struct dt_trainer *t)
@@ -162,6 +171,48 @@ START_TEST(test_algorithms_train_alike)
 }
 END_TEST
 
+/* The synchronous strategies compute the same update: mirrored and
+ * multi-worker (as 2 emulated nodes when the rank count is even) differ only
+ * in the summation order of the all-reduce, sharded in MPI_Reduce_scatter's;
+ * Adam is element-wise, so a shard's update is the full update's slice.
+ * Tolerance as in test_algorithms_train_alike. */
+START_TEST(test_strategies_train_alike)
+{
+    char path[600];
+    struct dt_trainer ref, t;
+    snprintf(path, sizeof path, "%s/strategies.h5", dir);
+    write_dataset(path, 120);
+    train_full(path, "cnn", 2, 8, "mpi", 0, 0.0f, "mirrored", 0, &ref);
+    ck_assert_str_eq(ref.strategy.ops->name, "mirrored");
+    float big = 0.0f;
+    for (size_t i = 0; i < ref.model.nparams; i++)
+        big = fabsf(ref.model.params[i]) > big ? fabsf(ref.model.params[i]) : big;
+    const char *names[] = {"multi-worker", "sharded"};
+    for (int k = 0; k < 2; k++) {
+        int rpn = k == 0 && nranks % 2 == 0 && nranks > 1 ? nranks / 2 : 0;
+        train_full(path, "cnn", 2, 8, "auto", -1, 0.0f, names[k], rpn, &t);
+        ck_assert_str_eq(t.strategy.ops->name, names[k]);
+        float worst = 0.0f;
+        for (size_t i = 0; i < t.model.nparams; i++) {
+            float d = fabsf(t.model.params[i] - ref.model.params[i]);
+            worst = d > worst ? d : worst;
+        }
+        ck_assert_msg(worst <= 1e-5f * big, "%s: parameters differ from mirrored's by %g (largest %g)",
+                      names[k], (double)worst, (double)big);
+        ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
+        ck_assert_int_eq(t.history[1].samples, ref.history[1].samples);
+        if (k == 1) { /* each rank holds 1/N of Adam's state */
+            ck_assert_uint_le(t.strategy.optim.n, t.model.nparams / (size_t)nranks + 1);
+            size_t total = t.strategy.optim.n, sum;
+            MPI_Allreduce(&total, &sum, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+            ck_assert_uint_eq(sum, t.model.nparams); /* shards cover the block exactly once */
+        }
+        dt_trainer_free(&t);
+    }
+    dt_trainer_free(&ref);
+}
+END_TEST
+
 START_TEST(test_replicas_stay_identical)
 {
     char path[600];
@@ -171,9 +222,9 @@ START_TEST(test_replicas_stay_identical)
     train(path, "cnn", 3, 8, &t);
     size_t bytes = sizeof(float) * t.model.nparams;
     ck_assert(same_everywhere(t.model.params, bytes));
-    ck_assert(same_everywhere(t.optim.slot[0], bytes));
-    ck_assert(same_everywhere(t.optim.slot[1], bytes));
-    ck_assert_int_eq(t.optim.step, 3 * t.plan.steps);
+    ck_assert(same_everywhere(t.strategy.optim.slot[0], bytes));
+    ck_assert(same_everywhere(t.strategy.optim.slot[1], bytes));
+    ck_assert_int_eq(t.strategy.optim.step, 3 * t.plan.steps);
     /* Not vacuous: the replicas drew different dropout masks (their streams
      * have moved apart) and saw different samples... */
     if (nranks > 1) ck_assert(!same_everywhere(&t.dropout_rng, sizeof t.dropout_rng));
@@ -224,6 +275,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_replicas_stay_identical);
     tcase_add_test(tc, test_fewer_samples_than_ranks);
     tcase_add_test(tc, test_algorithms_train_alike);
+    tcase_add_test(tc, test_strategies_train_alike);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */

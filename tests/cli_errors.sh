@@ -29,6 +29,10 @@ expect_fail 2 "--threads: expected an integer in \[1, 1024\], found 0" 2 "$good"
 expect_fail 2 "--shard-policy: expected auto, data or file, found 'rows'" 2 "$good" --shard-policy rows
 expect_fail 2 "--shard-policy file: 1 shard file for 2 ranks" 2 "$good" --shard-policy file
 expect_fail 2 "--allreduce: expected auto, mpi, ring or hier, found 'tree'" 2 "$good" --allreduce tree
+expect_fail 2 "--strategy: expected auto, mirrored, multi-worker or sharded, found 'horovod'" 2 "$good" --strategy horovod
+expect_fail 2 "--strategy tpu: TPUStrategy has no counterpart on MPI clusters" 2 "$good" --strategy tpu
+expect_fail 2 "--strategy mirrored: the ranks span 2 nodes x 1 rank (emulated); .*use --strategy multi-worker" \
+  2 "$good" --strategy mirrored --ranks-per-node 1
 expect_fail 2 "--grad-compression: expected none, fp16 or bf16, found 'int8'" 2 "$good" --grad-compression int8
 expect_fail 2 "--compress-cross-only: needs --grad-compression" 2 "$good" --compress-cross-only
 expect_fail 2 "--allreduce mpi: MPI_Allreduce cannot carry 16-bit gradients" 2 "$good" --allreduce mpi --grad-compression bf16
@@ -57,7 +61,7 @@ expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-r
 run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --model --dropout --optimizer --lr --momentum \
-           --seed --no-validation --shard-policy --threads --allreduce --allreduce-table \
+           --seed --no-validation --shard-policy --threads --strategy --allreduce --allreduce-table \
            --ranks-per-node --bucket-mb --overlap --no-overlap --grad-compression --compress-cross-only \
            --quiet --verbose --help --version; do
   grep -q -- "$opt" "$out" || fail "--help does not document $opt"

@@ -1,0 +1,84 @@
+/* mirrored.c: TF MirroredStrategy: synchronous replicas on one node.
+ *
+ * Every rank keeps the whole model and optimizer; gradients are summed by
+ * dtrain's all-reduce in buckets (collectives/reducer.c), the per-step loss
+ * and accuracy sums riding in two floats after the gradient block, and every
+ * rank applies the same update. Refuses a job that spans nodes: that is
+ * multi-worker's (multi_worker.c), which shares this file's machinery. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "checks.h"
+#include "strategy/strategy.h"
+
+int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
+{
+    struct dt_model *m = s->model;
+    const struct dt_config *cfg = s->cfg;
+    /* The gradient block lives in a node-shared window, so the hierarchical
+     * all-reduce reads peers' gradients in place; the statistics ride after it. */
+    s->be->free(m->grads);
+    m->grads = dt_coll_alloc(s->coll, m->nparams + DT_STATS);
+    m->grads_borrowed = 1;
+    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t));
+    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    /* Measured (doc/design.md): inside one node the all-reduce is CPU work on
+     * the rank's own core, so a thread only time-slices with backward; across
+     * nodes there is network time to hide. */
+    int want = cfg->overlap < 0 ? s->coll->topo.nnodes > 1 : cfg->overlap;
+    s->overlap = want && level >= MPI_THREAD_SERIALIZED;
+    if (want && !s->overlap && s->coll->topo.rank == 0 && cfg->verbose)
+        printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
+               "buckets are reduced after backward (no overlap)\n", level);
+    dt_reducer_init(&s->reducer, s->coll, m->grads, m->nparams + DT_STATS, bounds, m->nlayers,
+                    (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
+    free(bounds);
+    s->shard_off = 0;
+    s->shard_len = m->nparams;
+    dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
+    (void)st;
+    return DT_OK;
+}
+
+static int mirrored_setup(struct dt_strategy *s, dt_status *st)
+{
+    char layout[160];
+    if (s->coll->topo.nnodes > 1) {
+        dt_topo_describe(&s->coll->topo, layout, sizeof layout);
+        return dt_fail(st, DT_EUSAGE, "--strategy mirrored: the ranks span %s; mirrored keeps replicas on "
+                       "one node, use --strategy multi-worker (or auto)", layout);
+    }
+    return dt_allreduce_strategy_setup(s, st);
+}
+
+void dt_allreduce_strategy_begin(struct dt_strategy *s, const float *stats)
+{
+    /* Before any bucket can start: the statistics travel in the last one. */
+    s->be->upload(s->model->grads + s->model->nparams, stats, sizeof(float) * DT_STATS);
+    dt_reducer_begin(&s->reducer);
+}
+
+void dt_allreduce_strategy_ready(struct dt_strategy *s, size_t offset) { dt_reducer_ready(&s->reducer, offset); }
+
+void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats)
+{
+    struct dt_model *m = s->model;
+    dt_reducer_finish(&s->reducer);
+    dt_optim_step(&s->optim, m->params, m->grads);
+    s->be->download(stats, m->grads + m->nparams, sizeof(float) * DT_STATS);
+}
+
+void dt_allreduce_strategy_teardown(struct dt_strategy *s) { dt_reducer_free(&s->reducer); }
+
+const struct dt_strategy_ops dt_strategy_mirrored = {
+    .name = "mirrored",
+    .setup = mirrored_setup,
+    .begin = dt_allreduce_strategy_begin,
+    .grads_ready = dt_allreduce_strategy_ready,
+    .finish = dt_allreduce_strategy_finish,
+    .teardown = dt_allreduce_strategy_teardown,
+};

@@ -1,0 +1,50 @@
+/* strategy.c: choosing a strategy by name (see strategy.h). */
+#include "config.h"
+
+#include <string.h>
+
+#include "checks.h"
+#include "strategy/strategy.h"
+
+int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struct dt_model *model,
+                       struct dt_coll *coll, dt_status *st)
+{
+    const char *name = cfg->strategy ? cfg->strategy : "auto";
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->model = model;
+    s->coll = coll;
+    s->be = model->be;
+    st->code = DT_OK;
+    dt_optim_defaults(&s->optim_cfg, cfg->optimizer, st);
+    if (cfg->lr > 0.0f) s->optim_cfg.lr = cfg->lr;
+    s->optim_cfg.momentum = cfg->momentum;
+
+    if (strcmp(name, "auto") == 0)
+        s->ops = coll->topo.nnodes > 1 ? &dt_strategy_multi_worker : &dt_strategy_mirrored;
+    else if (strcmp(name, "mirrored") == 0) s->ops = &dt_strategy_mirrored;
+    else if (strcmp(name, "multi-worker") == 0) s->ops = &dt_strategy_multi_worker;
+    else if (strcmp(name, "sharded") == 0) s->ops = &dt_strategy_sharded;
+    else if (strcmp(name, "tpu") == 0)
+        return dt_fail(st, DT_EUSAGE, "--strategy tpu: TPUStrategy has no counterpart on MPI clusters (TPU pods "
+                       "are not MPI jobs); use --strategy multi-worker (or auto) for synchronous training "
+                       "across nodes, or sharded to split the optimizer state");
+    else
+        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker or sharded, found '%s'", name);
+    /* Every rank resolves the same name the same way, so refusals inside
+     * setup are agreed on there. */
+    return s->ops->setup(s, st);
+}
+
+void dt_strategy_free(struct dt_strategy *s)
+{
+    if (s->ops && s->ops->teardown) s->ops->teardown(s);
+    dt_optim_free(&s->optim);
+    memset(s, 0, sizeof *s);
+}
+
+size_t dt_strategy_optimizer_bytes(const struct dt_strategy *s)
+{
+    int slots = (s->optim.slot[0] != NULL) + (s->optim.slot[1] != NULL);
+    return (size_t)slots * s->optim.n * sizeof(float);
+}

@@ -1,0 +1,72 @@
+/* strategy.h: how local gradients become new parameters (tf.distribute's
+ * strategies, expressed in MPI).
+ *
+ * A strategy is one file filling a const struct dt_strategy_ops; the trainer
+ * calls s->ops->... and never switches on the strategy. It is the only layer
+ * that joins the model (nn/) with communication (collectives/): it owns where
+ * the parameter and gradient blocks live, the buckets, and the optimizer
+ * call. Every synchronous strategy leaves the parameters bitwise identical on
+ * all ranks after each step. */
+#ifndef DT_STRATEGY_H
+#define DT_STRATEGY_H
+
+#include <stddef.h>
+
+#include "collectives/coll.h"
+#include "collectives/reducer.h"
+#include "nn/model.h"
+#include "optim/optim.h"
+#include "options.h"
+
+enum { DT_STATS = 2 }; /* per-step statistics reduced with the gradients: loss sum, correct */
+
+struct dt_strategy;
+
+struct dt_strategy_ops {
+    const char *name;
+    /* Collective. After the model exists and rank 0's parameters have been
+     * broadcast: check the layout, place the blocks, create the optimizer. */
+    int (*setup)(struct dt_strategy *s, dt_status *st);
+    /* A step starts (before backward); stats[DT_STATS] are this rank's. */
+    void (*begin)(struct dt_strategy *s, const float *stats);
+    /* Backward has finished every layer from offset to the end of the block. */
+    void (*grads_ready)(struct dt_strategy *s, size_t offset);
+    /* Backward is done: reduce, update the parameters; stats receives the
+     * sums over all replicas. */
+    void (*finish)(struct dt_strategy *s, float *stats);
+    void (*teardown)(struct dt_strategy *s);
+};
+
+struct dt_strategy {
+    const struct dt_strategy_ops *ops;
+    const struct dt_config *cfg;
+    struct dt_model *model;
+    struct dt_coll *coll;
+    const struct dt_backend *be;
+    struct dt_optim_config optim_cfg;
+    struct dt_optim optim;       /* over the whole block, or this rank's shard */
+    size_t shard_off, shard_len; /* the part of the block this rank's optimizer owns */
+    struct dt_reducer reducer;   /* all-reduce strategies */
+    int overlap;                 /* buckets reduced during backward */
+    float *scratch;              /* strategy-private */
+    float stats[DT_STATS];
+};
+
+extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded;
+
+/* Resolve cfg->strategy ("auto" by layout) and run its setup. Refusals
+ * (tpu, mirrored across nodes, ...) are usage errors agreed on by all ranks. */
+int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struct dt_model *model,
+                       struct dt_coll *coll, dt_status *st);
+void dt_strategy_free(struct dt_strategy *s);
+
+/* Shared by the all-reduce strategies (mirrored.c, multi_worker.c). */
+int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st);
+void dt_allreduce_strategy_begin(struct dt_strategy *s, const float *stats);
+void dt_allreduce_strategy_ready(struct dt_strategy *s, size_t offset);
+void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats);
+void dt_allreduce_strategy_teardown(struct dt_strategy *s);
+/* Bytes of optimizer state this rank holds. */
+size_t dt_strategy_optimizer_bytes(const struct dt_strategy *s);
+
+#endif
