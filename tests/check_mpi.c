@@ -187,8 +187,8 @@ START_TEST(test_strategies_train_alike)
     float big = 0.0f;
     for (size_t i = 0; i < ref.model.nparams; i++)
         big = fabsf(ref.model.params[i]) > big ? fabsf(ref.model.params[i]) : big;
-    const char *names[] = {"multi-worker", "sharded"};
-    for (int k = 0; k < 2; k++) {
+    const char *names[] = {"multi-worker", "sharded", "central-storage"};
+    for (int k = 0; k < 3; k++) {
         int rpn = k == 0 && nranks % 2 == 0 && nranks > 1 ? nranks / 2 : 0;
         train_full(path, "cnn", 2, 8, "auto", -1, 0.0f, names[k], rpn, &t);
         ck_assert_str_eq(t.strategy.ops->name, names[k]);
@@ -201,6 +201,19 @@ START_TEST(test_strategies_train_alike)
                       names[k], (double)worst, (double)big);
         ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
         ck_assert_int_eq(t.history[1].samples, ref.history[1].samples);
+        if (k == 2) { /* one copy of parameters and optimizer state per node */
+            int local;
+            MPI_Comm_rank(t.coll.topo.node, &local);
+            ck_assert_uint_eq(t.strategy.optim.n, local == 0 ? t.model.nparams : 0);
+            /* One copy: what the leader writes, the others read. */
+            ck_assert(t.model.params_borrowed);
+            MPI_Barrier(t.coll.topo.node);
+            if (local == 0) t.model.params[0] = 12345.0f;
+            __sync_synchronize();
+            MPI_Barrier(t.coll.topo.node);
+            __sync_synchronize();
+            ck_assert(t.model.params[0] == 12345.0f);
+        }
         if (k == 1) { /* each rank holds 1/N of Adam's state */
             ck_assert_uint_le(t.strategy.optim.n, t.model.nparams / (size_t)nranks + 1);
             size_t total = t.strategy.optim.n, sum;

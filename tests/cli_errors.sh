@@ -29,7 +29,7 @@ expect_fail 2 "--threads: expected an integer in \[1, 1024\], found 0" 2 "$good"
 expect_fail 2 "--shard-policy: expected auto, data or file, found 'rows'" 2 "$good" --shard-policy rows
 expect_fail 2 "--shard-policy file: 1 shard file for 2 ranks" 2 "$good" --shard-policy file
 expect_fail 2 "--allreduce: expected auto, mpi, ring or hier, found 'tree'" 2 "$good" --allreduce tree
-expect_fail 2 "--strategy: expected auto, mirrored, multi-worker or sharded, found 'horovod'" 2 "$good" --strategy horovod
+expect_fail 2 "--strategy: expected auto, mirrored, multi-worker, central-storage or sharded, found 'horovod'" 2 "$good" --strategy horovod
 expect_fail 2 "--strategy tpu: TPUStrategy has no counterpart on MPI clusters" 2 "$good" --strategy tpu
 expect_fail 2 "--strategy mirrored: the ranks span 2 nodes x 1 rank (emulated); .*use --strategy multi-worker" \
   2 "$good" --strategy mirrored --ranks-per-node 1

@@ -25,7 +25,8 @@ const struct dt_allreduce_algo *dt_allreduce_find(const char *name)
     return NULL;
 }
 
-static void shm_create(struct dt_coll *c, struct dt_shm *s, size_t count)
+/* mine: floats in my region (count everywhere, or count on local rank 0 only). */
+static void shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, size_t mine_count)
 {
     MPI_Info info;
     float *mine;
@@ -33,7 +34,7 @@ static void shm_create(struct dt_coll *c, struct dt_shm *s, size_t count)
     MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each region on its owner's NUMA node */
     memset(s, 0, sizeof *s);
     s->count = count;
-    DT_MPI_CHECK(MPI_Win_allocate_shared((MPI_Aint)(count * sizeof(float)), (int)sizeof(float), info,
+    DT_MPI_CHECK(MPI_Win_allocate_shared((MPI_Aint)(mine_count * sizeof(float)), (int)sizeof(float), info,
                                          c->topo.node, &mine, &s->win));
     MPI_Info_free(&info);
     s->peer = dt_xcalloc((size_t)c->topo.local_size, sizeof *s->peer);
@@ -45,6 +46,11 @@ static void shm_create(struct dt_coll *c, struct dt_shm *s, size_t count)
     /* One passive epoch for the window's life; MPI_Win_sync + barriers order
      * the loads and stores (the MPI-3 shared-memory idiom). */
     DT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
+}
+
+static void shm_create(struct dt_coll *c, struct dt_shm *s, size_t count)
+{
+    shm_create_sized(c, s, count, count);
 }
 
 static void shm_free(struct dt_shm *s)
@@ -91,7 +97,10 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
 void dt_coll_free(struct dt_coll *c)
 {
     if (!c->topo.world) return;
-    for (int i = 0; i < c->nallocs; i++) shm_free(&c->allocs[i]);
+    for (int i = 0; i < c->nallocs; i++) {
+        shm_free(c->allocs[i]);
+        free(c->allocs[i]);
+    }
     free(c->allocs);
     shm_free(&c->staging);
     free(c->tmp);
@@ -102,20 +111,35 @@ void dt_coll_free(struct dt_coll *c)
     memset(c, 0, sizeof *c);
 }
 
-float *dt_coll_alloc(struct dt_coll *c, size_t count)
+static struct dt_shm *new_alloc(struct dt_coll *c)
 {
     c->allocs = realloc(c->allocs, sizeof *c->allocs * (size_t)(c->nallocs + 1));
     if (!c->allocs) DT_DIE("out of memory");
-    struct dt_shm *s = &c->allocs[c->nallocs++];
+    return c->allocs[c->nallocs++] = dt_xcalloc(1, sizeof(struct dt_shm));
+}
+
+float *dt_coll_alloc(struct dt_coll *c, size_t count)
+{
+    struct dt_shm *s = new_alloc(c);
     shm_create(c, s, count);
     return s->peer[c->topo.local_rank];
+}
+
+const struct dt_shm *dt_coll_alloc_node_shared(struct dt_coll *c, size_t count)
+{
+    struct dt_shm *s = new_alloc(c);
+    shm_create_sized(c, s, count, c->topo.local_rank == 0 ? count : 0);
+    s->node_shared = 1;
+    return s;
 }
 
 const struct dt_shm *dt_coll_find_shm(const struct dt_coll *c, const float *p, size_t count)
 {
     for (int i = 0; i < c->nallocs; i++) {
-        const float *base = c->allocs[i].peer[c->topo.local_rank];
-        if (p >= base && p + count <= base + c->allocs[i].count) return &c->allocs[i];
+        const struct dt_shm *s = c->allocs[i];
+        if (s->node_shared) continue;
+        const float *base = s->peer[c->topo.local_rank];
+        if (p >= base && p + count <= base + s->count) return s;
     }
     return NULL;
 }

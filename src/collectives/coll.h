@@ -59,6 +59,7 @@ struct dt_shm {
     MPI_Win win;
     size_t count;               /* floats per local rank */
     float **peer;               /* [local_size] base of each local rank's region */
+    int node_shared;            /* one block in local rank 0's region (not per rank) */
 };
 
 struct dt_coll {
@@ -66,7 +67,7 @@ struct dt_coll {
     struct dt_coll_config cfg;
     const struct dt_allreduce_algo *algo;  /* the configured one */
     struct dt_shm staging;      /* hier copies other buffers through this */
-    struct dt_shm *allocs;      /* dt_coll_alloc's windows (zero-copy) */
+    struct dt_shm **allocs;     /* dt_coll_alloc's windows (stable pointers) */
     int nallocs;
     /* scratch */
     float *tmp;
@@ -85,6 +86,9 @@ void dt_coll_free(struct dt_coll *c);
 /* Collective over the node: count floats inside the shared window (the
  * same count on every rank). Valid until dt_coll_free. */
 float *dt_coll_alloc(struct dt_coll *c, size_t count);
+/* Collective over the node: ONE block of count floats for the whole node
+ * (held in local rank 0's region), mapped by every local rank. */
+const struct dt_shm *dt_coll_alloc_node_shared(struct dt_coll *c, size_t count);
 /* Sum over all ranks with the configured algorithm. */
 void dt_allreduce(struct dt_coll *c, const float *send, float *recv, size_t count);
 const struct dt_allreduce_algo *dt_allreduce_find(const char *name);

@@ -133,7 +133,7 @@ void dt_model_free(struct dt_model *m)
             m->be->free(m->act[i]);
             if (m->dact[i]) m->be->free(m->dact[i]);
         }
-        m->be->free(m->params);
+        if (!m->params_borrowed) m->be->free(m->params);
         if (!m->grads_borrowed) m->be->free(m->grads);
     }
     free(m->act);

@@ -22,6 +22,7 @@ struct dt_model {
     struct dt_layer *layers;
     size_t nparams;
     float *params;   /* [nparams], device */
+    int params_borrowed; /* params belongs to someone else (a node-shared window) */
     float *grads;    /* [nparams], device: d(loss)/d(params) of the last backward */
     int grads_borrowed; /* grads belongs to someone else (a shared window) */
     int max_n;       /* largest batch the buffers hold */

@@ -25,12 +25,13 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     else if (strcmp(name, "mirrored") == 0) s->ops = &dt_strategy_mirrored;
     else if (strcmp(name, "multi-worker") == 0) s->ops = &dt_strategy_multi_worker;
     else if (strcmp(name, "sharded") == 0) s->ops = &dt_strategy_sharded;
+    else if (strcmp(name, "central-storage") == 0) s->ops = &dt_strategy_central_storage;
     else if (strcmp(name, "tpu") == 0)
         return dt_fail(st, DT_EUSAGE, "--strategy tpu: TPUStrategy has no counterpart on MPI clusters (TPU pods "
                        "are not MPI jobs); use --strategy multi-worker (or auto) for synchronous training "
                        "across nodes, or sharded to split the optimizer state");
     else
-        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker or sharded, found '%s'", name);
+        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker, central-storage or sharded, found '%s'", name);
     /* Every rank resolves the same name the same way, so refusals inside
      * setup are agreed on there. */
     return s->ops->setup(s, st);

@@ -52,7 +52,8 @@ struct dt_strategy {
     float stats[DT_STATS];
 };
 
-extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded;
+extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
+    dt_strategy_central_storage;
 
 /* Resolve cfg->strategy ("auto" by layout) and run its setup. Refusals
  * (tpu, mirrored across nodes, ...) are usage errors agreed on by all ranks. */
