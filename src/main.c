@@ -59,7 +59,14 @@ int main(int argc, char **argv)
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
         const struct dt_strategy *s = &trainer.strategy;
-        if (s->ops == &dt_strategy_sharded)
+        if (s->ops == &dt_strategy_parameter_server) {
+            char mode[48];
+            snprintf(mode, sizeof mode, cfg.ps_mode == 0 ? "async" : cfg.ps_mode == 2 ? "sync" : "ssp, staleness %d",
+                     cfg.staleness);
+            printf("layout: %s; strategy parameter-server (%s): %d server%s, %d worker%s\n", layout, mode,
+                   cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas, s->nreplicas == 1 ? "" : "s");
+        }
+        else if (s->ops == &dt_strategy_sharded)
             printf("layout: %s; strategy sharded: optimizer state %.2f MiB per rank (1/%d of the model's)\n",
                    layout, (double)dt_strategy_optimizer_bytes(s) / 1048576.0, nranks);
         else

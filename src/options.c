@@ -40,7 +40,11 @@ void dt_options_usage(FILE *out)
         "      --strategy NAME      auto (default: mirrored on one node, multi-worker on\n"
         "                           several), mirrored, multi-worker, central-storage\n"
         "                           (one copy of parameters and optimizer per node), or\n"
-        "                           sharded (ZeRO-1: each rank keeps 1/N of the optimizer)\n"
+        "                           sharded (ZeRO-1: each rank keeps 1/N of the optimizer),\n"
+        "                           or parameter-server (one-sided MPI)\n"
+        "      --num-ps K           parameter-server: ranks 0..K-1 are servers (default 1)\n"
+        "      --ps-mode M          async (default), ssp or sync\n"
+        "      --staleness S        ssp: steps a worker may run ahead of the slowest (2)\n"
         "\n"
         "Gradient exchange:\n"
         "      --allreduce ALGO     auto (default: by size and layout), mpi, ring or hier\n"
@@ -96,7 +100,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 }
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
-       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
+       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -114,6 +118,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"shard-policy", required_argument, 0, OPT_SHARD},
         {"threads", required_argument, 0, 't'},
         {"strategy", required_argument, 0, OPT_STRATEGY},
+        {"num-ps", required_argument, 0, OPT_NUM_PS},
+        {"ps-mode", required_argument, 0, OPT_PS_MODE},
+        {"staleness", required_argument, 0, OPT_STALENESS},
         {"allreduce", required_argument, 0, OPT_ALLREDUCE},
         {"allreduce-table", required_argument, 0, OPT_TABLE},
         {"ranks-per-node", required_argument, 0, OPT_RPN},
@@ -135,7 +142,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
                               .dropout = 0.5f, .seed = 42, .validation = 1,
                               .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
-                              .strategy = "auto", .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1};
+                              .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -179,6 +186,14 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             break;
         case OPT_TABLE: cfg->allreduce_table = optarg; break;
         case OPT_STRATEGY: cfg->strategy = optarg; break; /* checked by dt_strategy_create */
+        case OPT_NUM_PS: rc = parse_long("--num-ps", optarg, 1, 1 << 20, &v, st); cfg->num_ps = (int)v; break;
+        case OPT_PS_MODE:
+            if (!strcmp(optarg, "async")) cfg->ps_mode = 0;
+            else if (!strcmp(optarg, "ssp")) cfg->ps_mode = 1;
+            else if (!strcmp(optarg, "sync")) cfg->ps_mode = 2;
+            else rc = dt_fail(st, DT_EUSAGE, "--ps-mode: expected async, ssp or sync, found '%s'", optarg);
+            break;
+        case OPT_STALENESS: rc = parse_long("--staleness", optarg, 0, 1 << 20, &v, st); cfg->staleness = (int)v; break;
         case OPT_RPN: rc = parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
         case OPT_BUCKET: {
             float mb;

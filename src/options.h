@@ -28,6 +28,9 @@ struct dt_config {
     int threads;            /* BLAS/oneDNN threads per rank: 1 */
     /* gradient exchange (src/collectives/) */
     const char *strategy;   /* auto | mirrored | multi-worker | sharded | tpu (refused) */
+    int num_ps;             /* parameter-server: server ranks (1) */
+    int ps_mode;            /* 0 async, 1 ssp, 2 sync */
+    int staleness;          /* ssp: steps a worker may run ahead of the slowest (2) */
     const char *allreduce;  /* auto | mpi | ring | hier */
     const char *allreduce_table; /* auto's table file; NULL = built in */
     int ranks_per_node;     /* 0 = detect */

@@ -28,6 +28,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK) return st->code;
 
     int policy = dt_shard_resolve(cfg->shard_policy, cfg->ninputs, t->nranks);
+    t->policy = policy;
     if (policy < 0)
         dt_fail(st, DT_EUSAGE, "--shard-policy file: %d shard file%s for %d ranks; each rank needs at "
                 "least one file (use --shard-policy data, or write more shards with dtrain-prep --shards)",
@@ -40,12 +41,6 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     }
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
 
-    int64_t *per_file = dt_xcalloc((size_t)cfg->ninputs, sizeof(int64_t));
-    for (int f = 0; f < cfg->ninputs; f++)
-        per_file[f] = t->data.split[DT_TRAIN].file_start[f + 1] - t->data.split[DT_TRAIN].file_start[f];
-    dt_shard_init(&t->plan, policy, t->rank, t->nranks, cfg->batch_size, cfg->ninputs, per_file);
-    free(per_file);
-
     dt_model_create(&t->model, t->be, cfg->batch_size);
     if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
     DT_MPI_CHECK(MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
@@ -54,6 +49,15 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
      * the optimizer; its refusals (mirrored across nodes, ...) are agreed. */
     dt_strategy_create(&t->strategy, cfg, &t->model, &t->coll, st);
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+
+    int64_t *per_file = dt_xcalloc((size_t)cfg->ninputs, sizeof(int64_t));
+    for (int f = 0; f < cfg->ninputs; f++)
+        per_file[f] = t->data.split[DT_TRAIN].file_start[f + 1] - t->data.split[DT_TRAIN].file_start[f];
+    /* Replicas only: a parameter server's servers train on nothing (they take
+     * worker 0's plan, to know the step count). */
+    int replica = t->strategy.replica >= 0 ? t->strategy.replica : 0;
+    dt_shard_init(&t->plan, t->policy, replica, t->strategy.nreplicas, cfg->batch_size, cfg->ninputs, per_file);
+    free(per_file);
 
     dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
@@ -115,15 +119,21 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < steps) steps = cfg->steps_per_epoch;
     dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
     dt_reducer_stats_reset(&t->strategy.reducer);
+    struct dt_strategy *strat = &t->strategy;
+    const int replica = strat->replica >= 0, per_step = !strat->local_stats;
     double t0 = MPI_Wtime();
     for (int64_t s = 0; s < steps; s++) {
         int64_t global;
         int n = dt_shard_step(&t->plan, s, t->idx, &global);
+        es->samples += global;
+        if (!replica) continue; /* a parameter server's server: it serves in epoch_end */
         if (dt_dataset_read(&t->data, DT_TRAIN, t->idx, n, t->host_images, t->host_labels, st) != DT_OK)
             return st->code;
         load_batch(t, n);
+        if (strat->ops->pull) strat->ops->pull(strat);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
-        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 1.0f / (float)global);
+        float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)global;
+        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale);
         float stats[DT_STATS] = {(float)r.loss_sum, (float)r.correct};
         t->strategy.ops->begin(&t->strategy, stats);
         dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
@@ -133,13 +143,19 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
         epoch_sums[0] += sums[0];
         epoch_sums[1] += sums[1];
-        es->samples += global;
+        if (!per_step) continue; /* only this replica's figures: summed at the epoch's end */
         if (cfg->verbose >= 2 && t->rank == 0)
             fprintf(out, "step %lld/%lld - loss: %.6f - accuracy: %.4f\n", (long long)s + 1,
                     (long long)steps, sums[0] / (double)global, sums[1] / (double)global);
         if (!isfinite(sums[0]))
             return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the loss is %f; try a smaller --lr",
                            epoch + 1, (long long)s + 1, sums[0]);
+    }
+    if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)steps);
+    if (!per_step) {
+        dt_allreduce_sum_f64(epoch_sums, 2, t->comm);
+        if (!isfinite(epoch_sums[0]))
+            return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", epoch + 1, epoch_sums[0]);
     }
     es->seconds = MPI_Wtime() - t0;
     if (t->strategy.reducer.steps) {

@@ -36,6 +36,7 @@ struct dt_trainer {
     const struct dt_backend *be;
     struct dt_dataset data;
     struct dt_shard_plan plan;
+    int policy;                     /* resolved --shard-policy */
     struct dt_model model;
     dt_rng dropout_rng;             /* per rank */
     int64_t *idx;                   /* [batch] */

@@ -104,6 +104,8 @@ START_TEST(test_allreduce_exact)
 }
 END_TEST
 
+static struct dt_config ps_cfg; /* parameter-server settings for the next train_full */
+
 static void train_full(const char *path, const char *model, int epochs, int batch, const char *allreduce,
                        int overlap, float dropout, const char *strategy, int ranks_per_node,
                        struct dt_trainer *t)
@@ -124,6 +126,11 @@ static void train_full(const char *path, const char *model, int epochs, int batc
     cfg.dropout = dropout;
     cfg.strategy = strategy;
     cfg.ranks_per_node = ranks_per_node;
+    if (ps_cfg.num_ps) {
+        cfg.num_ps = ps_cfg.num_ps;
+        cfg.ps_mode = ps_cfg.ps_mode;
+        cfg.staleness = ps_cfg.staleness;
+    }
     ck_assert_msg(dt_trainer_init(t, &cfg, MPI_COMM_WORLD, &st) == DT_OK, "init: %s", st.msg);
     ck_assert_msg(dt_trainer_fit(t, stdout, &st) == DT_OK, "fit: %s", st.msg);
 }
@@ -226,6 +233,52 @@ START_TEST(test_strategies_train_alike)
 }
 END_TEST
 
+/* The parameter server in each mode: learns the quadrant rule, applies every
+ * pushed gradient exactly once (servers' counters against the pushes the
+ * workers made: servers x workers x steps), and every rank ends an epoch with
+ * the same parameters. With 2 servers (3+ ranks) the shards cover the block
+ * exactly once. Needs a worker besides the servers: refused otherwise. */
+START_TEST(test_parameter_server)
+{
+    char path[600];
+    struct dt_trainer t;
+    const char *names[] = {"async", "ssp", "sync"};
+    snprintf(path, sizeof path, "%s/ps.h5", dir);
+    write_dataset(path, 240);
+    for (int servers = 1; servers <= 2; servers++) {
+        if (servers >= nranks) continue;
+        for (int mode = 0; mode < 3; mode++) {
+            ps_cfg = (struct dt_config){.num_ps = servers, .ps_mode = mode, .staleness = 1};
+            train_full(path, "cnn", 4, 8, "auto", -1, 0.0f, "parameter-server", 0, &t);
+            ck_assert_str_eq(t.strategy.ops->name, "parameter-server");
+            ck_assert_int_eq(t.strategy.nreplicas, nranks - servers);
+            long applied = dt_ps_applied(&t.strategy), total;
+            MPI_Allreduce(&applied, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+            ck_assert_int_eq(total, (long)servers * (nranks - servers) * 4 * t.plan.steps);
+            ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
+            ck_assert_msg(t.history[3].val_accuracy > 0.6, "%d server(s), %s: val_accuracy %f", servers,
+                          names[mode], t.history[3].val_accuracy);
+            size_t mine = t.rank < servers ? t.strategy.shard_len : 0, sum;
+            MPI_Allreduce(&mine, &sum, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+            ck_assert_uint_eq(sum, t.model.nparams); /* shards cover the block once */
+            dt_trainer_free(&t);
+        }
+    }
+    /* As many servers as ranks: no worker left. */
+    static char arg0[] = "dtrain", quiet[] = "--quiet";
+    char *argv[] = {arg0, path, quiet, NULL};
+    struct dt_config cfg;
+    dt_status st = {0};
+    ck_assert_int_eq(dt_options_parse(&cfg, 3, argv, &st), DT_OK);
+    cfg.strategy = "parameter-server";
+    cfg.num_ps = nranks;
+    ck_assert_int_eq(dt_trainer_init(&t, &cfg, MPI_COMM_WORLD, &st), DT_EUSAGE);
+    ck_assert_msg(strstr(st.msg, "needs at least one worker") != NULL, "%s", st.msg);
+    dt_trainer_free(&t);
+    memset(&ps_cfg, 0, sizeof ps_cfg);
+}
+END_TEST
+
 START_TEST(test_replicas_stay_identical)
 {
     char path[600];
@@ -289,6 +342,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_fewer_samples_than_ranks);
     tcase_add_test(tc, test_algorithms_train_alike);
     tcase_add_test(tc, test_strategies_train_alike);
+    tcase_add_test(tc, test_parameter_server);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */

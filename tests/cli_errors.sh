@@ -29,8 +29,14 @@ expect_fail 2 "--threads: expected an integer in \[1, 1024\], found 0" 2 "$good"
 expect_fail 2 "--shard-policy: expected auto, data or file, found 'rows'" 2 "$good" --shard-policy rows
 expect_fail 2 "--shard-policy file: 1 shard file for 2 ranks" 2 "$good" --shard-policy file
 expect_fail 2 "--allreduce: expected auto, mpi, ring or hier, found 'tree'" 2 "$good" --allreduce tree
-expect_fail 2 "--strategy: expected auto, mirrored, multi-worker, central-storage or sharded, found 'horovod'" 2 "$good" --strategy horovod
+expect_fail 2 "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded or parameter-server, found 'horovod'" 2 "$good" --strategy horovod
 expect_fail 2 "--strategy tpu: TPUStrategy has no counterpart on MPI clusters" 2 "$good" --strategy tpu
+expect_fail 2 "--num-ps 2: the parameter server needs at least one worker besides its 2 server ranks, and the job has 2 ranks" \
+  2 "$good" --strategy parameter-server --num-ps 2
+expect_fail 2 "--num-ps 1: the parameter server needs at least one worker besides its 1 server rank, and the job has 1 rank" \
+  1 "$good" --strategy parameter-server
+expect_fail 2 "--ps-mode: expected async, ssp or sync, found 'lazy'" 2 "$good" --ps-mode lazy
+expect_fail 2 "--staleness: expected an integer in \[0, .*found -1" 2 "$good" --staleness -1
 expect_fail 2 "--strategy mirrored: the ranks span 2 nodes x 1 rank (emulated); .*use --strategy multi-worker" \
   2 "$good" --strategy mirrored --ranks-per-node 1
 expect_fail 2 "--grad-compression: expected none, fp16 or bf16, found 'int8'" 2 "$good" --grad-compression int8
@@ -61,7 +67,8 @@ expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-r
 run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --model --dropout --optimizer --lr --momentum \
-           --seed --no-validation --shard-policy --threads --strategy --allreduce --allreduce-table \
+           --seed --no-validation --shard-policy --threads --strategy --num-ps --ps-mode --staleness \
+           --allreduce --allreduce-table \
            --ranks-per-node --bucket-mb --overlap --no-overlap --grad-compression --compress-cross-only \
            --quiet --verbose --help --version; do
   grep -q -- "$opt" "$out" || fail "--help does not document $opt"

@@ -19,6 +19,8 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     dt_optim_defaults(&s->optim_cfg, cfg->optimizer, st);
     if (cfg->lr > 0.0f) s->optim_cfg.lr = cfg->lr;
     s->optim_cfg.momentum = cfg->momentum;
+    s->replica = coll->topo.rank;
+    s->nreplicas = coll->topo.size;
 
     if (strcmp(name, "auto") == 0)
         s->ops = coll->topo.nnodes > 1 ? &dt_strategy_multi_worker : &dt_strategy_mirrored;
@@ -26,12 +28,13 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     else if (strcmp(name, "multi-worker") == 0) s->ops = &dt_strategy_multi_worker;
     else if (strcmp(name, "sharded") == 0) s->ops = &dt_strategy_sharded;
     else if (strcmp(name, "central-storage") == 0) s->ops = &dt_strategy_central_storage;
+    else if (strcmp(name, "parameter-server") == 0) s->ops = &dt_strategy_parameter_server;
     else if (strcmp(name, "tpu") == 0)
         return dt_fail(st, DT_EUSAGE, "--strategy tpu: TPUStrategy has no counterpart on MPI clusters (TPU pods "
                        "are not MPI jobs); use --strategy multi-worker (or auto) for synchronous training "
                        "across nodes, or sharded to split the optimizer state");
     else
-        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker, central-storage or sharded, found '%s'", name);
+        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded or parameter-server, found '%s'", name);
     /* Every rank resolves the same name the same way, so refusals inside
      * setup are agreed on there. */
     return s->ops->setup(s, st);

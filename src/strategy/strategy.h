@@ -27,6 +27,9 @@ struct dt_strategy_ops {
     /* Collective. After the model exists and rank 0's parameters have been
      * broadcast: check the layout, place the blocks, create the optimizer. */
     int (*setup)(struct dt_strategy *s, dt_status *st);
+    /* Optional: before a step's forward (a parameter-server worker reads the
+     * current parameters here, after waiting as its mode says). */
+    void (*pull)(struct dt_strategy *s);
     /* A step starts (before backward); stats[DT_STATS] are this rank's. */
     void (*begin)(struct dt_strategy *s, const float *stats);
     /* Backward has finished every layer from offset to the end of the block. */
@@ -34,6 +37,9 @@ struct dt_strategy_ops {
     /* Backward is done: reduce, update the parameters; stats receives the
      * sums over all replicas. */
     void (*finish)(struct dt_strategy *s, float *stats);
+    /* Optional, collective: an epoch of `steps` steps per replica is over
+     * (servers apply what is left; every rank gets the parameters). */
+    void (*epoch_end)(struct dt_strategy *s, long steps);
     void (*teardown)(struct dt_strategy *s);
 };
 
@@ -50,10 +56,15 @@ struct dt_strategy {
     int overlap;                 /* buckets reduced during backward */
     float *scratch;              /* strategy-private */
     float stats[DT_STATS];
+    int replica, nreplicas;      /* my index among the replicas (-1: server only), their count */
+    int local_stats;             /* finish returns this replica's stats only (summed per epoch) */
+    int scale_local;             /* the loss is this batch's mean, not the global batch's share */
 };
 
 extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
-    dt_strategy_central_storage;
+    dt_strategy_central_storage, dt_strategy_parameter_server;
+/* Updates the parameter server applied on this rank (0 elsewhere). */
+long dt_ps_applied(const struct dt_strategy *s);
 
 /* Resolve cfg->strategy ("auto" by layout) and run its setup. Refusals
  * (tpu, mirrored across nodes, ...) are usage errors agreed on by all ranks. */
