@@ -80,6 +80,7 @@ int main(int argc, char **argv)
     }
     int rc = dt_trainer_fit(&trainer, stdout, &st);
     if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+    if (rc == DT_OK && cfg.verbose >= 1) dt_trainer_report_memory(&trainer, stdout);
     dt_trainer_free(&trainer);
     return finish(rc);
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "checks.h"
 #include "collectives/allreduce.h"
@@ -194,6 +195,33 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         }
     }
     return DT_OK;
+}
+
+/* Proportional set size in KiB from /proc (Linux); -1 where unknown. */
+static double pss_kib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    double kib = -1.0;
+    if (!f) return kib;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Pss: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mine[3] = {(double)ru.ru_maxrss / 1024.0, pss_kib() / 1024.0,
+                      (double)dt_strategy_optimizer_bytes(&t->strategy) / 1048576.0};
+    double lo[3], hi[3];
+    MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, t->comm);
+    MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, t->comm);
+    if (t->rank == 0)
+        fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB\n",
+                lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
 }
 
 void dt_trainer_free(struct dt_trainer *t)

@@ -52,5 +52,9 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st);
 /* Evaluate on the test split: mean loss and accuracy over all of it. */
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy);
 void dt_trainer_free(struct dt_trainer *t);
+/* Collective: rank 0 prints min-max over ranks of peak RSS and current PSS
+ * (shared pages divided among the processes that map them, so one copy of
+ * the parameters per node shows), and the optimizer state per rank. */
+void dt_trainer_report_memory(struct dt_trainer *t, FILE *out);
 
 #endif
