@@ -69,12 +69,13 @@ static void idle(int *spins)
 #define PS_APPLIED(p, w) ((p)->nworkers + (w))
 #define PS_VERSION(p) (2 * (p)->nworkers)
 
+/* Workers hold one shared passive-target epoch on every window for the whole
+ * run (MPI_Win_lock_all) and complete each operation with MPI_Win_flush. */
 static long ctrl_get(struct ps *p, int server, int idx)
 {
     long v;
-    DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, server, 0, p->wctrl));
     DT_MPI_CHECK(MPI_Get(&v, 1, MPI_LONG, server, idx, 1, MPI_LONG, p->wctrl));
-    DT_MPI_CHECK(MPI_Win_unlock(server, p->wctrl));
+    DT_MPI_CHECK(MPI_Win_flush(server, p->wctrl));
     return v;
 }
 
@@ -88,6 +89,14 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
         return dt_fail(st, DT_EUSAGE, "--num-ps %d: the parameter server needs at least one worker besides "
                        "its %d server rank%s, and the job has %d rank%s", K, K, K == 1 ? "" : "s", t->size,
                        t->size == 1 ? "" : "s");
+#ifdef MPICH_VERSION
+    /* Seen with Debian's MPICH 4.0.2 (ch4:ucx): with two or more servers a
+     * worker's pushes to the second server are never seen there, and the job
+     * hangs; one server works. Refused rather than hanging. */
+    if (K > 1)
+        return dt_fail(st, DT_EUSAGE, "--num-ps %d: with MPICH, more than one parameter server hangs in "
+                       "passive-target RMA (seen with MPICH 4.0.2, ch4:ucx); use --num-ps 1, or Open MPI", K);
+#endif
     if ((size_t)K > m->nparams)
         return dt_fail(st, DT_EUSAGE, "--num-ps %d: more servers than the model's %zu parameters", K, m->nparams);
     struct ps *p = dt_xcalloc(1, sizeof *p);
@@ -130,6 +139,11 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
     s->local_stats = 1;
     s->scale_local = p->mode != PS_SYNC;
     DT_MPI_CHECK(MPI_Barrier(t->world)); /* windows initialised before anyone reads them */
+    if (p->worker >= 0) {
+        DT_MPI_CHECK(MPI_Win_lock_all(0, p->wparams));
+        DT_MPI_CHECK(MPI_Win_lock_all(0, p->winbox));
+        DT_MPI_CHECK(MPI_Win_lock_all(0, p->wctrl));
+    }
     return DT_OK;
 }
 
@@ -153,10 +167,9 @@ static void ps_pull(struct dt_strategy *s)
             for (int w = 0; w < p->nworkers; w++)
                 while (ctrl_get(p, k, PS_APPLIED(p, w)) < t - p->staleness) idle(&spins);
         }
-        DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, k, 0, p->wparams));
         DT_MPI_CHECK(MPI_Get(s->model->params + p->off[k], (int)p->len[k], MPI_FLOAT, k, 0, (int)p->len[k],
                              MPI_FLOAT, p->wparams));
-        DT_MPI_CHECK(MPI_Win_unlock(k, p->wparams));
+        DT_MPI_CHECK(MPI_Win_flush(k, p->wparams));
     }
 }
 
@@ -170,14 +183,12 @@ static void ps_finish(struct dt_strategy *s, float *stats)
         /* My slot is free once my previous push has been applied. */
         int spins = 0;
         while (ctrl_get(p, k, PS_APPLIED(p, p->worker)) < p->pushes) idle(&spins);
-        DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, k, 0, p->winbox));
         DT_MPI_CHECK(MPI_Accumulate(s->model->grads + p->off[k], (int)p->len[k], MPI_FLOAT, k,
                                     (MPI_Aint)((size_t)p->worker * p->len[k]), (int)p->len[k], MPI_FLOAT,
                                     MPI_SUM, p->winbox));
-        DT_MPI_CHECK(MPI_Win_unlock(k, p->winbox)); /* the gradient is there before the count says so */
-        DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, k, 0, p->wctrl));
+        DT_MPI_CHECK(MPI_Win_flush(k, p->winbox)); /* the gradient is there before the count says so */
         DT_MPI_CHECK(MPI_Accumulate(&one, 1, MPI_LONG, k, PS_PUSHED(p->worker), 1, MPI_LONG, MPI_SUM, p->wctrl));
-        DT_MPI_CHECK(MPI_Win_unlock(k, p->wctrl));
+        DT_MPI_CHECK(MPI_Win_flush(k, p->wctrl));
     }
     p->pushes++;
     memcpy(stats, s->stats, sizeof s->stats); /* this worker's own; summed at the epoch's end */
@@ -191,9 +202,13 @@ static void ps_serve(struct dt_strategy *s, long target)
     struct ps *p = PS(s);
     size_t len = p->len[p->server];
     long *pushed = p->ctrl, *applied = p->ctrl + p->nworkers, *version = p->ctrl + 2 * p->nworkers;
-    DT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, p->wctrl));
-    DT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, p->winbox));
-    DT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, p->wparams));
+    /* A shared lock on my own windows only: local loads and stores, ordered
+     * against the workers' RMA by MPI_Win_sync (other servers are not ours
+     * to lock). */
+    const int me = s->coll->topo.rank;
+    DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, me, MPI_MODE_NOCHECK, p->wctrl));
+    DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, me, MPI_MODE_NOCHECK, p->winbox));
+    DT_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, me, MPI_MODE_NOCHECK, p->wparams));
     int spins = 0;
     for (;;) {
         int done = 1, progressed = 0;
@@ -238,10 +253,15 @@ static void ps_serve(struct dt_strategy *s, long target)
         if (done) break;
         if (progressed) spins = 0;
         else idle(&spins);
+        /* Libraries that implement passive-target RMA in software (MPICH's
+         * ch4 over UCX here) complete workers' gets and accumulates only
+         * when the target calls into MPI: poke the progress engine. */
+        int flag;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, s->coll->topo.world, &flag, MPI_STATUS_IGNORE);
     }
-    MPI_Win_unlock_all(p->wparams);
-    MPI_Win_unlock_all(p->winbox);
-    MPI_Win_unlock_all(p->wctrl);
+    MPI_Win_unlock(me, p->wparams);
+    MPI_Win_unlock(me, p->winbox);
+    MPI_Win_unlock(me, p->wctrl);
 }
 
 /* Collective at the end of an epoch: servers finish applying; everyone gets
@@ -263,6 +283,11 @@ static void ps_teardown(struct dt_strategy *s)
 {
     struct ps *p = PS(s);
     if (!p) return;
+    if (p->worker >= 0) {
+        MPI_Win_unlock_all(p->wparams);
+        MPI_Win_unlock_all(p->winbox);
+        MPI_Win_unlock_all(p->wctrl);
+    }
     MPI_Win_free(&p->wparams);
     MPI_Win_free(&p->winbox);
     MPI_Win_free(&p->wctrl);
