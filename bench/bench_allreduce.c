@@ -29,6 +29,7 @@
 
 #include "checks.h"
 #include "collectives/coll.h"
+#include "options.h"
 #include "log.h"
 #include "status.h"
 
@@ -186,19 +187,6 @@ static int parse_bytes(const char *flag, const char *arg, size_t lo, size_t hi, 
     return DT_OK;
 }
 
-static int parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(arg, &end, 10);
-    if (errno || end == arg || *end != '\0')
-        return dt_fail(st, DT_EUSAGE, "%s: expected an integer, found '%s'", flag, arg);
-    if (v < lo || v > hi)
-        return dt_fail(st, DT_EUSAGE, "%s: expected an integer in [%ld, %ld], found %ld", flag, lo, hi, v);
-    *out = v;
-    return DT_OK;
-}
-
 static int parse_algorithms(struct options *o, const char *arg, dt_status *st)
 {
     const char *p = arg;
@@ -272,11 +260,11 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
         switch (c) {
         case 'b': rc = parse_bytes("--minbytes", optarg, 4, MAX_BYTES, &o->minbytes, st); break;
         case 'e': rc = parse_bytes("--maxbytes", optarg, 4, MAX_BYTES, &o->maxbytes, st); break;
-        case 'f': rc = parse_long("--stepfactor", optarg, 2, 1024, &o->step, st); break;
+        case 'f': rc = dt_parse_long("--stepfactor", optarg, 2, 1024, &o->step, st); break;
         case 'a': rc = parse_algorithms(o, optarg, st); break;
-        case 'n': rc = parse_long("--iters", optarg, 1, 1000000000L, &o->iters, st); break;
-        case 'w': rc = parse_long("--warmup", optarg, 0, 1000000000L, &o->warmup, st); break;
-        case OPT_RPN: rc = parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); o->ranks_per_node = (int)v; break;
+        case 'n': rc = dt_parse_long("--iters", optarg, 1, 1000000000L, &o->iters, st); break;
+        case 'w': rc = dt_parse_long("--warmup", optarg, 0, 1000000000L, &o->warmup, st); break;
+        case OPT_RPN: rc = dt_parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); o->ranks_per_node = (int)v; break;
         case OPT_COMPRESS:
             if (!strcmp(optarg, "none")) o->compress = DT_COMPRESS_NONE;
             else if (!strcmp(optarg, "fp16")) o->compress = DT_COMPRESS_FP16;

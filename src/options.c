@@ -71,7 +71,7 @@ void dt_options_usage(FILE *out)
         out);
 }
 
-static int parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st)
+int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st)
 {
     char *end;
     errno = 0;
@@ -150,9 +150,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         const char *flag = optind > 1 ? argv[optind - 1] : "?";
         int rc = DT_OK;
         switch (c) {
-        case 'e': rc = parse_long("--epochs", optarg, 1, INT_MAX, &v, st); cfg->epochs = (int)v; break;
-        case 'b': rc = parse_long("--batch-size", optarg, 1, 1 << 20, &v, st); cfg->batch_size = (int)v; break;
-        case OPT_STEPS: rc = parse_long("--steps-per-epoch", optarg, 1, LONG_MAX, &cfg->steps_per_epoch, st); break;
+        case 'e': rc = dt_parse_long("--epochs", optarg, 1, INT_MAX, &v, st); cfg->epochs = (int)v; break;
+        case 'b': rc = dt_parse_long("--batch-size", optarg, 1, 1 << 20, &v, st); cfg->batch_size = (int)v; break;
+        case OPT_STEPS: rc = dt_parse_long("--steps-per-epoch", optarg, 1, LONG_MAX, &cfg->steps_per_epoch, st); break;
         case 'm':
             if (strcmp(optarg, "cnn") && strcmp(optarg, "mlp"))
                 rc = dt_fail(st, DT_EUSAGE, "--model: expected cnn or mlp, found '%s'", optarg);
@@ -170,7 +170,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 rc = dt_fail(st, DT_EUSAGE, "--lr: expected a positive number, found %s", optarg);
             break;
         case OPT_MOMENTUM: rc = parse_float("--momentum", optarg, 0.0, 1.0, 1, &cfg->momentum, st); set_momentum = 1; break;
-        case 's': rc = parse_long("--seed", optarg, 0, LONG_MAX, &v, st); cfg->seed = (uint64_t)v; break;
+        case 's': rc = dt_parse_long("--seed", optarg, 0, LONG_MAX, &v, st); cfg->seed = (uint64_t)v; break;
         case OPT_NO_VAL: cfg->validation = 0; break;
         case OPT_SHARD:
             if (!strcmp(optarg, "auto")) cfg->shard_policy = DT_SHARD_AUTO;
@@ -178,7 +178,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             else if (!strcmp(optarg, "file")) cfg->shard_policy = DT_SHARD_FILE;
             else rc = dt_fail(st, DT_EUSAGE, "--shard-policy: expected auto, data or file, found '%s'", optarg);
             break;
-        case 't': rc = parse_long("--threads", optarg, 1, 1024, &v, st); cfg->threads = (int)v; break;
+        case 't': rc = dt_parse_long("--threads", optarg, 1, 1024, &v, st); cfg->threads = (int)v; break;
         case OPT_ALLREDUCE:
             if (strcmp(optarg, "auto") && strcmp(optarg, "mpi") && strcmp(optarg, "ring") && strcmp(optarg, "hier"))
                 rc = dt_fail(st, DT_EUSAGE, "--allreduce: expected auto, mpi, ring or hier, found '%s'", optarg);
@@ -186,15 +186,15 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             break;
         case OPT_TABLE: cfg->allreduce_table = optarg; break;
         case OPT_STRATEGY: cfg->strategy = optarg; break; /* checked by dt_strategy_create */
-        case OPT_NUM_PS: rc = parse_long("--num-ps", optarg, 1, 1 << 20, &v, st); cfg->num_ps = (int)v; break;
+        case OPT_NUM_PS: rc = dt_parse_long("--num-ps", optarg, 1, 1 << 20, &v, st); cfg->num_ps = (int)v; break;
         case OPT_PS_MODE:
             if (!strcmp(optarg, "async")) cfg->ps_mode = 0;
             else if (!strcmp(optarg, "ssp")) cfg->ps_mode = 1;
             else if (!strcmp(optarg, "sync")) cfg->ps_mode = 2;
             else rc = dt_fail(st, DT_EUSAGE, "--ps-mode: expected async, ssp or sync, found '%s'", optarg);
             break;
-        case OPT_STALENESS: rc = parse_long("--staleness", optarg, 0, 1 << 20, &v, st); cfg->staleness = (int)v; break;
-        case OPT_RPN: rc = parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
+        case OPT_STALENESS: rc = dt_parse_long("--staleness", optarg, 0, 1 << 20, &v, st); cfg->staleness = (int)v; break;
+        case OPT_RPN: rc = dt_parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
         case OPT_BUCKET: {
             float mb;
             rc = parse_float("--bucket-mb", optarg, 0.0, 65536.0, 0, &mb, st);

@@ -46,6 +46,9 @@ struct dt_config {
 /* Fills cfg from argv; returns DT_OK or DT_EUSAGE with st filled. */
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st);
 void dt_options_usage(FILE *out);
+/* An integer flag value in [lo, hi]; the message names the flag. Shared with
+ * the other executables (dtrain-bench-allreduce). */
+int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st);
 void dt_options_free(struct dt_config *cfg);
 
 #endif
