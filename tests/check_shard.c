@@ -17,6 +17,7 @@
 static void check_epoch(int policy, int nranks, int batch, int nfiles, const int64_t *per_file, int shuffle)
 {
     struct dt_shard_plan plans[4];
+    memset(plans, 0, sizeof plans);
     int64_t total = 0;
     for (int f = 0; f < nfiles; f++) total += per_file[f];
     int *seen = calloc((size_t)total + 1, sizeof(int));
