@@ -19,7 +19,7 @@
 
 static const struct dt_shm *shared_params(const struct dt_strategy *s)
 {
-    return (const struct dt_shm *)(const void *)s->scratch;
+    return s->priv;
 }
 
 static int central_setup(struct dt_strategy *s, dt_status *st)
@@ -34,7 +34,7 @@ static int central_setup(struct dt_strategy *s, dt_status *st)
     s->be->free(m->params);
     m->params = shared;
     m->params_borrowed = 1;
-    s->scratch = (float *)(uintptr_t)(const void *)shm;
+    s->priv = (void *)(uintptr_t)shm; /* kept const in use: shared_params() */
     /* Gradients and buckets as mirrored, without its optimizer. */
     int rc = dt_allreduce_strategy_setup(s, st);
     dt_optim_free(&s->optim);

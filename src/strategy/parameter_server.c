@@ -50,7 +50,7 @@ struct ps {
     float *sum;                 /* server, sync mode: [len] */
 };
 
-static struct ps *PS(const struct dt_strategy *s) { return (struct ps *)(void *)s->scratch; }
+static struct ps *PS(const struct dt_strategy *s) { return s->priv; }
 
 /* Waiting: spin a little (an update is usually microseconds away), then
  * sleep 20 us at a time, so a server or a waiting worker sharing a core
@@ -100,7 +100,7 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
     if ((size_t)K > m->nparams)
         return dt_fail(st, DT_EUSAGE, "--num-ps %d: more servers than the model's %zu parameters", K, m->nparams);
     struct ps *p = dt_xcalloc(1, sizeof *p);
-    s->scratch = (float *)(void *)p;
+    s->priv = p;
     p->nps = K;
     p->nworkers = t->size - K;
     p->mode = cfg->ps_mode;
@@ -297,7 +297,7 @@ static void ps_teardown(struct dt_strategy *s)
     free(p->displs);
     free(p->sum);
     free(p);
-    s->scratch = NULL;
+    s->priv = NULL;
 }
 
 long dt_ps_applied(const struct dt_strategy *s)

@@ -38,7 +38,7 @@ static int sharded_setup(struct dt_strategy *s, dt_status *st)
     }
     dt_segment(n, t->size, t->rank, &s->shard_off, &s->shard_len);
     z->shard_grads = s->be->alloc(sizeof(float) * (s->shard_len ? s->shard_len : 1));
-    s->scratch = (float *)(void *)z;
+    s->priv = z;
     dt_optim_create(&s->optim, s->be, &s->optim_cfg, s->shard_len);
     return DT_OK;
 }
@@ -52,7 +52,7 @@ static void sharded_ready(struct dt_strategy *s, size_t offset) { (void)s; (void
 
 static void sharded_finish(struct dt_strategy *s, float *stats)
 {
-    struct sharded *z = (struct sharded *)(void *)s->scratch;
+    struct sharded *z = s->priv;
     struct dt_model *m = s->model;
     MPI_Comm world = s->coll->topo.world;
     DT_MPI_CHECK(MPI_Reduce_scatter(m->grads, z->shard_grads, z->counts, MPI_FLOAT, MPI_SUM, world));
@@ -64,13 +64,13 @@ static void sharded_finish(struct dt_strategy *s, float *stats)
 
 static void sharded_teardown(struct dt_strategy *s)
 {
-    struct sharded *z = (struct sharded *)(void *)s->scratch;
+    struct sharded *z = s->priv;
     if (!z) return;
     s->be->free(z->shard_grads);
     free(z->counts);
     free(z->displs);
     free(z);
-    s->scratch = NULL;
+    s->priv = NULL;
 }
 
 const struct dt_strategy_ops dt_strategy_sharded = {

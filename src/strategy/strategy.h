@@ -54,7 +54,7 @@ struct dt_strategy {
     size_t shard_off, shard_len; /* the part of the block this rank's optimizer owns */
     struct dt_reducer reducer;   /* all-reduce strategies */
     int overlap;                 /* buckets reduced during backward */
-    float *scratch;              /* strategy-private */
+    void *priv;                  /* strategy-private state */
     float stats[DT_STATS];
     int replica, nreplicas;      /* my index among the replicas (-1: server only), their count */
     int local_stats;             /* finish returns this replica's stats only (summed per epoch) */
