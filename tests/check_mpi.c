@@ -104,6 +104,37 @@ START_TEST(test_allreduce_exact)
 }
 END_TEST
 
+/* Largest |x| of a parameter block, and largest |a - b| between two. */
+static float max_abs(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+static float max_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i] - b[i]) > m ? fabsf(a[i] - b[i]) : m;
+    return m;
+}
+
+/* dt_trainer_init with these settings must refuse with a usage error whose
+ * message contains needle; returns so the caller can print it. */
+static void expect_refusal(const char *path, const char *strategy, int num_ps, const char *needle, dt_status *st)
+{
+    static char arg0[] = "dtrain", quiet[] = "--quiet";
+    char *argv[] = {arg0, (char *)path, quiet, NULL};
+    struct dt_config cfg;
+    struct dt_trainer t;
+    ck_assert_int_eq(dt_options_parse(&cfg, 3, argv, st), DT_OK);
+    cfg.strategy = strategy;
+    cfg.num_ps = num_ps;
+    ck_assert_int_eq(dt_trainer_init(&t, &cfg, MPI_COMM_WORLD, st), DT_EUSAGE);
+    ck_assert_msg(strstr(st->msg, needle) != NULL, "%s", st->msg);
+    dt_trainer_free(&t);
+}
+
 static struct dt_config ps_cfg; /* parameter-server settings for the next train_full */
 
 static void train_full(const char *path, const char *model, int epochs, int batch, const char *allreduce,
@@ -158,17 +189,11 @@ START_TEST(test_algorithms_train_alike)
     snprintf(path, sizeof path, "%s/alike.h5", dir);
     write_dataset(path, 120);
     train_with(path, "cnn", 2, 8, "mpi", 0, 0.0f, &ref); /* no dropout: only the sums differ */
-    float big = 0.0f;
-    for (size_t i = 0; i < ref.model.nparams; i++)
-        big = fabsf(ref.model.params[i]) > big ? fabsf(ref.model.params[i]) : big;
+    float big = max_abs(ref.model.params, ref.model.nparams);
     for (int a = 0; a < 3; a++)
         for (int overlap = 0; overlap <= 1; overlap++) {
             train_with(path, "cnn", 2, 8, algos[a], overlap, 0.0f, &t);
-            float worst = 0.0f;
-            for (size_t i = 0; i < t.model.nparams; i++) {
-                float d = fabsf(t.model.params[i] - ref.model.params[i]);
-                worst = d > worst ? d : worst;
-            }
+            float worst = max_diff(t.model.params, ref.model.params, t.model.nparams);
             ck_assert_msg(worst <= 1e-5f * big, "%s (overlap %d): parameters differ from mpi's by %g (largest %g)",
                           algos[a], overlap, (double)worst, (double)big);
             ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
@@ -191,19 +216,13 @@ START_TEST(test_strategies_train_alike)
     write_dataset(path, 120);
     train_full(path, "cnn", 2, 8, "mpi", 0, 0.0f, "mirrored", 0, &ref);
     ck_assert_str_eq(ref.strategy.ops->name, "mirrored");
-    float big = 0.0f;
-    for (size_t i = 0; i < ref.model.nparams; i++)
-        big = fabsf(ref.model.params[i]) > big ? fabsf(ref.model.params[i]) : big;
+    float big = max_abs(ref.model.params, ref.model.nparams);
     const char *names[] = {"multi-worker", "sharded", "central-storage"};
     for (int k = 0; k < 3; k++) {
         int rpn = k == 0 && nranks % 2 == 0 && nranks > 1 ? nranks / 2 : 0;
         train_full(path, "cnn", 2, 8, "auto", -1, 0.0f, names[k], rpn, &t);
         ck_assert_str_eq(t.strategy.ops->name, names[k]);
-        float worst = 0.0f;
-        for (size_t i = 0; i < t.model.nparams; i++) {
-            float d = fabsf(t.model.params[i] - ref.model.params[i]);
-            worst = d > worst ? d : worst;
-        }
+        float worst = max_diff(t.model.params, ref.model.params, t.model.nparams);
         ck_assert_msg(worst <= 1e-5f * big, "%s: parameters differ from mirrored's by %g (largest %g)",
                       names[k], (double)worst, (double)big);
         ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
@@ -249,17 +268,9 @@ START_TEST(test_parameter_server)
         if (servers >= nranks) continue;
 #ifdef MPICH_VERSION
         if (servers > 1) { /* refused under MPICH (see parameter_server.c), and says why */
-            static char a0[] = "dtrain", q[] = "--quiet";
-            char *av[] = {a0, path, q, NULL};
-            struct dt_config c2;
             dt_status s2 = {0};
-            ck_assert_int_eq(dt_options_parse(&c2, 3, av, &s2), DT_OK);
-            c2.strategy = "parameter-server";
-            c2.num_ps = servers;
-            ck_assert_int_eq(dt_trainer_init(&t, &c2, MPI_COMM_WORLD, &s2), DT_EUSAGE);
-            ck_assert_msg(strstr(s2.msg, "with MPICH") != NULL, "%s", s2.msg);
+            expect_refusal(path, "parameter-server", servers, "with MPICH", &s2);
             if (rank == 0) printf("MPICH limitation: %s\n", s2.msg);
-            dt_trainer_free(&t);
             continue;
         }
 #endif
@@ -281,16 +292,8 @@ START_TEST(test_parameter_server)
         }
     }
     /* As many servers as ranks: no worker left. */
-    static char arg0[] = "dtrain", quiet[] = "--quiet";
-    char *argv[] = {arg0, path, quiet, NULL};
-    struct dt_config cfg;
     dt_status st = {0};
-    ck_assert_int_eq(dt_options_parse(&cfg, 3, argv, &st), DT_OK);
-    cfg.strategy = "parameter-server";
-    cfg.num_ps = nranks;
-    ck_assert_int_eq(dt_trainer_init(&t, &cfg, MPI_COMM_WORLD, &st), DT_EUSAGE);
-    ck_assert_msg(strstr(st.msg, "needs at least one worker") != NULL, "%s", st.msg);
-    dt_trainer_free(&t);
+    expect_refusal(path, "parameter-server", nranks, "needs at least one worker", &st);
     memset(&ps_cfg, 0, sizeof ps_cfg);
 }
 END_TEST
