@@ -14,6 +14,13 @@
 
 #include "rng.h"
 
+/* Arithmetic of convolutions and matmuls (--precision). Parameters,
+ * optimizer state and the tensors between layers stay float32 in every mode
+ * (fp32 master weights); fp16/bf16 run the convolutions and matrix products
+ * with 16-bit inputs and float32 accumulation (tensor cores on the GPU,
+ * AVX512-BF16/AMX through oneDNN on the CPU). */
+enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_FP16 = 1, DT_PREC_BF16 = 2 };
+
 /* A 2-D convolution (or pooling window) over NHWC tensors. */
 struct dt_conv_shape {
     int h, w, c;       /* input height, width, channels */
@@ -36,11 +43,19 @@ struct dt_backend {
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
-    /* Threads per rank, and the calling thread's floating-point mode (on the
-     * CPU: denormals flushed to zero, as TensorFlow does: tiny gradients
-     * otherwise cost up to a third of the step time). Call before starting
-     * threads: they inherit the mode. */
-    void (*setup)(int nthreads);
+    /* Host memory the backend copies from fastest (pinned on the GPU). */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* Wait until every operation queued so far has finished (a no-op on the
+     * CPU, whose operations finish before they return). */
+    void (*synchronize)(void);
+    /* Threads per rank, the precision (enum dt_precision), and the calling
+     * thread's floating-point mode (on the CPU: denormals flushed to zero, as
+     * TensorFlow does: tiny gradients otherwise cost up to a third of the
+     * step time). Call before starting threads: they inherit the mode.
+     * Returns 0, or -1 with the reason in why when the backend cannot run
+     * that precision here (fp16 on the CPU, bf16 without bf16 instructions). */
+    int (*setup)(int nthreads, int precision, char *why, size_t whylen);
 
     /* Convolution with bias, optionally followed by ReLU in the same pass
      * (relu != 0). Batch size n may vary from call to call. */
@@ -91,6 +106,11 @@ struct dt_backend {
                         float alpha, float beta1, float beta2, float eps);
     void (*sgd_update)(float *param, float *velocity, const float *grad, size_t n, float lr,
                        float momentum);
+
+    /* Loss scaling: returns 1 when all n values are finite, and then
+     * multiplies them by inv_scale; returns 0 (values left as they were) when
+     * any is NaN or infinite. */
+    int (*unscale_check)(float *grad, size_t n, float inv_scale);
 };
 
 extern const struct dt_backend dt_backend_cpu;

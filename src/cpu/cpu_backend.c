@@ -12,6 +12,7 @@ static void *cpu_alloc(size_t bytes) { return dt_xmalloc(bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_synchronize(void) {}
 
 const struct dt_backend dt_backend_cpu = {
     .name = "cpu",
@@ -21,6 +22,9 @@ const struct dt_backend dt_backend_cpu = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .copy = cpu_copy,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .synchronize = cpu_synchronize,
     .setup = cpu_setup,
     .conv_create = cpu_conv_create,
     .conv_destroy = cpu_conv_destroy,
@@ -41,4 +45,5 @@ const struct dt_backend dt_backend_cpu = {
     .images_to_float = cpu_images_to_float,
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
+    .unscale_check = cpu_unscale_check,
 };

@@ -56,6 +56,11 @@ void cpu_adam_update(float *param, float *m, float *v, const float *grad, size_t
                      float beta1, float beta2, float eps);
 void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
                     float momentum);
-void cpu_setup(int nthreads);
+int cpu_setup(int nthreads, int precision, char *why, size_t whylen);
+int cpu_unscale_check(float *grad, size_t n, float inv_scale);
+/* The precision setup() chose (enum dt_precision), and whether this CPU has
+ * bf16 dot-product instructions. */
+extern int cpu_precision;
+int cpu_has_bf16(void);
 
 #endif

@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
@@ -17,7 +18,18 @@
 void openblas_set_num_threads(int);
 #endif
 
-void cpu_setup(int nthreads)
+int cpu_precision = DT_PREC_FP32;
+
+int cpu_has_bf16(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+#else
+    return 0;
+#endif
+}
+
+int cpu_setup(int nthreads, int precision, char *why, size_t whylen)
 {
 #if defined(__SSE__) || defined(__x86_64__)
     _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) and DAZ (bit 6) */
@@ -26,6 +38,27 @@ void cpu_setup(int nthreads)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(nthreads);
 #endif
+    if (precision == DT_PREC_FP16) {
+        snprintf(why, whylen, "the CPU backend has no fp16 arithmetic; use --precision bf16 (or fp32), "
+                 "or fp16 with --device cuda");
+        return -1;
+    }
+    if (precision == DT_PREC_BF16 && !cpu_has_bf16()) {
+        snprintf(why, whylen, "this CPU has neither AVX512-BF16 nor AMX-BF16 instructions; "
+                 "--precision bf16 would be emulated and slower than fp32");
+        return -1;
+    }
+    cpu_precision = precision;
+    return 0;
+}
+
+DT_MULTIVERSION int cpu_unscale_check(float *grad, size_t n, float inv_scale)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(grad[i]);
+    if (bad) return 0;
+    for (size_t i = 0; i < n; i++) grad[i] *= inv_scale;
+    return 1;
 }
 
 void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
