@@ -16,8 +16,10 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
     t->be = &dt_backend_cpu;
-    t->be->setup(cfg->threads);
     st->code = DT_OK;
+    char reason[256];
+    if (t->be->setup(cfg->threads, DT_PREC_FP32, reason, sizeof reason) != 0)
+        dt_fail(st, DT_EUSAGE, "%s", reason);
     struct dt_coll_config cc = {.algorithm = cfg->allreduce, .ranks_per_node = cfg->ranks_per_node,
                                 .compress = cfg->compress, .compress_cross_only = cfg->compress_cross_only,
                                 .table = cfg->allreduce_table};
