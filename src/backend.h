@@ -21,6 +21,11 @@
  * AVX512-BF16/AMX through oneDNN on the CPU). */
 enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_FP16 = 1, DT_PREC_BF16 = 2 };
 
+static inline const char *dt_precision_name(int p)
+{
+    return p == DT_PREC_FP16 ? "fp16" : p == DT_PREC_BF16 ? "bf16" : "fp32";
+}
+
 /* A 2-D convolution (or pooling window) over NHWC tensors. */
 struct dt_conv_shape {
     int h, w, c;       /* input height, width, channels */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "data/shard.h"
 #include "options.h"
 
@@ -35,6 +36,20 @@ void dt_options_usage(FILE *out)
         "      --shard-policy P     auto (default), data or file: how samples are dealt\n"
         "                           to ranks (file: whole shard files per rank)\n"
         "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
+        "\n"
+        "Device and precision:\n"
+        "      --device D           cpu (default) or cuda: one GPU per rank, the node-\n"
+        "                           local rank picks it (needs a --with-cuda build)\n"
+        "      --gpus-per-node N    GPUs to use per node (default: all visible); more\n"
+        "                           ranks on a node than GPUs is refused\n"
+        "      --devices            print each rank's host, node, local rank and device,\n"
+        "                           then exit\n"
+        "      --precision P        fp32 (default), bf16 or fp16: 16-bit convolutions\n"
+        "                           and matmuls with fp32 master weights and 16-bit\n"
+        "                           gradient transport (fp16: GPU only)\n"
+        "      --loss-scale S       dynamic (default with fp16: start 2^15, halve and\n"
+        "                           skip the step on overflow, double after 2000 clean\n"
+        "                           steps), none (default otherwise), or a fixed number\n"
         "\n"
         "Distribution:\n"
         "      --strategy NAME      auto (default: mirrored on one node, multi-worker on\n"
@@ -100,7 +115,8 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 }
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
-       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY };
+       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
+       OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -129,6 +145,11 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"overlap", no_argument, 0, OPT_OVERLAP},
         {"grad-compression", required_argument, 0, OPT_COMPRESS},
         {"compress-cross-only", no_argument, 0, OPT_CROSS_ONLY},
+        {"device", required_argument, 0, OPT_DEVICE},
+        {"gpus-per-node", required_argument, 0, OPT_GPN},
+        {"devices", no_argument, 0, OPT_DEVICES},
+        {"precision", required_argument, 0, OPT_PRECISION},
+        {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -136,13 +157,14 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {0, 0, 0, 0},
     };
     long v;
-    int c, set_momentum = 0;
+    int c, set_momentum = 0, set_compress = 0;
 
     memset(cfg, 0, sizeof *cfg);
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
                               .dropout = 0.5f, .seed = 42, .validation = 1,
                               .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
-                              .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1};
+                              .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
+                              .device = "cpu", .precision = DT_PREC_FP32};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -208,8 +230,32 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             else if (!strcmp(optarg, "fp16")) cfg->compress = 1;
             else if (!strcmp(optarg, "bf16")) cfg->compress = 2;
             else rc = dt_fail(st, DT_EUSAGE, "--grad-compression: expected none, fp16 or bf16, found '%s'", optarg);
+            set_compress = 1;
             break;
         case OPT_CROSS_ONLY: cfg->compress_cross_only = 1; break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                rc = dt_fail(st, DT_EUSAGE, "--device: expected cpu or cuda, found '%s'", optarg);
+            cfg->device = optarg;
+            break;
+        case OPT_GPN: rc = dt_parse_long("--gpus-per-node", optarg, 1, 1024, &v, st); cfg->gpus_per_node = (int)v; break;
+        case OPT_DEVICES: cfg->list_devices = 1; break;
+        case OPT_PRECISION:
+            if (!strcmp(optarg, "fp32")) cfg->precision = DT_PREC_FP32;
+            else if (!strcmp(optarg, "fp16")) cfg->precision = DT_PREC_FP16;
+            else if (!strcmp(optarg, "bf16")) cfg->precision = DT_PREC_BF16;
+            else rc = dt_fail(st, DT_EUSAGE, "--precision: expected fp32, bf16 or fp16, found '%s'", optarg);
+            break;
+        case OPT_LOSS_SCALE:
+            cfg->loss_scale_set = 1;
+            if (!strcmp(optarg, "dynamic")) cfg->loss_scale = -1.0f;
+            else if (!strcmp(optarg, "none")) cfg->loss_scale = 0.0f;
+            else {
+                rc = parse_float("--loss-scale", optarg, 0.0, 1e30, 0, &cfg->loss_scale, st);
+                if (rc == DT_OK && cfg->loss_scale <= 0.0f)
+                    rc = dt_fail(st, DT_EUSAGE, "--loss-scale: expected dynamic, none or a positive number, found '%s'", optarg);
+            }
+            break;
         case 'q': cfg->verbose = 0; break;
         case 'v': cfg->verbose = 2; break;
         case 'h': cfg->help = 1; break;
@@ -224,6 +270,12 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);
     if (cfg->compress_cross_only && !cfg->compress)
         return dt_fail(st, DT_EUSAGE, "--compress-cross-only: needs --grad-compression fp16 or bf16");
+    /* 16-bit arithmetic sends 16-bit gradients unless told otherwise; fp16
+     * gradients need a loss scale to survive, so fp16 gets the dynamic one. */
+    if (!set_compress && cfg->precision != DT_PREC_FP32) cfg->compress = cfg->precision;
+    if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
+    cfg->inject_overflow = getenv("DTRAIN_TEST_OVERFLOW_STEPS");
+    if (cfg->list_devices) return DT_OK; /* needs no input */
     if (optind >= argc)
         return dt_fail(st, DT_EUSAGE, "missing INPUT.h5: give the HDF5 dataset to train on (see dtrain --help)");
     cfg->ninputs = argc - optind;

@@ -26,6 +26,13 @@ struct dt_config {
     int validation;         /* evaluate on /test each epoch when the file has it */
     int shard_policy;       /* dt_shard_policy */
     int threads;            /* BLAS/oneDNN threads per rank: 1 */
+    /* device and arithmetic (backend.h, gpu/gpu.h) */
+    const char *device;     /* cpu | cuda */
+    int precision;          /* enum dt_precision */
+    float loss_scale;       /* 0 = none, < 0 = dynamic (default with fp16), > 0 = fixed */
+    int loss_scale_set;     /* --loss-scale given */
+    int gpus_per_node;      /* 0 = every visible device */
+    int list_devices;       /* --devices: print the per-rank device map and exit */
     /* gradient exchange (src/collectives/) */
     const char *strategy;   /* auto | mirrored | multi-worker | sharded | tpu (refused) */
     int num_ps;             /* parameter-server: server ranks (1) */
@@ -41,6 +48,7 @@ struct dt_config {
     int compress_cross_only;
     int verbose;            /* 0 quiet, 1 normal, 2 per-step */
     int help, version;      /* print and exit 0 */
+    const char *inject_overflow; /* DTRAIN_TEST_OVERFLOW_STEPS (tests only): "3,5" */
 };
 
 /* Fills cfg from argv; returns DT_OK or DT_EUSAGE with st filled. */

@@ -18,8 +18,9 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->be = &dt_backend_cpu;
     st->code = DT_OK;
     char reason[256];
-    if (t->be->setup(cfg->threads, DT_PREC_FP32, reason, sizeof reason) != 0)
-        dt_fail(st, DT_EUSAGE, "%s", reason);
+    dt_status early = {0}; /* agreed on once the communicators exist */
+    if (t->be->setup(cfg->threads, cfg->precision, reason, sizeof reason) != 0)
+        dt_fail(&early, DT_EUSAGE, "--precision %s: %s", dt_precision_name(cfg->precision), reason);
     struct dt_coll_config cc = {.algorithm = cfg->allreduce, .ranks_per_node = cfg->ranks_per_node,
                                 .compress = cfg->compress, .compress_cross_only = cfg->compress_cross_only,
                                 .table = cfg->allreduce_table};
@@ -27,6 +28,8 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->comm = t->coll.topo.world;
     MPI_Comm_rank(t->comm, &t->rank);
     MPI_Comm_size(t->comm, &t->nranks);
+    if (early.code != DT_OK) *st = early;
+    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
 
     if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK) return st->code;
 
