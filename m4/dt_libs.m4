@@ -96,6 +96,9 @@ AC_DEFUN([DT_SUMMARY], [
   dt_ok="✓"; dt_no="✗"
   AS_IF([test "x$dt_have_check" = xyes], [dt_check_mark=$dt_ok], [dt_check_mark=$dt_no])
   AS_IF([test "x$ac_cv_func_openblas_set_num_threads" = xyes], [dt_ob="(openblas_set_num_threads)"], [dt_ob=""])
+  AS_IF([test "x$dt_have_cuda" = xyes],
+        [dt_cuda_line="$dt_ok CUDA         $dt_cuda_version: $NVCC $NVCC_GENCODE; $CUDA_LIBS"],
+        [dt_cuda_line="$dt_no CUDA         not requested (./configure --with-cuda for the GPU backend)"])
   cat <<DT_EOF
 
 dtrain $PACKAGE_VERSION configured
@@ -107,7 +110,7 @@ dtrain $PACKAGE_VERSION configured
   $dt_ok OpenMP       $OPENMP_CFLAGS
   $dt_ok zlib         $ZLIB_LIBS
   $dt_check_mark Check        ${CHECK_LIBS:-not found: make check will fail}
-  $dt_no CUDA         (CPU backend only in this release)
+  $dt_cuda_line
   warnings:   $WARN_CFLAGS
   prefix:     $prefix
 DT_EOF

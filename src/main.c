@@ -10,9 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "device.h"
 #include "log.h"
 #include "options.h"
 #include "train.h"
+#ifdef DT_HAVE_CUDA
+#include "collectives/nccl.h"
+#endif
 
 static int finish(int code)
 {
@@ -44,6 +48,18 @@ int main(int argc, char **argv)
         if (rank == 0 && cfg.version) printf("dtrain %s\n", PACKAGE_VERSION);
         return finish(DT_OK);
     }
+    if (cfg.list_devices) { /* like tf.config.list_physical_devices, per rank */
+        struct dt_topo topo;
+        struct dt_device dev;
+        int rc = dt_topo_create(&topo, MPI_COMM_WORLD, cfg.ranks_per_node, &st);
+        if (rc == DT_OK) {
+            rc = dt_device_open(&dev, &cfg, &topo, &st);
+            if (rc == DT_OK) dt_device_list(&dev, &topo, stdout);
+            dt_topo_free(&topo);
+        }
+        if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+        return finish(rc);
+    }
     if (dt_trainer_init(&trainer, &cfg, MPI_COMM_WORLD, &st) != DT_OK) {
         if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
         dt_trainer_free(&trainer);
@@ -58,6 +74,9 @@ int main(int argc, char **argv)
                trainer.data.split[DT_TEST].present && cfg.validation ? ", validating on /test" : "");
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
+        printf("device: %s%s; precision %s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",
+               dt_precision_name(cfg.precision),
+               trainer.strategy.loss_scale.on ? (trainer.strategy.loss_scale.dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "");
         const struct dt_strategy *s = &trainer.strategy;
         if (s->ops == &dt_strategy_parameter_server) {
             char mode[48];
@@ -69,6 +88,17 @@ int main(int argc, char **argv)
         else if (s->ops == &dt_strategy_sharded)
             printf("layout: %s; strategy sharded: optimizer state %.2f MiB per rank (1/%d of the model's)\n",
                    layout, (double)dt_strategy_optimizer_bytes(s) / 1048576.0, nranks);
+#ifdef DT_HAVE_CUDA
+        else if (s->cuda) {
+            int nb = dt_nccl_buckets(s->nccl);
+            printf("layout: %s; strategy %s, all-reduce NCCL in the node%s%s, %d bucket%s of >= %.2f MiB, "
+                   "on a communication stream\n", layout, s->ops->name,
+                   trainer.coll.topo.nnodes > 1 ? (dt_nccl_cuda_aware(s->nccl) ? " + CUDA-aware MPI across nodes"
+                                                   : " + MPI across nodes (via pinned host memory)") : "",
+                   cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
+                   nb, nb == 1 ? "" : "s", cfg.bucket_mb);
+        }
+#endif
         else
             printf("layout: %s; strategy %s, all-reduce %s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
                    s->ops->name, trainer.coll.algo->name,

@@ -275,6 +275,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (!set_compress && cfg->precision != DT_PREC_FP32) cfg->compress = cfg->precision;
     if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
     cfg->inject_overflow = getenv("DTRAIN_TEST_OVERFLOW_STEPS");
+    if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
+        return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
     if (cfg->list_devices) return DT_OK; /* needs no input */
     if (optind >= argc)
         return dt_fail(st, DT_EUSAGE, "missing INPUT.h5: give the HDF5 dataset to train on (see dtrain --help)");

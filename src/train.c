@@ -8,19 +8,40 @@
 
 #include "checks.h"
 #include "collectives/allreduce.h"
+#include "device.h"
 #include "train.h"
 
+
+/* DTRAIN_TEST_OVERFLOW_STEPS="3,7": global step numbers (from 1, counted
+ * over the run) whose loss gradient rank 0 sets to infinity, as an fp16
+ * overflow would; for the loss-scaling tests. */
+static long *parse_steps(const char *list, int *n)
+{
+    *n = 0;
+    if (!list || !*list) return NULL;
+    long *steps = dt_xcalloc(strlen(list) + 1, sizeof(long));
+    for (const char *p = list; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        steps[(*n)++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return steps;
+}
+
+static int injected(const struct dt_trainer *t, long step)
+{
+    for (int i = 0; i < t->noverflow; i++)
+        if (t->overflow_steps[i] == step) return 1;
+    return 0;
+}
 
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
-    t->be = &dt_backend_cpu;
     st->code = DT_OK;
-    char reason[256];
-    dt_status early = {0}; /* agreed on once the communicators exist */
-    if (t->be->setup(cfg->threads, cfg->precision, reason, sizeof reason) != 0)
-        dt_fail(&early, DT_EUSAGE, "--precision %s: %s", dt_precision_name(cfg->precision), reason);
     struct dt_coll_config cc = {.algorithm = cfg->allreduce, .ranks_per_node = cfg->ranks_per_node,
                                 .compress = cfg->compress, .compress_cross_only = cfg->compress_cross_only,
                                 .table = cfg->allreduce_table};
@@ -28,8 +49,9 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->comm = t->coll.topo.world;
     MPI_Comm_rank(t->comm, &t->rank);
     MPI_Comm_size(t->comm, &t->nranks);
-    if (early.code != DT_OK) *st = early;
-    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+    /* The backend and device (threads, precision), agreed on by all ranks. */
+    if (dt_device_open(&t->device, cfg, &t->coll.topo, st) != DT_OK) return st->code;
+    t->be = t->device.be;
 
     if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK) return st->code;
 
@@ -49,7 +71,13 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
 
     dt_model_create(&t->model, t->be, cfg->batch_size);
     if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
-    DT_MPI_CHECK(MPI_Bcast(t->model.params, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
+    {   /* through host memory: the parameters may live on a GPU */
+        float *host = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
+        if (t->rank == 0) t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
+        DT_MPI_CHECK(MPI_Bcast(host, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
+        t->be->upload(t->model.params, host, sizeof(float) * t->model.nparams);
+        free(host);
+    }
 
     /* The strategy places the gradient (and parameter) blocks, buckets and
      * the optimizer; its refusals (mirrored across nodes, ...) are agreed. */
@@ -68,8 +96,9 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
     t->idx = dt_xmalloc(sizeof(int64_t) * B);
-    t->host_images = dt_xmalloc(row * B);
-    t->host_labels = dt_xmalloc(B);
+    t->host_images = t->be->host_alloc(row * B); /* pinned on the GPU: asynchronous uploads */
+    t->host_labels = t->be->host_alloc(B);
+    t->overflow_steps = parse_steps(cfg->inject_overflow, &t->noverflow);
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
     t->history = dt_xcalloc((size_t)cfg->epochs, sizeof *t->history);
@@ -139,11 +168,17 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (strat->ops->pull) strat->ops->pull(strat);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)global;
-        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale);
+        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
+        if (t->noverflow && injected(t, ++t->global_step) && t->rank == 0 && n > 0) {
+            const float inf = INFINITY;
+            t->be->upload(t->model.dact[t->model.nlayers], &inf, sizeof inf);
+        }
         float stats[DT_STATS] = {(float)r.loss_sum, (float)r.correct};
         t->strategy.ops->begin(&t->strategy, stats);
         dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
+        long skipped = strat->loss_scale.skipped;
         t->strategy.ops->finish(&t->strategy, stats);
+        skipped = strat->loss_scale.skipped - skipped;
 
         sums[0] = (double)stats[0]; /* float: ~7 digits of a batch's sum, plenty for a log */
         sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
@@ -151,8 +186,14 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         epoch_sums[1] += sums[1];
         if (!per_step) continue; /* only this replica's figures: summed at the epoch's end */
         if (cfg->verbose >= 2 && t->rank == 0)
-            fprintf(out, "step %lld/%lld - loss: %.6f - accuracy: %.4f\n", (long long)s + 1,
-                    (long long)steps, sums[0] / (double)global, sums[1] / (double)global);
+        {
+            char note[96] = "";
+            if (skipped)
+                snprintf(note, sizeof note, " - gradient overflow: step skipped, loss scale now %g",
+                         (double)strat->loss_scale.scale);
+            fprintf(out, "step %lld/%lld - loss: %.6f - accuracy: %.4f%s\n", (long long)s + 1, (long long)steps,
+                    sums[0] / (double)global, sums[1] / (double)global, note);
+        }
         if (!isfinite(sums[0]))
             return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the loss is %f; try a smaller --lr",
                            epoch + 1, (long long)s + 1, sums[0]);
@@ -164,6 +205,9 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", epoch + 1, epoch_sums[0]);
     }
     es->seconds = MPI_Wtime() - t0;
+    es->skipped = strat->loss_scale.skipped - t->skipped_before;
+    es->loss_scale = strat->loss_scale.scale;
+    t->skipped_before = strat->loss_scale.skipped;
     if (t->strategy.reducer.steps) {
         es->comm_ms = 1e3 * t->strategy.reducer.comm_seconds / (double)t->strategy.reducer.steps;
         es->wait_ms = 1e3 * t->strategy.reducer.wait_seconds / (double)t->strategy.reducer.steps;
@@ -192,6 +236,9 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
                     cfg->epochs, es->seconds, es->seconds > 0 ? (double)es->samples / es->seconds : 0.0,
                     es->loss, es->accuracy);
             if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
+            if (t->strategy.loss_scale.on)
+                fprintf(out, " - loss scale: %g (%ld step%s skipped)", (double)es->loss_scale, es->skipped,
+                        es->skipped == 1 ? "" : "s");
             if (t->nranks > 1 && t->strategy.reducer.steps) /* rank 0's view of the gradient exchange */
                 fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
                         es->comm_ms > es->wait_ms ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
@@ -241,8 +288,11 @@ void dt_trainer_free(struct dt_trainer *t)
         if (t->dev_labels) t->be->free(t->dev_labels);
     }
     free(t->idx);
-    free(t->host_images);
-    free(t->host_labels);
+    if (t->be) {
+        if (t->host_images) t->be->host_free(t->host_images);
+        if (t->host_labels) t->be->host_free(t->host_labels);
+    }
+    free(t->overflow_steps);
     free(t->history);
     dt_coll_free(&t->coll);
     memset(t, 0, sizeof *t);

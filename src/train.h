@@ -13,6 +13,7 @@
 
 #include "strategy/strategy.h"
 #include "data/dataset.h"
+#include "device.h"
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
@@ -25,6 +26,8 @@ struct dt_epoch_stats {
     int64_t samples;                /* trained on, all ranks */
     double seconds;                 /* training time (without validation) */
     double comm_ms, wait_ms;        /* per step: inside all-reduce; blocked for it */
+    long skipped;                   /* steps skipped by the loss scaler */
+    float loss_scale;               /* at the epoch's end */
 };
 
 struct dt_trainer {
@@ -33,6 +36,7 @@ struct dt_trainer {
     struct dt_coll coll;            /* topology and all-reduce */
     struct dt_strategy strategy;    /* local gradients -> new parameters */
     int rank, nranks;
+    struct dt_device device;        /* backend and device of this rank */
     const struct dt_backend *be;
     struct dt_dataset data;
     struct dt_shard_plan plan;
@@ -42,6 +46,10 @@ struct dt_trainer {
     int64_t *idx;                   /* [batch] */
     uint8_t *host_images, *host_labels, *dev_images, *dev_labels;
     int epochs_done;
+    long global_step;               /* steps taken in this run */
+    long skipped_before;            /* loss-scale skips before this epoch */
+    long *overflow_steps;           /* test hook: see train.c */
+    int noverflow;
     struct dt_epoch_stats *history; /* [cfg->epochs] */
 };
 

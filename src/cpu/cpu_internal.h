@@ -3,6 +3,8 @@
 #ifndef DT_CPU_INTERNAL_H
 #define DT_CPU_INTERNAL_H
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "backend.h"
 
 /* Element-wise kernels are compiled for AVX-512, AVX2 and the baseline, and
@@ -17,13 +19,19 @@
 #define DT_MULTIVERSION
 #endif
 
-/* cpu_conv2d.c (oneDNN) */
+/* cpu_conv2d.c (oneDNN). A plan takes its arithmetic from cpu_precision
+ * when it is created: bf16 plans convert inputs and weights to bf16 and
+ * accumulate and write float32. */
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu);
 void cpu_conv_destroy(dt_conv_plan *plan);
 void cpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, const float *weight,
                       const float *bias);
 void cpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight);
+/* The process's one oneDNN engine and stream, made on first use (the bf16
+ * GEMM in cpu_kernels.c runs on them too). */
+dnnl_engine_t cpu_dnnl_engine(void);
+dnnl_stream_t cpu_dnnl_stream(void);
 
 /* cpu_conv_direct.c: one input channel, vectorized over output channels */
 int cpu_conv_direct_fits(const struct dt_conv_shape *s);
@@ -39,7 +47,8 @@ void cpu_pool_forward(dt_pool_plan *plan, int n, float *out, const float *inp, i
 void cpu_pool_backward(dt_pool_plan *plan, int n, float *dinp, const float *dout,
                        const float *relu_out);
 
-/* cpu_kernels.c: element-wise kernels, loss, optimizers, GEMM */
+/* cpu_kernels.c: element-wise kernels, loss, optimizers, GEMM.
+ * In bf16 mode cpu_gemm rounds A and B to bf16 and accumulates in float32. */
 void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
 void cpu_bias_add(float *out, const float *bias, int rows, int cols);
@@ -62,5 +71,7 @@ int cpu_unscale_check(float *grad, size_t n, float inv_scale);
  * bf16 dot-product instructions. */
 extern int cpu_precision;
 int cpu_has_bf16(void);
+/* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN). */
+void cpu_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 #endif

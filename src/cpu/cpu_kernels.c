@@ -1,17 +1,31 @@
 /* cpu_kernels.c: the CPU backend's element-wise kernels, loss, optimizer
  * updates and GEMM. Plain loops written so the compiler vectorizes them;
- * GEMM goes to CBLAS. */
+ * float32 GEMM goes to CBLAS.
+ *
+ * bf16 GEMM goes to oneDNN's matmul, not OpenBLAS: Debian 12's OpenBLAS
+ * 0.3.21 declares cblas_sbgemm in cblas.h but is built without it (the
+ * library exports no sbgemm symbol), and oneDNN's matmul runs on AMX here.
+ * Measured on one core for the seed CNN's Dense(128) at batch 64, including
+ * the conversion of both operands: 64x1600 . 1600x128 106 us against
+ * cblas_sgemm's 227 us, and 88 / 90 us against 208 / 238 us for the two
+ * backward products. */
 #include "config.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define DT_BF16_INTRINSICS 1
+#endif
 
+#include "checks.h"
 #include "cpu/cpu_internal.h"
 
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
@@ -61,9 +75,186 @@ DT_MULTIVERSION int cpu_unscale_check(float *grad, size_t n, float inv_scale)
     return 1;
 }
 
+/* ---- bf16 ------------------------------------------------------------- */
+
+/* Round to nearest even on the bit pattern; a NaN keeps its sign and top
+ * payload bits and is made quiet, so it cannot round into an infinity. */
+DT_MULTIVERSION static void to_bf16_c(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    }
+}
+
+#ifdef DT_BF16_INTRINSICS
+/* The same with AVX512-BF16's conversion instruction: 30% faster than the
+ * loop above on a 346k-element tensor (51 against 73 us). It also flushes
+ * denormal inputs to zero, which cpu_setup's DAZ does to them anyway. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+static void to_bf16_avx512(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+        _mm512_storeu_si512((void *)(dst + i), (__m512i)v);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+        _mm256_mask_storeu_epi16((void *)(dst + i), m, (__m256i)v);
+    }
+}
+#endif
+
+void cpu_to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+#ifdef DT_BF16_INTRINSICS
+    static int avx512bf16 = -1;
+    if (avx512bf16 < 0) avx512bf16 = __builtin_cpu_supports("avx512bf16") != 0;
+    if (avx512bf16) { to_bf16_avx512(dst, src, n); return; }
+#endif
+    to_bf16_c(dst, src, n);
+}
+
+/* bf16 copies of the operands, grown as needed: the backend is called from
+ * one thread, and one process runs one backend. */
+struct bf16_buf {
+    uint16_t *p;
+    size_t cap;
+};
+static struct bf16_buf gemm_a, gemm_b;
+
+/* The rows x cols matrix at x (leading dimension ld) as dense bf16. */
+static const uint16_t *to_bf16_dense(struct bf16_buf *b, const float *x, int rows, int cols, int ld)
+{
+    size_t need = (size_t)rows * (size_t)cols;
+    if (need > b->cap) {
+        free(b->p);
+        b->p = dt_xmalloc(sizeof *b->p * need);
+        b->cap = need;
+    }
+    if (ld == cols) cpu_to_bf16(b->p, x, need);
+    else
+        for (int r = 0; r < rows; r++) cpu_to_bf16(b->p + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
+    return b->p;
+}
+
+/* matmul primitives by shape. A dense layer makes three products per batch
+ * size (full batches, the remainder, evaluation), so 16 hold a model's
+ * worth; the least recently used goes. */
+#define GEMM_CACHE 16
+
+struct gemm_prim {
+    int transa, transb, m, n, k, ldc;
+    float alpha, beta;
+    unsigned used;                /* 0: empty slot */
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;        /* handles set per call */
+};
+static struct gemm_prim gemm_cache[GEMM_CACHE];
+static unsigned gemm_clock;
+
+/* C = alpha op(A) op(B) + beta C with A and B as dense bf16 in their stored
+ * orientation: a transpose is a stride, not a copy. alpha is oneDNN's output
+ * scale, beta a sum post-op (applied after the scale, as BLAS does). */
+static void gemm_prim_build(struct gemm_prim *g)
+{
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t ad = {g->m, g->k}, bd = {g->k, g->n}, cd = {g->m, g->n};
+    dnnl_dims_t as = {g->transa ? 1 : g->k, g->transa ? g->m : 1};
+    dnnl_dims_t bs = {g->transb ? 1 : g->n, g->transb ? g->k : 1};
+    dnnl_dims_t cs = {g->ldc, 1};
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs));
+
+    dnnl_primitive_attr_t attr;
+    DT_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+    if (g->alpha != 1.0f) DT_DNNL_CHECK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha));
+    if (g->beta != 0.0f) {
+        dnnl_post_ops_t po;
+        DT_DNNL_CHECK(dnnl_post_ops_create(&po));
+        DT_DNNL_CHECK(dnnl_post_ops_append_sum(po, g->beta));
+        DT_DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    DT_DNNL_CHECK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+    int rc = (int)dnnl_primitive_desc_create(&pd, &md, attr, cpu_dnnl_engine(), NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (rc != 0)
+        DT_DIE("oneDNN %d.%d has no bf16 matmul for %dx%d . %dx%d (transposed %d/%d) on this CPU "
+               "(status %d); run with --precision fp32", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, g->m,
+               g->k, g->k, g->n, g->transa, g->transb, rc);
+    DT_DNNL_CHECK(dnnl_primitive_create(&g->prim, pd));
+    dnnl_primitive_desc_destroy(pd);
+    DT_DNNL_CHECK(dnnl_memory_create(&g->a, &a, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
+    DT_DNNL_CHECK(dnnl_memory_create(&g->b, &b, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
+    DT_DNNL_CHECK(dnnl_memory_create(&g->c, &c, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
+}
+
+static void gemm_prim_destroy(struct gemm_prim *g)
+{
+    if (!g->used) return;
+    dnnl_primitive_destroy(g->prim);
+    dnnl_memory_destroy(g->a);
+    dnnl_memory_destroy(g->b);
+    dnnl_memory_destroy(g->c);
+    memset(g, 0, sizeof *g);
+}
+
+static struct gemm_prim *gemm_lookup(int transa, int transb, int m, int n, int k, float alpha,
+                                     float beta, int ldc)
+{
+    struct gemm_prim *victim = &gemm_cache[0];
+    for (int i = 0; i < GEMM_CACHE; i++) {
+        struct gemm_prim *g = &gemm_cache[i];
+        if (g->used && g->transa == transa && g->transb == transb && g->m == m && g->n == n &&
+            g->k == k && g->ldc == ldc && g->alpha == alpha && g->beta == beta) {
+            g->used = ++gemm_clock;
+            return g;
+        }
+        if (g->used < victim->used) victim = g;
+    }
+    gemm_prim_destroy(victim);
+    *victim = (struct gemm_prim){.transa = transa, .transb = transb, .m = m, .n = n, .k = k,
+                                 .ldc = ldc, .alpha = alpha, .beta = beta};
+    gemm_prim_build(victim);
+    victim->used = ++gemm_clock;
+    return victim;
+}
+
+static void set_handle(dnnl_memory_t m, const void *p)
+{
+    DT_DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)(uintptr_t)p));
+}
+
+static void gemm_bf16(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc)
+{
+    struct gemm_prim *g = gemm_lookup(transa, transb, m, n, k, alpha, beta, ldc);
+    /* stored orientation: A is k x m when transposed, B is n x k */
+    set_handle(g->a, to_bf16_dense(&gemm_a, a, transa ? k : m, transa ? m : k, lda));
+    set_handle(g->b, to_bf16_dense(&gemm_b, b, transb ? n : k, transb ? k : n, ldb));
+    set_handle(g->c, c);
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
+    DT_DNNL_CHECK(dnnl_primitive_execute(g->prim, cpu_dnnl_stream(), 3, args));
+    DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
+}
+
 void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc)
 {
+    /* Empty products (no samples) stay with CBLAS, which defines them:
+     * C = beta C, no multiply-adds to round. */
+    if (cpu_precision == DT_PREC_BF16 && m > 0 && n > 0 && k > 0) {
+        gemm_bf16(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
                 transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

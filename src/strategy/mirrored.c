@@ -12,11 +12,32 @@
 
 #include "checks.h"
 #include "strategy/strategy.h"
+#ifdef DT_HAVE_CUDA
+#include "collectives/nccl.h"
+#endif
 
 int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
 {
     struct dt_model *m = s->model;
     const struct dt_config *cfg = s->cfg;
+#ifdef DT_HAVE_CUDA
+    if (s->cuda) { /* device memory, reduced on streams by NCCL (+ MPI across nodes) */
+        s->be->free(m->grads);
+        m->grads = s->be->alloc(sizeof(float) * (m->nparams + DT_STATS));
+        s->be->zero(m->grads, sizeof(float) * (m->nparams + DT_STATS));
+        size_t *b = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t));
+        for (int i = 0; i < m->nlayers; i++) b[i] = m->layers[i].param_offset;
+        s->nccl = dt_nccl_create(&s->coll->topo, m->grads, m->nparams, m->grads + m->nparams, DT_STATS, b,
+                                 m->nlayers, (size_t)(cfg->bucket_mb * 1048576.0), cfg->compress, st);
+        free(b);
+        if (!s->nccl) return st->code;
+        s->overlap = dt_nccl_buckets(s->nccl) > 0; /* streams overlap by themselves */
+        s->shard_off = 0;
+        s->shard_len = m->nparams;
+        dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
+        return DT_OK;
+    }
+#endif
     /* The gradient block lives in a node-shared window, so the hierarchical
      * all-reduce reads peers' gradients in place; the statistics ride after it. */
     s->be->free(m->grads);
@@ -59,20 +80,55 @@ void dt_allreduce_strategy_begin(struct dt_strategy *s, const float *stats)
 {
     /* Before any bucket can start: the statistics travel in the last one. */
     s->be->upload(s->model->grads + s->model->nparams, stats, sizeof(float) * DT_STATS);
+#ifdef DT_HAVE_CUDA
+    if (s->nccl) {
+        dt_nccl_begin(s->nccl);
+        return;
+    }
+#endif
     dt_reducer_begin(&s->reducer);
 }
 
-void dt_allreduce_strategy_ready(struct dt_strategy *s, size_t offset) { dt_reducer_ready(&s->reducer, offset); }
+void dt_allreduce_strategy_ready(struct dt_strategy *s, size_t offset)
+{
+#ifdef DT_HAVE_CUDA
+    if (s->nccl) {
+        dt_nccl_ready(s->nccl, offset);
+        return;
+    }
+#endif
+    dt_reducer_ready(&s->reducer, offset);
+}
 
 void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats)
 {
     struct dt_model *m = s->model;
-    dt_reducer_finish(&s->reducer);
-    dt_optim_step(&s->optim, m->params, m->grads);
+#ifdef DT_HAVE_CUDA
+    if (s->nccl) dt_nccl_finish(s->nccl);
+    else
+#endif
+        dt_reducer_finish(&s->reducer);
+    /* Every replica holds the same reduced gradient, so every replica takes
+     * the same decision here. */
+    struct dt_loss_scale *ls = &s->loss_scale;
+    int apply = 1;
+    if (ls->on) apply = dt_loss_scale_update(ls, s->be->unscale_check(m->grads, m->nparams, 1.0f / ls->scale));
+    if (apply) dt_optim_step(&s->optim, m->params, m->grads);
     s->be->download(stats, m->grads + m->nparams, sizeof(float) * DT_STATS);
 }
 
-void dt_allreduce_strategy_teardown(struct dt_strategy *s) { dt_reducer_free(&s->reducer); }
+void dt_allreduce_strategy_teardown(struct dt_strategy *s)
+{
+#ifdef DT_HAVE_CUDA
+    if (s->nccl) {
+        s->be->synchronize();
+        dt_nccl_free(s->nccl);
+        s->nccl = NULL;
+        return;
+    }
+#endif
+    dt_reducer_free(&s->reducer);
+}
 
 const struct dt_strategy_ops dt_strategy_mirrored = {
     .name = "mirrored",

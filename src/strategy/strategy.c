@@ -19,6 +19,8 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     dt_optim_defaults(&s->optim_cfg, cfg->optimizer, st);
     if (cfg->lr > 0.0f) s->optim_cfg.lr = cfg->lr;
     s->optim_cfg.momentum = cfg->momentum;
+    s->cuda = strcmp(s->be->name, "cuda") == 0;
+    dt_loss_scale_init(&s->loss_scale, cfg->loss_scale);
     s->replica = coll->topo.rank;
     s->nreplicas = coll->topo.size;
 
@@ -35,6 +37,15 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
                        "across nodes, or sharded to split the optimizer state");
     else
         return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded or parameter-server, found '%s'", name);
+    /* What only the all-reduce strategies do (they are the ones that keep
+     * the whole reduced gradient on every rank, on the device or not). */
+    int allreduce = s->ops == &dt_strategy_mirrored || s->ops == &dt_strategy_multi_worker;
+    if (!allreduce && s->cuda)
+        return dt_fail(st, DT_EUSAGE, "--strategy %s: not available with --device cuda; use mirrored, "
+                       "multi-worker or auto", name);
+    if (!allreduce && s->loss_scale.on)
+        return dt_fail(st, DT_EUSAGE, "--loss-scale%s: only the mirrored and multi-worker strategies apply a "
+                       "loss scale (strategy %s)", cfg->loss_scale_set ? "" : " (dynamic, for --precision fp16)", name);
     /* Every rank resolves the same name the same way, so refusals inside
      * setup are agreed on there. */
     return s->ops->setup(s, st);

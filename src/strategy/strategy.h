@@ -15,12 +15,14 @@
 #include "collectives/coll.h"
 #include "collectives/reducer.h"
 #include "nn/model.h"
+#include "optim/loss_scale.h"
 #include "optim/optim.h"
 #include "options.h"
 
 enum { DT_STATS = 2 }; /* per-step statistics reduced with the gradients: loss sum, correct */
 
 struct dt_strategy;
+struct dt_nccl;
 
 struct dt_strategy_ops {
     const char *name;
@@ -53,6 +55,9 @@ struct dt_strategy {
     struct dt_optim optim;       /* over the whole block, or this rank's shard */
     size_t shard_off, shard_len; /* the part of the block this rank's optimizer owns */
     struct dt_reducer reducer;   /* all-reduce strategies */
+    int cuda;                    /* the model is on the GPU: buckets go to nccl */
+    struct dt_nccl *nccl;        /* the device all-reduce (collectives/nccl.h) */
+    struct dt_loss_scale loss_scale; /* --loss-scale: applied by the all-reduce strategies */
     int overlap;                 /* buckets reduced during backward */
     void *priv;                  /* strategy-private state */
     float stats[DT_STATS];
