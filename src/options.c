@@ -251,9 +251,11 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             if (!strcmp(optarg, "dynamic")) cfg->loss_scale = -1.0f;
             else if (!strcmp(optarg, "none")) cfg->loss_scale = 0.0f;
             else {
-                rc = parse_float("--loss-scale", optarg, 0.0, 1e30, 0, &cfg->loss_scale, st);
-                if (rc == DT_OK && cfg->loss_scale <= 0.0f)
+                char *end;
+                double ls = strtod(optarg, &end);
+                if (end == optarg || *end || !(ls > 0.0 && ls <= 1e30))
                     rc = dt_fail(st, DT_EUSAGE, "--loss-scale: expected dynamic, none or a positive number, found '%s'", optarg);
+                cfg->loss_scale = (float)ls;
             }
             break;
         case 'q': cfg->verbose = 0; break;

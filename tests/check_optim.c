@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "optim/loss_scale.h"
 #include "optim/optim.h"
 #include "status.h"
 
@@ -197,6 +198,65 @@ START_TEST(empty_block)
 }
 END_TEST
 
+/* Keras' LossScaleOptimizer: 2^15 to start, halve and skip on overflow,
+ * double after 2000 clean steps in a row (an overflow restarts the count). */
+START_TEST(loss_scale_dynamic)
+{
+    struct dt_loss_scale ls;
+    dt_loss_scale_init(&ls, -1.0f);
+    ck_assert(ls.on && ls.dynamic);
+    ck_assert(ls.scale == 32768.0f);
+    ck_assert_int_eq(dt_loss_scale_update(&ls, 0), 0);
+    ck_assert(ls.scale == 16384.0f);
+    ck_assert_int_eq(ls.skipped, 1);
+    for (int i = 0; i < 1999; i++) ck_assert_int_eq(dt_loss_scale_update(&ls, 1), 1);
+    ck_assert(ls.scale == 16384.0f); /* one clean step short */
+    ck_assert_int_eq(dt_loss_scale_update(&ls, 1), 1);
+    ck_assert(ls.scale == 32768.0f);
+    for (int i = 0; i < 1500; i++) dt_loss_scale_update(&ls, 1);
+    ck_assert_int_eq(dt_loss_scale_update(&ls, 0), 0); /* restarts the count */
+    ck_assert(ls.scale == 16384.0f);
+    for (int i = 0; i < 1999; i++) dt_loss_scale_update(&ls, 1);
+    ck_assert(ls.scale == 16384.0f);
+    ck_assert_int_eq(ls.skipped, 2);
+    for (int i = 0; i < 200; i++) dt_loss_scale_update(&ls, 0); /* bounded below */
+    ck_assert(ls.scale > 0.0f && ls.scale <= 0x1p-24f);
+}
+END_TEST
+
+START_TEST(loss_scale_fixed_and_off)
+{
+    struct dt_loss_scale ls;
+    dt_loss_scale_init(&ls, 128.0f);
+    ck_assert(ls.on && !ls.dynamic);
+    ck_assert_int_eq(dt_loss_scale_update(&ls, 0), 0); /* skipped, scale kept */
+    for (int i = 0; i < 2500; i++) ck_assert_int_eq(dt_loss_scale_update(&ls, 1), 1);
+    ck_assert(ls.scale == 128.0f);
+    ck_assert_int_eq(ls.skipped, 1);
+    dt_loss_scale_init(&ls, 0.0f);
+    ck_assert(!ls.on);
+    ck_assert(ls.scale == 1.0f);
+    ck_assert_int_eq(dt_loss_scale_update(&ls, 0), 1); /* off: never skips */
+}
+END_TEST
+
+/* The backend's unscale: all finite -> scaled, any NaN/Inf -> untouched. */
+START_TEST(unscale_check)
+{
+    float g[37], orig[37];
+    for (int i = 0; i < 37; i++) g[i] = orig[i] = (float)(i - 18) * 0.25f;
+    ck_assert_int_eq(be->unscale_check(g, 37, 0.5f), 1);
+    for (int i = 0; i < 37; i++) ck_assert(g[i] == orig[i] * 0.5f);
+    for (int bad = 0; bad < 3; bad++) {
+        memcpy(g, orig, sizeof g);
+        g[bad * 17] = bad == 1 ? NAN : bad == 0 ? INFINITY : -INFINITY;
+        ck_assert_int_eq(be->unscale_check(g, 37, 0.5f), 0);
+        for (int i = 0; i < 37; i++)
+            if (i != bad * 17) ck_assert(g[i] == orig[i]);
+    }
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -207,6 +267,9 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, unknown_name);
     tcase_add_test(tc, empty_block);
+    tcase_add_test(tc, loss_scale_dynamic);
+    tcase_add_test(tc, loss_scale_fixed_and_off);
+    tcase_add_test(tc, unscale_check);
     suite_add_tcase(s, tc);
     return s;
 }

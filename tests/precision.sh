@@ -1,0 +1,114 @@
+#!/bin/sh
+# precision.sh: --precision, --loss-scale and the device flags, end to end.
+#
+# - bf16 on the CPU really computes in bf16 (its losses differ from fp32's)
+#   and still learns; fp16 on the CPU is refused.
+# - A power-of-two loss scale is exact in fp32, so --loss-scale dynamic must
+#   give the same per-step losses as none, bit for bit in the printed digits.
+# - An injected overflow (DTRAIN_TEST_OVERFLOW_STEPS: rank 0's loss gradient
+#   set to infinity at those steps) is skipped on every rank, halves the
+#   scale, and training goes on.
+# - --devices lists every rank; --device cuda says why it cannot run here.
+. "$TOP_SRCDIR/tests/common.sh"
+
+fm=$(fm_small) || exit $?
+[ -f "$fm" ] || { echo "$fm"; exit 77; }
+common="$fm --epochs 1 --steps-per-epoch 40 --batch-size 32 --no-validation --verbose"
+
+# --- refusals (exit 2, one line from rank 0) ---
+expect_fail 2 "--precision: expected fp32, bf16 or fp16, found 'fp8'" 2 "$fm" --precision fp8
+expect_fail 2 "--precision fp16 on cpu: the CPU backend has no fp16 arithmetic" 2 "$fm" --precision fp16
+expect_fail 2 "--loss-scale: expected dynamic, none or a positive number, found '-4'" 2 "$fm" --loss-scale -4
+expect_fail 2 "--loss-scale: only the mirrored and multi-worker strategies apply a loss scale (strategy sharded)" \
+  2 "$fm" --loss-scale dynamic --strategy sharded
+expect_fail 2 "--device: expected cpu or cuda, found 'tpu'" 2 "$fm" --device tpu
+expect_fail 2 "--gpus-per-node: only meaningful with --device cuda" 2 "$fm" --gpus-per-node 2
+if grep -q 'define DT_HAVE_CUDA 1' "$TOP_BUILDDIR/config.h"; then
+  # A CUDA build: here (CI, the build machine) there is no GPU.
+  run_np 1 --devices --device cuda
+  if [ "$rc" = 0 ]; then
+    echo "ok: a GPU is present ($(head -1 "$out")); the no-GPU refusal is not checked"
+  else
+    expect_fail 2 "--device cuda: no GPU on this node (" 2 "$fm" --device cuda
+  fi
+else
+  expect_fail 2 "--device cuda: this dtrain was built without CUDA (rebuild with ./configure --with-cuda)" 2 "$fm" --device cuda
+fi
+
+# --- --devices: one line per rank, emulated nodes numbered ---
+run_np 2 --devices --ranks-per-node 1
+if [ "$rc" = 0 ] && grep -q '^rank 0: host .*, node 0 (emulated), local rank 0 of 1: cpu: ' "$out" &&
+   grep -q '^rank 1: host .*, node 1 (emulated), local rank 0 of 1: cpu: ' "$out" && [ "$(wc -l <"$out")" = 2 ]; then
+  pass "--devices lists both ranks"
+else
+  fail "--devices: rc=$rc"; cat "$out" "$err" >&2
+fi
+
+steps() { grep '^step ' "$out" | sed 's/ - gradient overflow.*//'; }
+
+# --- loss scaling is exact at fp32 ---
+run_np 2 $common
+[ "$rc" = 0 ] || { fail "fp32 run: rc=$rc"; cat "$err" >&2; }
+steps >"$TEST_TMP/plain.$$"
+run_np 2 $common --loss-scale dynamic
+[ "$rc" = 0 ] || { fail "dynamic run: rc=$rc"; cat "$err" >&2; }
+steps >"$TEST_TMP/scaled.$$"
+if [ "$(wc -l <"$TEST_TMP/plain.$$")" = 40 ] && cmp -s "$TEST_TMP/plain.$$" "$TEST_TMP/scaled.$$"; then
+  pass "--loss-scale dynamic at fp32: 40 step losses identical to no scaling"
+else
+  fail "--loss-scale dynamic changed fp32 losses"; diff "$TEST_TMP/plain.$$" "$TEST_TMP/scaled.$$" | head >&2
+fi
+grep -q 'loss scale: 32768 (0 steps skipped)' "$out" && pass "no overflow: scale stays 2^15" ||
+  { fail "epoch line lacks 'loss scale: 32768 (0 steps skipped)'"; cat "$out" >&2; }
+
+# --- an injected overflow is skipped everywhere and training recovers ---
+DTRAIN_TEST_OVERFLOW_STEPS=3,5; export DTRAIN_TEST_OVERFLOW_STEPS
+run_np 2 $common --loss-scale dynamic
+unset DTRAIN_TEST_OVERFLOW_STEPS
+steps >"$TEST_TMP/inj.$$"
+if [ "$rc" = 0 ] && grep -q '^step 3/40 .*gradient overflow: step skipped, loss scale now 16384' "$out" &&
+   grep -q '^step 5/40 .*gradient overflow: step skipped, loss scale now 8192' "$out" &&
+   [ "$(grep -c 'gradient overflow' "$out")" = 2 ] && grep -q 'loss scale: 8192 (2 steps skipped)' "$out"; then
+  pass "injected overflows at steps 3 and 5: skipped, scale 2^15 -> 2^13"
+else
+  fail "overflow injection: rc=$rc"; cat "$out" "$err" >&2
+fi
+# Steps 1-3 see the same parameters as the clean run (step 3's update is the
+# one skipped); step 4 must differ, and the run must still learn.
+if [ "$(head -3 "$TEST_TMP/inj.$$")" = "$(head -3 "$TEST_TMP/plain.$$")" ] &&
+   [ "$(sed -n 4p "$TEST_TMP/inj.$$")" != "$(sed -n 4p "$TEST_TMP/plain.$$")" ]; then
+  pass "skipped steps change what follows, and nothing before"
+else
+  fail "overflow injection: losses before/after the skip"; paste "$TEST_TMP/plain.$$" "$TEST_TMP/inj.$$" | head -6 >&2
+fi
+last=$(tail -1 "$TEST_TMP/inj.$$" | sed 's/.*loss: \([0-9.]*\).*/\1/')
+awk -v l="$last" 'BEGIN { exit !(l < 1.2) }' && pass "after the skips the loss falls to $last" ||
+  fail "after the skips the loss is $last (expected < 1.2)"
+
+# --- bf16 on the CPU ---
+run_np 1 --devices --precision bf16
+if [ "$rc" != 0 ] && grep -q 'neither AVX512-BF16 nor AMX-BF16' "$err"; then
+  echo "SKIP (part): this CPU has no bf16 instructions; bf16 training not checked"
+  expect_fail 2 "--precision bf16 on cpu: this CPU has neither AVX512-BF16 nor AMX-BF16" 1 "$fm" --precision bf16
+else
+  run_np 2 $common --precision bf16
+  if [ "$rc" = 0 ] && grep -q 'precision bf16' "$out" && grep -q 'all-reduce .*(bf16)' "$out"; then
+    pass "bf16 sends bf16 gradients by default"
+  else
+    fail "bf16 run: rc=$rc, or its gradients are not bf16"; cat "$out" "$err" >&2
+  fi
+  # fp32 transport, so only the arithmetic can make the losses differ
+  run_np 2 $common --precision bf16 --grad-compression none
+  steps >"$TEST_TMP/bf16.$$"
+  if [ "$rc" = 0 ] && ! cmp -s "$TEST_TMP/plain.$$" "$TEST_TMP/bf16.$$"; then
+    pass "bf16 arithmetic: losses differ from fp32's"
+  else
+    fail "bf16 run: rc=$rc (or losses identical to fp32: bf16 arithmetic not in effect)"; cat "$out" "$err" >&2
+  fi
+  lb=$(tail -1 "$TEST_TMP/bf16.$$" | sed 's/.*loss: \([0-9.]*\).*/\1/')
+  lf=$(tail -1 "$TEST_TMP/plain.$$" | sed 's/.*loss: \([0-9.]*\).*/\1/')
+  awk -v b="$lb" -v f="$lf" 'BEGIN { d = b - f; if (d < 0) d = -d; exit !(d < 0.15) }' &&
+    pass "bf16 step-40 loss $lb is within 0.15 of fp32's $lf" || fail "bf16 loss $lb vs fp32 $lf"
+fi
+rm -f "$TEST_TMP/plain.$$" "$TEST_TMP/scaled.$$" "$TEST_TMP/inj.$$" "$TEST_TMP/bf16.$$"
+finish
