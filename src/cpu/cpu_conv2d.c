@@ -5,10 +5,17 @@
  * reordered into whatever blocked layout oneDNN's kernel prefers at each
  * call: a few thousand floats against millions of multiply-adds. Primitives
  * depend on the batch size, so a plan keeps a small cache of them per size
- * (training uses the full batch and perhaps one remainder size). */
+ * (training uses the full batch and perhaps one remainder size).
+ *
+ * bf16 plans (cpu_precision == DT_PREC_BF16 at creation) give the primitives
+ * bf16 src, weights and diff_dst, and float32 dst, diff_src, diff_weights and
+ * bias: the layers still pass float32 tensors, so src and diff_dst are
+ * rounded into plan-owned bf16 copies at each call, and the weight reorder
+ * converts as it re-lays. */
 #include "config.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +36,18 @@ static void ensure_engine(void)
     DT_DNNL_CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
 }
 
+dnnl_engine_t cpu_dnnl_engine(void)
+{
+    ensure_engine();
+    return engine;
+}
+
+dnnl_stream_t cpu_dnnl_stream(void)
+{
+    ensure_engine();
+    return stream;
+}
+
 /* A weights-shaped buffer in a primitive's preferred layout, and the
  * reorder that fills it from (or empties it into) the user's HWIO. */
 struct wbuf {
@@ -40,7 +59,11 @@ struct wbuf {
 struct entry {
     int n, used;
     dnnl_primitive_t fwd, bwd_data, bwd_w;
+    /* src and diff_dst as the primitives read them: the caller's float32
+     * (handles set per call), or in bf16 plans a bf16 copy in src_bf /
+     * diff_dst_bf, which the entry owns. */
     dnnl_memory_t src, dst, bias, diff_src, diff_dst, diff_bias;
+    uint16_t *src_bf, *diff_dst_bf; /* [n][h][w][c], [n][oh][ow][k]; NULL in f32 plans */
     dnnl_memory_t user_w, user_dw; /* HWIO, handles set per call */
     struct wbuf w_fwd, w_bwd, dw;
 };
@@ -48,15 +71,51 @@ struct entry {
 struct dt_conv_plan {
     struct dt_conv_shape s;
     int relu;
+    int bf16;           /* bf16 src/weights/diff_dst, float32 accumulation and outputs */
     int direct;         /* cpu_conv_direct.c handles forward and backward-weights */
     unsigned clock;
     struct entry cache[CONV_CACHE];
 };
 
-static void md_nhwc(dnnl_memory_desc_t *md, int n, int c, int h, int w)
+static void md_nhwc(dnnl_memory_desc_t *md, dnnl_data_type_t dt, int n, int c, int h, int w)
 {
     dnnl_dims_t d = {n, c, h, w};
-    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nhwc));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(md, 4, d, dt, dnnl_nhwc));
+}
+
+/* A memory for md over a buffer it owns (freed with it by the caller). */
+static dnnl_memory_t mem_owned(const dnnl_memory_desc_t *md, uint16_t **data)
+{
+    dnnl_memory_t m;
+    *data = dt_xmalloc(dnnl_memory_desc_get_size(md));
+    DT_DNNL_CHECK(dnnl_memory_create(&m, md, engine, *data));
+    return m;
+}
+
+/* A primitive descriptor, or for a bf16 plan a clear message: oneDNN
+ * refuses bf16 where the CPU lacks it, and the user's fix is fp32. A
+ * reference (unvectorized) implementation is legal but tens of times
+ * slower, so it is named once in the log. */
+static void pd_create(dnnl_primitive_desc_t *pd, const void *desc, const_dnnl_primitive_attr_t attr,
+                      const_dnnl_primitive_desc_t hint, const struct dt_conv_plan *p, const char *what)
+{
+    const struct dt_conv_shape *s = &p->s;
+    int rc = (int)dnnl_primitive_desc_create(pd, desc, attr, engine, hint);
+    if (rc != 0 && p->bf16)
+        DT_DIE("oneDNN %d.%d has no bf16 %s convolution for %dx%dx%d input, %d %dx%d filters, stride %d, "
+               "pad %d on this CPU (status %d); run with --precision fp32", DNNL_VERSION_MAJOR,
+               DNNL_VERSION_MINOR, what, s->h, s->w, s->c, s->k, s->kh, s->kw, s->stride, s->pad, rc);
+    if (rc != 0)
+        DT_DIE("oneDNN refused the float32 %s convolution for %dx%dx%d input, %d %dx%d filters (status %d)",
+               what, s->h, s->w, s->c, s->k, s->kh, s->kw, rc);
+    static int warned;
+    const char *impl = NULL;
+    if (p->bf16 && !warned && dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+        impl && strstr(impl, "ref")) {
+        DT_LOG(DT_LOG_WARN, "oneDNN runs the bf16 %s convolution of a %dx%dx%d input with '%s', a reference "
+               "implementation: expect it slower than --precision fp32", what, s->h, s->w, s->c, impl);
+        warned = 1;
+    }
 }
 
 static dnnl_memory_t mem_none(const dnnl_memory_desc_t *md)
@@ -106,7 +165,9 @@ static void reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
 {
     const struct dt_conv_shape *s = &p->s;
-    dnnl_memory_desc_t src, dst, bias, w_any, w_user;
+    /* lp: what the multiplies read (bf16 in a bf16 plan); outputs stay f32 */
+    const dnnl_data_type_t lp = p->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t src, dst, bias, w_any, w_user, src_lp, dst_lp, w_any_lp;
     dnnl_dims_t wd = {s->k, s->c, s->kh, s->kw}, bd = {s->k};
     dnnl_dims_t strides = {s->stride, s->stride}, pad = {s->pad, s->pad};
     /* Right padding makes the output size exact (Keras 'same' pads the
@@ -119,10 +180,13 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
 
     memset(e, 0, sizeof *e);
     e->n = n;
-    md_nhwc(&src, n, s->c, s->h, s->w);
-    md_nhwc(&dst, n, s->k, s->oh, s->ow);
+    md_nhwc(&src, dnnl_f32, n, s->c, s->h, s->w);
+    md_nhwc(&dst, dnnl_f32, n, s->k, s->oh, s->ow);
+    md_nhwc(&src_lp, lp, n, s->c, s->h, s->w);
+    md_nhwc(&dst_lp, lp, n, s->k, s->oh, s->ow);
     DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
     DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_any_lp, 4, wd, lp, dnnl_format_tag_any));
     DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_user, 4, wd, dnnl_f32, dnnl_hwio));
 
     DT_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
@@ -134,16 +198,16 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
         dnnl_post_ops_destroy(po);
     }
     DT_DNNL_CHECK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                                     &src, &w_any, &bias, &dst, strides, pad, pad_r));
-    DT_DNNL_CHECK(dnnl_primitive_desc_create(&fpd, &cd, attr, engine, NULL));
+                                                     &src_lp, &w_any_lp, &bias, &dst, strides, pad, pad_r));
+    pd_create(&fpd, &cd, attr, NULL, p, "forward");
     dnnl_primitive_attr_destroy(attr);
 
-    DT_DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src, &w_any,
-                                                           &dst, strides, pad, pad_r));
-    DT_DNNL_CHECK(dnnl_primitive_desc_create(&bdpd, &cd, NULL, engine, fpd));
-    DT_DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src, &w_any,
-                                                              &bias, &dst, strides, pad, pad_r));
-    DT_DNNL_CHECK(dnnl_primitive_desc_create(&bwpd, &cd, NULL, engine, fpd));
+    DT_DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src, &w_any_lp,
+                                                           &dst_lp, strides, pad, pad_r));
+    pd_create(&bdpd, &cd, NULL, fpd, p, "backward-data");
+    DT_DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_lp, &w_any,
+                                                              &bias, &dst_lp, strides, pad, pad_r));
+    pd_create(&bwpd, &cd, NULL, fpd, p, "backward-weights");
 
     DT_DNNL_CHECK(dnnl_primitive_create(&e->fwd, fpd));
     DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_data, bdpd));
@@ -151,11 +215,11 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
 
     /* The backward-weights kernel may want src/diff_dst in other layouts than
      * NHWC; we ask for NHWC in the descriptor, so they match. */
-    e->src = mem_none(&src);
+    e->src = p->bf16 ? mem_owned(&src_lp, &e->src_bf) : mem_none(&src);
     e->dst = mem_none(&dst);
     e->bias = mem_none(&bias);
     e->diff_src = mem_none(&src);
-    e->diff_dst = mem_none(&dst);
+    e->diff_dst = p->bf16 ? mem_owned(&dst_lp, &e->diff_dst_bf) : mem_none(&dst);
     e->diff_bias = mem_none(&bias);
     e->user_w = mem_none(&w_user);
     e->user_dw = mem_none(&w_user);
@@ -179,6 +243,8 @@ static void entry_destroy(struct entry *e)
     wbuf_destroy(&e->w_fwd);
     wbuf_destroy(&e->w_bwd);
     wbuf_destroy(&e->dw);
+    free(e->src_bf);
+    free(e->diff_dst_bf);
     memset(e, 0, sizeof *e);
 }
 
@@ -202,6 +268,11 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     dt_conv_plan *p = dt_xcalloc(1, sizeof *p);
     p->s = *shape;
     p->relu = relu;
+    p->bf16 = cpu_precision == DT_PREC_BF16;
+    /* The direct one-channel kernel stays float32 in bf16 plans: it is the
+     * first layer's small share of the work (8% of the seed CNN's FLOPs),
+     * bound by its loads rather than its multiply-adds, and it already beats
+     * oneDNN there; its backward-data (rarely needed) is a bf16 primitive. */
     p->direct = cpu_conv_direct_fits(shape) && !getenv("DTRAIN_NO_DIRECT_CONV");
     return p;
 }
@@ -216,6 +287,23 @@ void cpu_conv_destroy(dt_conv_plan *p)
 static void set(dnnl_memory_t m, const void *ptr)
 {
     DT_DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)(uintptr_t)ptr));
+}
+
+/* Give a primitive input x: its handle, or rounded into the bf16 copy. */
+static void load(dnnl_memory_t m, uint16_t *bf, const float *x, size_t count)
+{
+    if (bf) cpu_to_bf16(bf, x, count);
+    else set(m, x);
+}
+
+static size_t in_count(const struct dt_conv_plan *p, int n)
+{
+    return (size_t)n * p->s.h * p->s.w * p->s.c;
+}
+
+static size_t out_count(const struct dt_conv_plan *p, int n)
+{
+    return (size_t)n * p->s.oh * p->s.ow * p->s.k;
 }
 
 /* The weights as a given primitive reads them: reordered, or the user's. */
@@ -235,7 +323,7 @@ void cpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, cons
         return;
     }
     struct entry *e = lookup(p, n);
-    set(e->src, inp);
+    load(e->src, e->src_bf, inp, in_count(p, n));
     set(e->dst, out);
     set(e->bias, bias);
     set(e->user_w, weight);
@@ -259,11 +347,11 @@ void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, floa
         if (!dinp) return;
     }
     struct entry *e = lookup(p, n);
-    set(e->src, inp);
-    set(e->diff_dst, dout);
+    load(e->diff_dst, e->diff_dst_bf, dout, out_count(p, n)); /* once, for both primitives */
     set(e->diff_bias, dbias);
     set(e->user_dw, dweight);
     if (!p->direct) {
+        load(e->src, e->src_bf, inp, in_count(p, n));
         dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
         dnnl_exec_arg_t aw[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DIFF_DST, e->diff_dst},
                                 {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, e->diff_bias}};
