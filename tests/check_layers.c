@@ -996,6 +996,239 @@ START_TEST(batch_of_zero)
 }
 END_TEST
 
+/* ---- bf16 arithmetic --------------------------------------------------- */
+
+/* --precision bf16 rounds the inputs of convolutions and matrix products to
+ * bf16 (8 significant bits) and accumulates in float32, so its results are
+ * compared with the float32 path's, not with exact references. Each operand
+ * is rounded by at most 2^-9 relative, each product by at most ~2^-8; over
+ * K products of mixed signs the errors add up to about sqrt(K) 2^-9 typical
+ * terms while the sum itself is about sqrt(K) typical terms, so an output
+ * is off by ~2e-3 of the outputs' magnitude (the tests print what they
+ * measure). BF16_TOL, norm-wise like FD_TOL, leaves 5x margin; an indexing
+ * or layout mistake moves outputs by whole terms and fails it.
+ * BF16_MIN_DIFF is the other side: float32 kernels that only sum in another
+ * order agree to ~1e-6, so a difference below 1e-4 means the inputs were not
+ * rounded, i.e. the op silently ran in float32. */
+#define BF16_TOL 1e-2
+#define BF16_MIN_DIFF 1e-4
+
+/* Switches the backend to bf16; where the CPU has no bf16 instructions it
+ * says so on stdout (the test log) and the caller passes without checking. */
+static int use_bf16(const char *test)
+{
+    char why[256];
+    if (be->setup(1, DT_PREC_BF16, why, sizeof why) == 0) return 1;
+    printf("# SKIP %s: no bf16 here: %s\n", test, why);
+    return 0;
+}
+
+/* Teardown of the bf16 cases: the rest of the file expects float32, also in
+ * no-fork mode and after a failed assertion. */
+static void back_to_fp32(void)
+{
+    char why[256];
+    ck_assert_msg(be->setup(1, DT_PREC_FP32, why, sizeof why) == 0, "fp32 refused: %s", why);
+}
+
+/* max |got - ref| / max |ref| */
+static double rel_diff(const float *got, const float *ref, size_t n)
+{
+    double d = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)got[i] - (double)ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    ck_assert_msg(m > 0.0, "reference is all zeros: the comparison would be vacuous");
+    return d / m;
+}
+
+enum { BF_OUT, BF_DINP, BF_DWEIGHT, BF_DBIAS, BF_NCONV };
+static const char *const bf_conv_what[BF_NCONV] = {"out", "dinp", "dweight", "dbias"};
+
+/* A conv layer run forward and backward twice on the same inputs and
+ * parameters, with a float32 plan and with a bf16 plan; rel[] gets the
+ * bf16 run's rel_diff from the float32 one per result. 0 without bf16. */
+static int bf16_conv_case(struct dt_shape in, int K, int s, int same, int relu, double rel[BF_NCONV])
+{
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = s, .same = same,
+                                 .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    const uint64_t seed = 1700 + (uint64_t)(in.c * 3 + s + relu);
+    struct lh f, b;
+    lh_setup(&f, &dt_conv2d_ops, spec, in, 4, seed); /* plans take the precision at creation */
+    lh_backward(&f);
+    if (!use_bf16("bf16 conv")) {
+        lh_free(&f);
+        return 0;
+    }
+    lh_setup(&b, &dt_conv2d_ops, spec, in, 4, seed);
+    lh_backward(&b);
+    size_t nw = b.np - (size_t)K;
+    rel[BF_OUT] = rel_diff(b.out, f.out, b.nout);
+    rel[BF_DINP] = rel_diff(b.dinp, f.dinp, b.nin);
+    rel[BF_DWEIGHT] = rel_diff(b.dparams, f.dparams, nw);
+    rel[BF_DBIAS] = rel_diff(b.dparams + nw, f.dparams + nw, (size_t)K);
+    if (relu) {
+        size_t zeros = 0;
+        for (size_t i = 0; i < b.nout; i++) {
+            ck_assert_msg(b.out[i] >= 0.0f, "bf16 conv relu: out[%zu] = %g", i, (double)b.out[i]);
+            zeros += b.out[i] == 0.0f;
+        }
+        ck_assert_msg(zeros > 0 && zeros < b.nout, "relu case should clip some outputs");
+    }
+    if (relu) /* see bf_convs: backward is compared without the ReLU */
+        printf("# bf16 conv %dx%dx%d -> %d s%d %s relu: rel diff out %.2e\n", in.h, in.w, in.c, K, s,
+               same ? "same" : "valid", rel[BF_OUT]);
+    else
+        printf("# bf16 conv %dx%dx%d -> %d s%d %s: rel diff out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
+               in.h, in.w, in.c, K, s, same ? "same" : "valid", rel[BF_OUT], rel[BF_DINP], rel[BF_DWEIGHT],
+               rel[BF_DBIAS]);
+    lh_free(&f);
+    lh_free(&b);
+    return 1;
+}
+
+/* The seed CNN's second conv (channels that fill vectors), and a small odd
+ * one with 'same' padding and stride 2 (channels that do not). The ReLU is
+ * off for backward: with it, an output near zero may switch sides between
+ * the runs and let a whole different gradient through. */
+static const struct bf_conv_shape {
+    struct dt_shape in;
+    int K, s, same;
+} bf_convs[] = {{{13, 13, 32}, 64, 1, 0}, {{7, 7, 3}, 5, 2, 1}};
+
+START_TEST(bf16_conv_forward)
+{
+    for (size_t i = 0; i < sizeof bf_convs / sizeof *bf_convs; i++)
+        for (int relu = 0; relu <= 1; relu++) {
+            const struct bf_conv_shape *c = &bf_convs[i];
+            double rel[BF_NCONV];
+            if (!bf16_conv_case(c->in, c->K, c->s, c->same, relu, rel)) return;
+            ck_assert_msg(rel[BF_OUT] < BF16_TOL, "bf16 conv %zu relu %d: out off by %.3e of its magnitude",
+                          i, relu, rel[BF_OUT]);
+            back_to_fp32();
+        }
+}
+END_TEST
+
+START_TEST(bf16_conv_backward)
+{
+    for (size_t i = 0; i < sizeof bf_convs / sizeof *bf_convs; i++) {
+        const struct bf_conv_shape *c = &bf_convs[i];
+        double rel[BF_NCONV];
+        if (!bf16_conv_case(c->in, c->K, c->s, c->same, 0, rel)) return;
+        for (int r = BF_DINP; r < BF_NCONV; r++)
+            ck_assert_msg(rel[r] < BF16_TOL, "bf16 conv %zu: %s off by %.3e of its magnitude", i,
+                          bf_conv_what[r], rel[r]);
+        back_to_fp32();
+    }
+}
+END_TEST
+
+/* be->gemm in float32 and in bf16 on the same operands: the seed CNN's
+ * Dense(128) products at batch 64 (forward, dW = x^T dy, dx = dy W^T), and
+ * a small case with alpha, beta and leading dimensions wider than the
+ * matrices. Returns rel_diff, or -1 without bf16. */
+static double bf16_gemm_case(int ta, int tb, int m, int n, int k, float alpha, float beta, int pad)
+{
+    int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
+    float *a = malloc(sizeof(float) * na), *b = malloc(sizeof(float) * nb);
+    float *c0 = malloc(sizeof(float) * nc), *cf = malloc(sizeof(float) * nc), *cb = malloc(sizeof(float) * nc);
+    dt_rng r;
+    dt_rng_seed(&r, 1800 + (uint64_t)(m + n + k), 0);
+    fill_uniform(a, na, &r, -1.0f, 1.0f);
+    fill_uniform(b, nb, &r, -1.0f, 1.0f);
+    fill_uniform(c0, nc, &r, -1.0f, 1.0f);
+    memcpy(cf, c0, sizeof(float) * nc);
+    memcpy(cb, c0, sizeof(float) * nc);
+    be->gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf, ldc);
+    double rel = -1.0;
+    if (use_bf16("bf16 gemm")) {
+        be->gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cb, ldc);
+        /* the padding between rows is not C's: it must be left alone */
+        for (int i = 0; i < m; i++)
+            for (int j = n; j < ldc; j++)
+                ck_assert_msg(cb[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j], "bf16 gemm wrote C's padding");
+        rel = rel_diff(cb, cf, nc);
+        printf("# bf16 gemm %c%c %dx%dx%d alpha %g beta %g pad %d: rel diff %.2e\n", ta ? 'T' : 'N',
+               tb ? 'T' : 'N', m, n, k, (double)alpha, (double)beta, pad, rel);
+        back_to_fp32();
+    }
+    free(a); free(b); free(c0); free(cf); free(cb);
+    return rel;
+}
+
+static const struct bf_gemm_shape {
+    int ta, tb, m, n, k;
+} bf_gemms[] = {{0, 0, 64, 128, 1600}, {1, 0, 1600, 128, 64}, {0, 1, 64, 1600, 128}};
+
+START_TEST(bf16_gemm)
+{
+    for (size_t i = 0; i < sizeof bf_gemms / sizeof *bf_gemms; i++) {
+        const struct bf_gemm_shape *g = &bf_gemms[i];
+        double rel = bf16_gemm_case(g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, 0);
+        if (rel < 0.0) return;
+        ck_assert_msg(rel < BF16_TOL, "bf16 gemm %zu off by %.3e of its magnitude", i, rel);
+    }
+    for (int ta = 0; ta <= 1; ta++)
+        for (int tb = 0; tb <= 1; tb++) {
+            double rel = bf16_gemm_case(ta, tb, 5, 7, 33, 0.5f, 2.0f, 3);
+            ck_assert_msg(rel < BF16_TOL, "bf16 gemm %d%d with alpha/beta off by %.3e", ta, tb, rel);
+        }
+}
+END_TEST
+
+/* Rounding to bf16 is to nearest, ties to even: a 1x1x1 product with b = 1
+ * returns bf16(a) exactly (the product of two bf16 values is exact in
+ * float32). Near 1 the bf16 spacing is 2^-7. */
+START_TEST(bf16_rounding)
+{
+    const float u = 0x1p-7f;
+    const struct { float in, want; } cases[] = {
+        {1.0f + u / 2, 1.0f},                      /* tie, 1.0 is even: down */
+        {1.0f + 3 * u / 2, 1.0f + 2 * u},          /* tie, 1 + u is odd: up */
+        {1.0f + u / 2 + 0x1p-20f, 1.0f + u},       /* just past the tie: up */
+        {1.0f + u / 2 - 0x1p-20f, 1.0f},           /* just short of it: down */
+        {-(1.0f + 3 * u / 2), -(1.0f + 2 * u)},    /* symmetric in sign */
+        {0x1.fffffep127f, INFINITY},               /* FLT_MAX rounds up past bf16's largest */
+        {3.0f, 3.0f},                              /* representable: unchanged */
+    };
+    if (!use_bf16("bf16 rounding")) return;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float a = cases[i].in, b = 1.0f, c = NAN;
+        be->gemm(0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+        ck_assert_msg(c == cases[i].want, "bf16(%a) = %a, want %a", (double)a, (double)c,
+                      (double)cases[i].want);
+    }
+    float a = NAN, b = 1.0f, c = 0.0f;
+    be->gemm(0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+    ck_assert_msg(isnan(c), "bf16(NaN) = %g", (double)c);
+}
+END_TEST
+
+/* The tolerance tests above would pass if bf16 mode quietly ran float32
+ * (difference 0). Here every op must differ from float32 by rounding. */
+START_TEST(bf16_not_fp32)
+{
+    for (size_t i = 0; i < sizeof bf_convs / sizeof *bf_convs; i++) {
+        const struct bf_conv_shape *c = &bf_convs[i];
+        double rel[BF_NCONV];
+        if (!bf16_conv_case(c->in, c->K, c->s, c->same, 0, rel)) return;
+        for (int r = 0; r < BF_NCONV; r++)
+            ck_assert_msg(rel[r] > BF16_MIN_DIFF, "bf16 conv %zu: %s differs from float32 by only %.3e: "
+                          "not computed in bf16", i, bf_conv_what[r], rel[r]);
+        back_to_fp32();
+    }
+    for (size_t i = 0; i < sizeof bf_gemms / sizeof *bf_gemms; i++) {
+        const struct bf_gemm_shape *g = &bf_gemms[i];
+        double rel = bf16_gemm_case(g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, 0);
+        ck_assert_msg(rel > BF16_MIN_DIFF, "bf16 gemm %zu differs from float32 by only %.3e: "
+                      "not computed in bf16", i, rel);
+    }
+}
+END_TEST
+
 static Suite *layers_suite(void)
 {
     Suite *s = suite_create("layers");
@@ -1050,6 +1283,16 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, build_kernel_too_big);
     tcase_add_test(tc, build_failure_then_free);
     tcase_add_test(tc, batch_of_zero);
+    suite_add_tcase(s, tc);
+
+    /* Each case switches the backend to bf16; the teardown switches it back. */
+    tc = tcase_create("bf16");
+    tcase_add_checked_fixture(tc, NULL, back_to_fp32);
+    tcase_add_test(tc, bf16_conv_forward);
+    tcase_add_test(tc, bf16_conv_backward);
+    tcase_add_test(tc, bf16_gemm);
+    tcase_add_test(tc, bf16_rounding);
+    tcase_add_test(tc, bf16_not_fp32);
     suite_add_tcase(s, tc);
     return s;
 }
