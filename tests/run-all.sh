@@ -2,13 +2,16 @@
 # run-all.sh: the whole test suite from a fresh Debian 12 machine: install
 # what is missing, build with Open MPI and run `make check` (unit, MPI,
 # end-to-end and bad-input tests), then build with MPICH and run the MPI and
-# end-to-end tests there too. Ends with "N passed, N failed, N skipped".
+# end-to-end tests there too, then build with the CUDA backend (when a CUDA
+# toolkit is installed; no GPU needed) and run the whole suite again, GPU
+# tests skipping with "SKIP: no GPU" where there is none.
+# Ends with "N passed, N failed, N skipped".
 #
 #   tests/run-all.sh
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
-"$top/jobscripts/local/setup.sh" --mpich || { echo "setup failed"; exit 1; }
+"$top/jobscripts/local/setup.sh" --mpich --cuda || { echo "setup failed"; exit 1; }
 
 status=0
 run_check() { # run_check DIR [TESTS=...]
@@ -31,10 +34,18 @@ echo "   check_coll_np4 unfinished after 3 minutes, against 3 s with Open MPI). 
 echo "   at 1-3 ranks; at 4-6 ranks they run with Open MPI above. dtrain's own 4-rank tests run on both."
 run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 \
   tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
+if [[ -f build-cuda/config.status ]]; then
+  run_check build-cuda
+  for t in check_gpu gpu_train.sh; do
+    [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
+  done
+else
+  echo "== no CUDA toolkit here: the CUDA build was not built or tested"
+fi
 
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
-for trs in build/tests/*.trs build-mpich/tests/*.trs; do
+for trs in build/tests/*.trs build-mpich/tests/*.trs build-cuda/tests/*.trs; do
   [[ -f $trs ]] || continue
   case $(sed -n 's/^:test-result: //p' "$trs") in
     PASS|XFAIL) p=$((p + 1)) ;;

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # setup.sh: install what dtrain needs on Debian 12 (only what is missing),
-# then build it in build/ (Open MPI) and, with --mpich, in build-mpich/ too.
-# Idempotent: a second run installs nothing and rebuilds only what changed.
+# then build it in build/ (Open MPI); with --mpich, in build-mpich/ too; with
+# --cuda, also in build-cuda/ with the CUDA backend (./configure --with-cuda),
+# when a CUDA toolkit is found (nvcc on PATH or /usr/local/cuda; a GPU is not
+# needed to build). Idempotent: a second run installs nothing and rebuilds
+# only what changed.
 #
-#   jobscripts/local/setup.sh [--mpich]
+#   jobscripts/local/setup.sh [--mpich] [--cuda]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 
-with_mpich=no
-[[ ${1:-} == --mpich ]] && with_mpich=yes
+with_mpich=no with_cuda=no
+for arg in "$@"; do
+  case $arg in
+    --mpich) with_mpich=yes ;;
+    --cuda) with_cuda=yes ;;
+    *) echo "setup.sh: unknown option '$arg' (expected --mpich, --cuda)" >&2; exit 2 ;;
+  esac
+done
 
 pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
       openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
@@ -31,15 +40,27 @@ jobs=$(nproc)
 
 [[ -x configure ]] || ./autogen.sh
 
-build() { # build DIR CC
+build() { # build DIR CC [CONFIGURE-ARGS...]
   local dir=$1 cc=$2
+  shift 2
   mkdir -p "$dir"
   if [[ ! -f $dir/config.status ]]; then
-    (cd "$dir" && CC=$cc ../configure --enable-werror)
+    (cd "$dir" && CC=$cc ../configure --enable-werror "$@")
   fi
   make -C "$dir" -j"$jobs"
 }
 # Installing MPICH can make it the system's default mpicc; name each wrapper.
 build build mpicc.openmpi
 [[ $with_mpich == yes ]] && build build-mpich mpicc.mpich
+if [[ $with_cuda == yes ]]; then
+  cuda=
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda=/usr/local/cuda
+  elif command -v nvcc >/dev/null; then cuda=$(dirname "$(dirname "$(command -v nvcc)")")
+  fi
+  if [[ -n $cuda ]]; then
+    build build-cuda mpicc.openmpi --with-cuda="$cuda"
+  else
+    echo "== no CUDA toolkit (nvcc) found: the CUDA build (build-cuda/) is skipped"
+  fi
+fi
 echo "== dtrain built in $top/build"
