@@ -95,9 +95,11 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
 
     dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
-    t->idx = dt_xmalloc(sizeof(int64_t) * B);
-    t->host_images = t->be->host_alloc(row * B); /* pinned on the GPU: asynchronous uploads */
-    t->host_labels = t->be->host_alloc(B);
+    for (int k = 0; k < 2; k++) { /* two slots: the next batch is read while this one computes */
+        t->idx[k] = dt_xmalloc(sizeof(int64_t) * B);
+        t->host_images[k] = t->be->host_alloc(row * B); /* pinned on the GPU: asynchronous uploads */
+        t->host_labels[k] = t->be->host_alloc(B);
+    }
     t->overflow_steps = parse_steps(cfg->inject_overflow, &t->noverflow);
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
@@ -105,14 +107,23 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     return DT_OK;
 }
 
-/* Put n samples (already in host_images/labels) into the model's input. */
-static void load_batch(struct dt_trainer *t, int n)
+/* Put n samples (already in slot k's host buffers) into the model's input.
+ * On the GPU the copies are asynchronous (pinned memory): the slot is not
+ * written again before the step's end, which waits for the device. */
+static void load_batch(struct dt_trainer *t, int k, int n)
 {
     size_t bytes = dt_shape_size(t->data.shape) * (size_t)n;
     if (n == 0) return;
-    t->be->upload(t->dev_images, t->host_images, bytes);
-    t->be->upload(t->dev_labels, t->host_labels, (size_t)n);
+    t->be->upload(t->dev_images, t->host_images[k], bytes);
+    t->be->upload(t->dev_labels, t->host_labels[k], (size_t)n);
     t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
+}
+
+/* Step s's samples into slot k (their count and the step's global count). */
+static int read_step(struct dt_trainer *t, int64_t s, int k, dt_status *st)
+{
+    t->slot_n[k] = dt_shard_step(&t->plan, s, t->idx[k], &t->slot_global[k]);
+    return dt_dataset_read(&t->data, DT_TRAIN, t->idx[k], t->slot_n[k], t->host_images[k], t->host_labels[k], st);
 }
 
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
@@ -125,10 +136,10 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
     for (int64_t at = begin; at < end; at += t->cfg->batch_size) {
         int n = (int)(end - at < t->cfg->batch_size ? end - at : t->cfg->batch_size);
-        for (int i = 0; i < n; i++) t->idx[i] = at + i;
-        if (dt_dataset_read(&t->data, DT_TEST, t->idx, n, t->host_images, t->host_labels, &st) != DT_OK)
+        for (int i = 0; i < n; i++) t->idx[0][i] = at + i;
+        if (dt_dataset_read(&t->data, DT_TEST, t->idx[0], n, t->host_images[0], t->host_labels[0], &st) != DT_OK)
             DT_DIE("%s", st.msg);
-        load_batch(t, n);
+        load_batch(t, 0, n);
         dt_model_forward(&t->model, n, 0, NULL);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
         sums[0] += r.loss_sum;
@@ -157,16 +168,23 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     struct dt_strategy *strat = &t->strategy;
     const int replica = strat->replica >= 0, per_step = !strat->local_stats;
     double t0 = MPI_Wtime();
+    if (replica && steps > 0 && read_step(t, 0, 0, st) != DT_OK) return st->code;
     for (int64_t s = 0; s < steps; s++) {
+        const int k = (int)(s & 1);
         int64_t global;
-        int n = dt_shard_step(&t->plan, s, t->idx, &global);
+        if (!replica) { /* a parameter server's server: it serves in epoch_end */
+            dt_shard_step(&t->plan, s, t->idx[0], &global);
+            es->samples += global;
+            continue;
+        }
+        int n = t->slot_n[k];
+        global = t->slot_global[k];
         es->samples += global;
-        if (!replica) continue; /* a parameter server's server: it serves in epoch_end */
-        if (dt_dataset_read(&t->data, DT_TRAIN, t->idx, n, t->host_images, t->host_labels, st) != DT_OK)
-            return st->code;
-        load_batch(t, n);
+        load_batch(t, k, n);
         if (strat->ops->pull) strat->ops->pull(strat);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
+        /* While a GPU runs the forward pass, the CPU reads the next batch. */
+        if (s + 1 < steps && read_step(t, s + 1, k ^ 1, st) != DT_OK) return st->code;
         float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)global;
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
         if (t->noverflow && injected(t, ++t->global_step) && t->rank == 0 && n > 0) {
@@ -287,10 +305,10 @@ void dt_trainer_free(struct dt_trainer *t)
         if (t->dev_images) t->be->free(t->dev_images);
         if (t->dev_labels) t->be->free(t->dev_labels);
     }
-    free(t->idx);
-    if (t->be) {
-        if (t->host_images) t->be->host_free(t->host_images);
-        if (t->host_labels) t->be->host_free(t->host_labels);
+    for (int k = 0; k < 2; k++) {
+        free(t->idx[k]);
+        if (t->be && t->host_images[k]) t->be->host_free(t->host_images[k]);
+        if (t->be && t->host_labels[k]) t->be->host_free(t->host_labels[k]);
     }
     free(t->overflow_steps);
     free(t->history);

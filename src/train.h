@@ -43,8 +43,11 @@ struct dt_trainer {
     int policy;                     /* resolved --shard-policy */
     struct dt_model model;
     dt_rng dropout_rng;             /* per rank */
-    int64_t *idx;                   /* [batch] */
-    uint8_t *host_images, *host_labels, *dev_images, *dev_labels;
+    int64_t *idx[2];                /* [batch] per slot: this step's and the next one's */
+    uint8_t *host_images[2], *host_labels[2]; /* per slot (pinned on the GPU) */
+    int slot_n[2];                  /* samples in each slot */
+    int64_t slot_global[2];         /* the slot's step's samples over all replicas */
+    uint8_t *dev_images, *dev_labels;
     int epochs_done;
     long global_step;               /* steps taken in this run */
     long skipped_before;            /* loss-scale skips before this epoch */
