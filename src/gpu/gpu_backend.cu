@@ -1,0 +1,138 @@
+/* gpu_backend.cu: the CUDA backend's operation table (see backend.h), its
+ * memory operations and setup().
+ *
+ * Everything is queued on the one compute stream (gpu_internal.h), so ops
+ * return before their work is done; download() and the ops that return a
+ * value (softmax_xent, unscale_check) wait for the stream.
+ *
+ * upload() is cudaMemcpyAsync on the stream. From pageable memory CUDA
+ * copies the source into a staging buffer before returning, so the caller
+ * may reuse it at once. From host_alloc()'d (pinned) memory the copy is
+ * truly asynchronous: such a source must not change until the next
+ * synchronize() or value-returning op. */
+#include "config.h"
+
+#include <stdio.h>
+
+#include "gpu/gpu_internal.h"
+
+static void *gpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e != cudaSuccess)
+        dt_die(__FILE__, __LINE__, "cudaMalloc of %zu bytes on %s failed: %s", bytes, gpu.name,
+               cudaGetErrorString(e));
+    return p;
+}
+
+/* Queued work may still read or write p. */
+static void gpu_free(void *p)
+{
+    if (!p) return;
+    DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+    DT_CUDA_CHECK(cudaFree(p));
+}
+
+static void gpu_zero(void *p, size_t bytes)
+{
+    if (bytes) DT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu.stream));
+}
+
+static void gpu_upload(void *dst, const void *host_src, size_t bytes)
+{
+    if (bytes)
+        DT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, gpu.stream));
+}
+
+static void gpu_download(void *host_dst, const void *src, size_t bytes)
+{
+    if (!bytes) return;
+    DT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, gpu.stream));
+    DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+}
+
+static void gpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu.stream));
+}
+
+static void *gpu_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess)
+        dt_die(__FILE__, __LINE__, "cudaMallocHost of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+    return p;
+}
+
+/* A queued upload may still read p. */
+static void gpu_host_free(void *p)
+{
+    if (!p) return;
+    DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+    DT_CUDA_CHECK(cudaFreeHost(p));
+}
+
+static void gpu_synchronize(void) { DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream)); }
+
+/* nthreads is the CPU's business; the device needs no floating-point mode. */
+static int gpu_setup(int nthreads, int precision, char *why, size_t whylen)
+{
+    (void)nthreads;
+    if (gpu.dev < 0) {
+        snprintf(why, whylen, "the CUDA backend needs dt_gpu_select() before setup()");
+        return -1;
+    }
+    if (precision != DT_PREC_FP32 && precision != DT_PREC_FP16 && precision != DT_PREC_BF16) {
+        snprintf(why, whylen, "unknown precision %d", precision);
+        return -1;
+    }
+    if (precision == DT_PREC_BF16 && gpu.major < 8) {
+        snprintf(why, whylen, "--precision bf16 needs compute capability 8.0 or newer (Ampere); "
+                 "%s is %d.%d; use fp16 or fp32", gpu.name, gpu.major, gpu.minor);
+        return -1;
+    }
+    if (precision == DT_PREC_FP16 && gpu.major < 7) {
+        snprintf(why, whylen, "--precision fp16 needs compute capability 7.0 or newer (tensor cores); "
+                 "%s is %d.%d; use fp32", gpu.name, gpu.major, gpu.minor);
+        return -1;
+    }
+    gpu.precision = precision;
+    return 0;
+}
+
+extern "C" const struct dt_backend dt_backend_cuda = {
+    .name = "cuda",
+    .alloc = gpu_alloc,
+    .free = gpu_free,
+    .zero = gpu_zero,
+    .upload = gpu_upload,
+    .download = gpu_download,
+    .copy = gpu_copy,
+    .host_alloc = gpu_host_alloc,
+    .host_free = gpu_host_free,
+    .synchronize = gpu_synchronize,
+    .setup = gpu_setup,
+    .conv_create = gpu_conv_create,
+    .conv_destroy = gpu_conv_destroy,
+    .conv_forward = gpu_conv_forward,
+    .conv_backward = gpu_conv_backward,
+    .pool_create = gpu_pool_create,
+    .pool_destroy = gpu_pool_destroy,
+    .pool_forward = gpu_pool_forward,
+    .pool_backward = gpu_pool_backward,
+    .gemm = gpu_gemm,
+    .bias_add = gpu_bias_add,
+    .bias_grad = gpu_bias_grad,
+    .relu_forward = gpu_relu_forward,
+    .relu_backward = gpu_relu_backward,
+    .dropout_forward = gpu_dropout_forward,
+    .dropout_backward = gpu_dropout_backward,
+    .softmax_xent = gpu_softmax_xent,
+    .images_to_float = gpu_images_to_float,
+    .adam_update = gpu_adam_update,
+    .sgd_update = gpu_sgd_update,
+    .unscale_check = gpu_unscale_check,
+};

@@ -1,0 +1,139 @@
+/* gpu_internal.h: what the CUDA backend's .cu files share, and nothing else
+ * includes: the one device's state, the error checks, growable device
+ * buffers, the element-type conversions, and the ops gathered into
+ * dt_backend_cuda by gpu_backend.cu.
+ *
+ * One device per process: dt_gpu_select() (gpu_device.cu) fills the single
+ * `gpu` struct, and every op queues its work on gpu.stream in order, so a
+ * buffer written by one op is ready for the next without events. */
+#ifndef DT_GPU_INTERNAL_H
+#define DT_GPU_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+extern "C" {
+#include "backend.h"
+#include "gpu/gpu.h"
+#include "log.h"
+/* checks.h declares this too, but includes mpi.h, and nvcc compiles these
+ * files without MPI's include path; the signature must stay the same. */
+__attribute__((noreturn, format(printf, 3, 4))) void dt_die(const char *file, int line,
+                                                            const char *fmt, ...);
+}
+
+/* The checks of checks.h for the CUDA libraries: file:line and the
+ * library's own message, then abort every rank (dt_die). */
+#define DT_CUDA_CHECK(call)                                                              \
+    do {                                                                                 \
+        cudaError_t dt_e_ = (call);                                                      \
+        if (dt_e_ != cudaSuccess)                                                        \
+            dt_die(__FILE__, __LINE__, "%s failed: %s", #call, cudaGetErrorString(dt_e_)); \
+    } while (0)
+#define DT_CUDNN_CHECK(call)                                                             \
+    do {                                                                                 \
+        cudnnStatus_t dt_e_ = (call);                                                    \
+        if (dt_e_ != CUDNN_STATUS_SUCCESS)                                               \
+            dt_die(__FILE__, __LINE__, "%s failed: %s", #call, cudnnGetErrorString(dt_e_)); \
+    } while (0)
+#define DT_CUBLAS_CHECK(call)                                                            \
+    do {                                                                                 \
+        cublasStatus_t dt_e_ = (call);                                                   \
+        if (dt_e_ != CUBLAS_STATUS_SUCCESS)                                              \
+            dt_die(__FILE__, __LINE__, "%s failed: %s", #call, cublasGetStatusString(dt_e_)); \
+    } while (0)
+/* After every kernel launch (bad configurations are reported here; faults
+ * inside the kernel surface at the next synchronizing call). */
+#define DT_KERNEL_CHECK() DT_CUDA_CHECK(cudaGetLastError())
+
+struct gpu_state {
+    int dev;                /* -1 until dt_gpu_select() */
+    int major, minor;       /* compute capability */
+    int sms;                /* multiprocessors, for sizing grids */
+    char name[96];
+    cudaStream_t stream;    /* every op of dt_backend_cuda runs here */
+    cublasHandle_t blas;    /* bound to stream */
+    cudnnHandle_t dnn;      /* bound to stream */
+    int precision;          /* enum dt_precision, from setup() */
+    void *host_result;      /* 64 pinned bytes: values an op returns to the host */
+};
+/* In a namespace so that the symbol cannot meet a C global called gpu. */
+namespace dt_cuda {
+extern struct gpu_state gpu;
+}
+using dt_cuda::gpu;
+
+/* A device buffer that grows on demand and never shrinks (workspaces and
+ * scratch that depend on the batch size). */
+struct gpu_buf {
+    void *p;
+    size_t bytes;
+};
+/* At least `bytes` bytes. Growing waits for the stream first, since queued
+ * work may still use the old allocation. */
+void *gpu_buf_reserve(struct gpu_buf *b, size_t bytes);
+void gpu_buf_release(struct gpu_buf *b);
+
+/* Blocks for a grid-stride loop over n elements: enough to fill the device,
+ * no more (each thread then handles several elements). */
+static inline unsigned gpu_blocks(size_t n, unsigned threads)
+{
+    size_t want = (n + threads - 1) / threads, cap = (size_t)(gpu.sms > 0 ? gpu.sms : 80) * 16;
+    if (want < 1) want = 1;
+    return (unsigned)(want < cap ? want : cap);
+}
+#define GPU_THREADS 256u
+
+#define GPU_FOR_EACH(i, n)                                                                  \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                 \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Element types: float, __half (DT_PREC_FP16) and __nv_bfloat16
+ * (DT_PREC_BF16); conversions round to nearest even. */
+static __device__ __forceinline__ float to_f32(float x) { return x; }
+static __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+static __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
+/* gpu_kernels.cu: element-wise kernels, loss, optimizers, GEMM */
+void gpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc);
+void gpu_bias_add(float *out, const float *bias, int rows, int cols);
+void gpu_bias_grad(float *dbias, const float *dout, int rows, int cols);
+void gpu_relu_forward(float *out, const float *inp, size_t n);
+void gpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+void gpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,
+                         dt_rng *rng);
+void gpu_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n);
+double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits,
+                        const uint8_t *labels, int n, int classes, float grad_scale);
+void gpu_images_to_float(float *dst, const uint8_t *src, size_t n);
+void gpu_adam_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha,
+                     float beta1, float beta2, float eps);
+void gpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
+                    float momentum);
+int gpu_unscale_check(float *grad, size_t n, float inv_scale);
+
+/* gpu_conv.cu: convolution and max pooling through cuDNN */
+dt_conv_plan *gpu_conv_create(const struct dt_conv_shape *shape, int relu);
+void gpu_conv_destroy(dt_conv_plan *plan);
+void gpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, const float *weight,
+                      const float *bias);
+void gpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight);
+dt_pool_plan *gpu_pool_create(const struct dt_conv_shape *shape);
+void gpu_pool_destroy(dt_pool_plan *plan);
+void gpu_pool_forward(dt_pool_plan *plan, int n, float *out, const float *inp, int train);
+void gpu_pool_backward(dt_pool_plan *plan, int n, float *dinp, const float *dout,
+                       const float *relu_out);
+
+#endif

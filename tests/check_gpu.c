@@ -1,0 +1,892 @@
+/* check_gpu.c: the CUDA backend against the CPU reference.
+ *
+ * Every op of dt_backend_cuda runs on the same random inputs as
+ * dt_backend_cpu (set up in fp32) and the results are compared: exactly
+ * where both sides do the same single rounding (ReLU, bias add, pixel
+ * conversion, dropout's scaling, unscaling), else as a norm-wise relative
+ * error max|gpu - cpu| / max|cpu| against a tolerance sized for the
+ * precision: the GEMM and convolution checks run once per precision the
+ * device accepts (fp32, bf16, fp16). Dropout draws its own mask on the
+ * device, so it is checked statistically. Last, the seed CNN trains a few
+ * steps on both backends from the same parameters and data (dropout 0), and
+ * losses, first-step gradients and parameter updates are compared.
+ *
+ * Plain C, no MPI, no Check: it runs wherever a GPU is, and exits 77
+ * ("SKIP: no GPU: <reason>") where none is. One line per check, a summary,
+ * exit 1 on any failure. */
+#include "config.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "gpu/gpu.h"
+#include "nn/model.h"
+#include "optim/optim.h"
+#include "rng.h"
+#include "status.h"
+
+static const struct dt_backend *const G = &dt_backend_cuda;
+static const struct dt_backend *const C = &dt_backend_cpu;
+
+/* Tolerances per precision, as norm-wise relative errors. fp32: cuBLAS and
+ * cuDNN sum in other orders than OpenBLAS and oneDNN (~1e-6 for these
+ * sizes). 16-bit: each operand is rounded to 8 (bf16) or 11 (fp16)
+ * significant bits before float accumulation, ~2^-8 or 2^-10 relative per
+ * product. Training is looser at every precision: where two values are
+ * nearly tied, a ReLU mask or a max-pool winner can differ between the
+ * backends, and each such flip moves a few hundred gradient elements by a
+ * whole term. A few flips per step are expected with fp32's errors, a few
+ * percent of all windows and units with 16-bit ones (~sqrt(3%) = 0.17 in
+ * the 2-norm), so training is compared in 2-norms, which a few elements
+ * barely move. A wiring error (a wrong layout, padding or transpose) gives
+ * differences of order one (~1.4 for unrelated values), so these still
+ * catch it; the op checks hold the arithmetic itself tight. */
+struct tol {
+    const char *name;
+    int prec;
+    double gemm, conv;
+    double loss;   /* per-step loss (continuous: no flips) */
+    double train;  /* first-step gradients and the parameters' total update */
+};
+static const struct tol tolerances[] = {
+    {"fp32", DT_PREC_FP32, 1e-4, 1e-4, 1e-4, 1e-2},
+    {"bf16", DT_PREC_BF16, 2e-2, 2e-2, 3e-2, 5e-1},
+    {"fp16", DT_PREC_FP16, 5e-3, 5e-3, 1e-2, 3e-1},
+};
+
+static int nchecks, nfailed;
+static dt_rng rng;
+
+__attribute__((format(printf, 2, 3))) static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    nchecks++;
+    if (!ok) nfailed++;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static float uniform(float lo, float hi) { return lo + (hi - lo) * dt_rng_uniform(&rng); }
+
+static float *fill(size_t n, float lo, float hi)
+{
+    float *x = xmalloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = uniform(lo, hi);
+    return x;
+}
+
+static float *dup(const float *x, size_t n)
+{
+    float *y = xmalloc(sizeof(float) * n);
+    memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
+static float *to_dev(const float *h, size_t n)
+{
+    float *d = G->alloc(sizeof(float) * n);
+    G->upload(d, h, sizeof(float) * n);
+    return d;
+}
+
+static float *from_dev(const float *d, size_t n)
+{
+    float *h = xmalloc(sizeof(float) * n);
+    G->download(h, d, sizeof(float) * n);
+    return h;
+}
+
+/* max|a - ref| / max|ref|; NaN or infinity in either gives infinity. */
+static double rel_err(const float *a, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (!isfinite(d)) return INFINITY;
+        if (d > num) num = d;
+        if (fabs((double)ref[i]) > den) den = fabs((double)ref[i]);
+    }
+    return den > 0.0 ? num / den : num;
+}
+
+/* ||a - ref|| / ||ref|| (2-norms): the training checks' measure, which a
+ * few flipped elements (see the tolerances) move only a little. */
+static double rel_l2(const float *a, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Elements that differ (NaN equals NaN). */
+static size_t ndiff(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += !(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])));
+    return d;
+}
+
+/* ---- memory -------------------------------------------------------------- */
+
+static void test_memory(void)
+{
+    const size_t n = 1001;
+    float *h = fill(n, -1.0f, 1.0f), *back = xmalloc(sizeof(float) * n);
+    float *d = to_dev(h, n), *d2 = G->alloc(sizeof(float) * n);
+    G->copy(d2, d, sizeof(float) * n);
+    G->download(back, d2, sizeof(float) * n);
+    check(ndiff(back, h, n) == 0, "memory: upload, copy, download give the data back (%zu floats)", n);
+    G->zero(d2, sizeof(float) * n);
+    G->download(back, d2, sizeof(float) * n);
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += back[i] != 0.0f;
+    check(nz == 0, "memory: zero clears every byte (%zu left)", nz);
+    float *pin = G->host_alloc(sizeof(float) * n);
+    memcpy(pin, h, sizeof(float) * n);
+    G->upload(d2, pin, sizeof(float) * n);
+    G->synchronize();
+    G->download(back, d2, sizeof(float) * n);
+    check(ndiff(back, h, n) == 0, "memory: upload from host_alloc'd (pinned) memory");
+    G->host_free(pin);
+    G->free(d);
+    G->free(d2);
+    free(h);
+    free(back);
+}
+
+/* ---- GEMM ---------------------------------------------------------------- */
+
+static void gemm_case(const struct tol *t, int ta, int tb, int m, int n, int k, int pad, float alpha, float beta)
+{
+    int ra = ta ? k : m, ca = ta ? m : k, rb = tb ? n : k, cb = tb ? k : n;
+    int lda = ca + pad, ldb = cb + pad, ldc = n + pad;
+    size_t na = (size_t)ra * lda, nb = (size_t)rb * ldb, nc = (size_t)m * ldc;
+    float *a = fill(na, -1.0f, 1.0f), *b = fill(nb, -1.0f, 1.0f), *c = fill(nc, -1.0f, 1.0f);
+    float *da = to_dev(a, na), *db = to_dev(b, nb), *dc = to_dev(c, nc);
+    C->gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    G->gemm(ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc);
+    float *g = from_dev(dc, nc);
+    double e = rel_err(g, c, nc);
+    check(e <= t->gemm, "gemm %s ta=%d tb=%d m=%d n=%d k=%d ld+%d alpha=%g beta=%g: rel err %.2e (tol %.0e)",
+          t->name, ta, tb, m, n, k, pad, (double)alpha, (double)beta, e, t->gemm);
+    G->free(da);
+    G->free(db);
+    G->free(dc);
+    free(a);
+    free(b);
+    free(c);
+    free(g);
+}
+
+static void test_gemm(const struct tol *t)
+{
+    static const struct { int m, n, k, pad; float alpha, beta; } cases[] = {
+        {64, 128, 1600, 0, 1.0f, 0.0f},   /* the seed CNN's dense layer, forward */
+        {1600, 128, 64, 0, 1.0f, 0.0f},   /* its weight gradient */
+        {64, 1600, 128, 0, 1.0f, 0.0f},   /* its input gradient */
+        {7, 10, 128, 0, 1.0f, 0.0f},      /* a ragged last batch */
+        {13, 17, 29, 3, 0.7f, 0.3f},      /* odd sizes, strided, alpha and beta */
+        {1, 1, 1, 0, 1.0f, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                gemm_case(t, ta, tb, cases[i].m, cases[i].n, cases[i].k, cases[i].pad, cases[i].alpha,
+                          cases[i].beta);
+
+    /* k = 0: C = beta * C, and beta = 0 clears even NaN (BLAS semantics;
+     * a layer's weight gradient for an empty batch relies on it). */
+    const int m = 5, n = 6;
+    float *c = xmalloc(sizeof(float) * m * n);
+    for (int i = 0; i < m * n; i++) c[i] = i == 3 ? NAN : (float)i;
+    float *dc = to_dev(c, (size_t)m * n), *dummy = G->alloc(64);
+    G->gemm(0, 0, m, n, 0, 1.0f, dummy, 1, dummy, n, 0.0f, dc, n);
+    float *g = from_dev(dc, (size_t)m * n);
+    size_t bad = 0;
+    for (int i = 0; i < m * n; i++) bad += g[i] != 0.0f;
+    check(bad == 0, "gemm %s k=0 beta=0 clears C (%zu not zero)", t->name, bad);
+    for (int i = 0; i < m * n; i++) c[i] = (float)i;
+    G->upload(dc, c, sizeof(float) * m * n);
+    G->gemm(1, 1, m, n, 0, 1.0f, dummy, m, dummy, 1, 0.5f, dc, n);
+    free(g);
+    g = from_dev(dc, (size_t)m * n);
+    bad = 0;
+    for (int i = 0; i < m * n; i++) bad += g[i] != 0.5f * (float)i;
+    check(bad == 0, "gemm %s k=0 beta=0.5 scales C (%zu wrong)", t->name, bad);
+    G->free(dc);
+    G->free(dummy);
+    free(c);
+    free(g);
+}
+
+/* ---- bias, ReLU, dropout, pixels ---------------------------------------- */
+
+static void test_bias(void)
+{
+    static const int shapes[][2] = {{7, 10}, {64 * 26 * 26, 32}, {1000, 129}, {3, 1}, {0, 5}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1];
+        size_t n = (size_t)rows * cols;
+        float *out = fill(n, -1.0f, 1.0f), *bias = fill((size_t)cols, -1.0f, 1.0f);
+        float *dout = fill(n, 0.0f, 1.0f); /* same sign: the sums are well conditioned */
+        float *dout_d = to_dev(dout, n), *out_d = to_dev(out, n), *bias_d = to_dev(bias, (size_t)cols);
+        float *db_d = G->alloc(sizeof(float) * cols), *db = fill((size_t)cols, 5.0f, 6.0f);
+        G->upload(db_d, db, sizeof(float) * cols); /* garbage that must be overwritten */
+        C->bias_add(out, bias, rows, cols);
+        G->bias_add(out_d, bias_d, rows, cols);
+        C->bias_grad(db, dout, rows, cols);
+        G->bias_grad(db_d, dout_d, rows, cols);
+        float *g = from_dev(out_d, n), *gdb = from_dev(db_d, (size_t)cols);
+        check(ndiff(g, out, n) == 0, "bias_add %dx%d: exact (%zu differ)", rows, cols, ndiff(g, out, n));
+        double e = rel_err(gdb, db, (size_t)cols);
+        /* The CPU sums each column in order: ~sqrt(rows) roundings. */
+        double tol = 1e-6 + 3e-7 * sqrt((double)rows);
+        check(rows == 0 ? ndiff(gdb, db, (size_t)cols) == 0 : e <= tol, "bias_grad %dx%d: rel err %.2e (tol %.0e)",
+              rows, cols, e, tol);
+        G->free(dout_d);
+        G->free(out_d);
+        G->free(bias_d);
+        G->free(db_d);
+        free(out);
+        free(bias);
+        free(dout);
+        free(db);
+        free(g);
+        free(gdb);
+    }
+}
+
+static void test_relu(void)
+{
+    const size_t n = 100003;
+    float *x = fill(n, -1.0f, 1.0f), *dout = fill(n, -1.0f, 1.0f);
+    for (size_t i = 0; i < n; i += 97) x[i] = 0.0f;
+    float *y = xmalloc(sizeof(float) * n), *dx = xmalloc(sizeof(float) * n);
+    float *x_d = to_dev(x, n), *y_d = G->alloc(sizeof(float) * n), *dout_d = to_dev(dout, n);
+    C->relu_forward(y, x, n);
+    G->relu_forward(y_d, x_d, n);
+    float *g = from_dev(y_d, n);
+    check(ndiff(g, y, n) == 0, "relu_forward: exact (%zu differ)", ndiff(g, y, n));
+    C->relu_backward(dx, dout, y, n);
+    G->relu_backward(dout_d, dout_d, y_d, n); /* in place, as the layers call it */
+    free(g);
+    g = from_dev(dout_d, n);
+    check(ndiff(g, dx, n) == 0, "relu_backward in place: exact (%zu differ)", ndiff(g, dx, n));
+    G->free(x_d);
+    G->free(y_d);
+    G->free(dout_d);
+    free(x);
+    free(dout);
+    free(y);
+    free(dx);
+    free(g);
+}
+
+static void test_dropout(void)
+{
+    const size_t n = (size_t)1 << 20;
+    const float rate = 0.3f, scale = 1.0f / (1.0f - rate);
+    float *x = fill(n, 0.5f, 1.5f), *dout = fill(n, -1.0f, 1.0f);
+    float *x_d = to_dev(x, n), *dout_d = to_dev(dout, n);
+    float *y_d = G->alloc(sizeof(float) * n), *mask_d = G->alloc(sizeof(float) * n);
+    dt_rng r, expect;
+    dt_rng_seed(&r, 7, 3);
+    expect = r;
+    (void)dt_rng_u64(&expect);
+    G->dropout_forward(y_d, mask_d, x_d, n, rate, &r);
+    check(memcmp(&r, &expect, sizeof r) == 0, "dropout_forward advances the host rng by one draw");
+    float *y = from_dev(y_d, n), *mask = from_dev(mask_d, n);
+    size_t kept = 0, badmask = 0, badout = 0, both = 0;
+    for (size_t i = 0; i < n; i++) {
+        kept += mask[i] == scale;
+        badmask += mask[i] != scale && mask[i] != 0.0f;
+        badout += y[i] != x[i] * mask[i];
+        both += i + 1 < n && mask[i] != 0.0f && mask[i + 1] != 0.0f;
+    }
+    double p = 1.0 - (double)rate, mean = (double)n * p, sigma = sqrt((double)n * p * (1.0 - p));
+    check(fabs((double)kept - mean) <= 5.0 * sigma, "dropout_forward keeps %zu of %zu (expected %.0f +- 5 x %.0f)",
+          kept, n, mean, sigma);
+    /* Neighbours independent: both kept with probability p^2. */
+    double mean2 = (double)(n - 1) * p * p, sigma2 = sqrt((double)(n - 1) * p * p * (1.0 - p * p));
+    check(fabs((double)both - mean2) <= 5.0 * sigma2, "dropout_forward: neighbours kept together %zu times "
+          "(expected %.0f +- 5 x %.0f)", both, mean2, sigma2);
+    check(badmask == 0 && badout == 0, "dropout_forward: mask is 0 or 1/(1-rate), out = inp * mask exactly "
+          "(%zu bad masks, %zu bad outputs)", badmask, badout);
+    float *dx_d = G->alloc(sizeof(float) * n);
+    G->dropout_backward(dx_d, dout_d, mask_d, n);
+    float *dx = from_dev(dx_d, n);
+    size_t baddx = 0;
+    for (size_t i = 0; i < n; i++) baddx += dx[i] != dout[i] * mask[i];
+    check(baddx == 0, "dropout_backward: dinp = dout * mask exactly (%zu differ)", baddx);
+    G->dropout_forward(y_d, mask_d, x_d, n, rate, &r);
+    float *mask2 = from_dev(mask_d, n);
+    size_t changed = ndiff(mask, mask2, n);
+    check((double)changed > 0.3 * (double)n, "dropout_forward: the next call draws a new mask (%zu of %zu differ)",
+          changed, n);
+    G->free(x_d);
+    G->free(dout_d);
+    G->free(y_d);
+    G->free(mask_d);
+    G->free(dx_d);
+    free(x);
+    free(dout);
+    free(y);
+    free(mask);
+    free(mask2);
+    free(dx);
+}
+
+static void test_images(void)
+{
+    const size_t n = 64 * 784 + 13;
+    uint8_t *px = xmalloc(n);
+    for (size_t i = 0; i < n; i++) px[i] = (uint8_t)dt_rng_below(&rng, 256);
+    px[0] = 0;
+    px[1] = 255;
+    uint8_t *px_d = G->alloc(n);
+    G->upload(px_d, px, n);
+    float *f = xmalloc(sizeof(float) * n), *f_d = G->alloc(sizeof(float) * n);
+    C->images_to_float(f, px, n);
+    G->images_to_float(f_d, px_d, n);
+    float *g = from_dev(f_d, n);
+    check(ndiff(g, f, n) == 0, "images_to_float: exact (%zu differ)", ndiff(g, f, n));
+    G->free(px_d);
+    G->free(f_d);
+    free(px);
+    free(f);
+    free(g);
+}
+
+/* ---- softmax cross-entropy ---------------------------------------------- */
+
+static void test_softmax(void)
+{
+    static const struct { int n, classes; float scale; } cases[] = {
+        {64, 10, 1.0f / 64.0f}, {7, 1000, 1.0f / 7.0f}, {33, 3, 1.0f}, {5, 1, 0.2f}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int n = cases[c].n, k = cases[c].classes;
+        size_t nz = (size_t)n * k;
+        float *z = fill(nz, -5.0f, 5.0f);
+        uint8_t *lab = xmalloc((size_t)n);
+        for (int i = 0; i < n; i++) lab[i] = (uint8_t)dt_rng_below(&rng, (uint64_t)(k < 256 ? k : 256));
+        if (k >= 3) { /* ties: the first maximal class is the prediction */
+            z[1 * (size_t)k + 0] = z[1 * (size_t)k + 2] = 6.0f;
+            lab[1] = 0; /* correct */
+            z[2 * (size_t)k + 1] = z[2 * (size_t)k + 2] = 6.0f;
+            lab[2] = 2; /* wrong */
+        }
+        float *d = xmalloc(sizeof(float) * nz), *z_d = to_dev(z, nz), *d_d = G->alloc(sizeof(float) * nz);
+        uint8_t *lab_d = G->alloc((size_t)n);
+        G->upload(lab_d, lab, (size_t)n);
+        long cc = 5, gc = 5; /* ncorrect accumulates */
+        double lc = C->softmax_xent(d, &cc, z, lab, n, k, cases[c].scale);
+        double lg = G->softmax_xent(d_d, &gc, z_d, lab_d, n, k, cases[c].scale);
+        float *g = from_dev(d_d, nz);
+        double el = fabs(lg - lc) / fmax(1.0, fabs(lc)), ed = rel_err(g, d, nz);
+        check(el <= 1e-10 && gc == cc && ed <= 1e-6, "softmax_xent n=%d classes=%d: loss %.10g vs %.10g (rel %.1e), "
+              "correct %ld vs %ld, dlogits rel err %.1e (tol 1e-6)", n, k, lg, lc, el, gc, cc, ed);
+        double lg2 = G->softmax_xent(NULL, NULL, z_d, lab_d, n, k, 0.0f);
+        check(fabs(lg2 - lc) / fmax(1.0, fabs(lc)) <= 1e-10, "softmax_xent n=%d classes=%d without dlogits: loss %.10g",
+              n, k, lg2);
+        G->free(z_d);
+        G->free(d_d);
+        G->free(lab_d);
+        free(z);
+        free(lab);
+        free(d);
+        free(g);
+    }
+}
+
+/* ---- optimizers and loss scaling ---------------------------------------- */
+
+static void test_optim(void)
+{
+    const size_t n = 10007;
+    float *p = fill(n, -1.0f, 1.0f), *m = fill(n, -1e-3f, 1e-3f), *v = fill(n, 0.0f, 1e-5f);
+    float *g = fill(n, -1e-2f, 1e-2f), *p0 = dup(p, n);
+    float *p_d = to_dev(p, n), *m_d = to_dev(m, n), *v_d = to_dev(v, n), *g_d = to_dev(g, n);
+    C->adam_update(p, m, v, g, n, 3e-4f, 0.9f, 0.999f, 1e-7f);
+    G->adam_update(p_d, m_d, v_d, g_d, n, 3e-4f, 0.9f, 0.999f, 1e-7f);
+    float *gp = from_dev(p_d, n), *gm = from_dev(m_d, n), *gv = from_dev(v_d, n);
+    for (size_t i = 0; i < n; i++) {
+        gp[i] -= p0[i]; /* compare the updates, not the parameters they ride on */
+        p[i] -= p0[i];
+    }
+    double ep = rel_err(gp, p, n), em = rel_err(gm, m, n), ev = rel_err(gv, v, n);
+    check(ep <= 1e-3 && em <= 1e-6 && ev <= 1e-6, "adam_update: rel err update %.1e (tol 1e-3), m %.1e, v %.1e (tol 1e-6)",
+          ep, em, ev);
+    free(gp);
+    free(gm);
+    free(gv);
+
+    /* SGD with momentum (velocity = m), then plain (no velocity). */
+    memcpy(p, p0, sizeof(float) * n);
+    G->upload(p_d, p, sizeof(float) * n);
+    G->upload(m_d, m, sizeof(float) * n);
+    C->sgd_update(p, m, g, n, 0.05f, 0.9f);
+    G->sgd_update(p_d, m_d, g_d, n, 0.05f, 0.9f);
+    gp = from_dev(p_d, n);
+    gm = from_dev(m_d, n);
+    ep = rel_err(gp, p, n);
+    em = rel_err(gm, m, n);
+    check(ep <= 1e-6 && em <= 1e-6, "sgd_update momentum 0.9: rel err param %.1e, velocity %.1e (tol 1e-6)", ep, em);
+    free(gp);
+    C->sgd_update(p, NULL, g, n, 0.05f, 0.0f);
+    G->sgd_update(p_d, NULL, g_d, n, 0.05f, 0.0f);
+    gp = from_dev(p_d, n);
+    ep = rel_err(gp, p, n);
+    check(ep <= 1e-6, "sgd_update plain: rel err %.1e (tol 1e-6)", ep);
+    G->free(p_d);
+    G->free(m_d);
+    G->free(v_d);
+    G->free(g_d);
+    free(p);
+    free(m);
+    free(v);
+    free(g);
+    free(p0);
+    free(gp);
+    free(gm);
+}
+
+static void test_unscale(void)
+{
+    const size_t n = 10007;
+    const float inv = 1.0f / 1024.0f;
+    float *x = fill(n, -100.0f, 100.0f), *x_d = to_dev(x, n);
+    int r = G->unscale_check(x_d, n, inv);
+    float *g = from_dev(x_d, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += g[i] != x[i] * inv;
+    check(r == 1 && bad == 0, "unscale_check all finite: returns %d (want 1), %zu values not scaled", r, bad);
+    static const float poison[] = {NAN, INFINITY, -INFINITY};
+    static const size_t where[] = {5000, 0, 10006};
+    for (int k = 0; k < 3; k++) {
+        float *y = dup(x, n);
+        y[where[k]] = poison[k];
+        G->upload(x_d, y, sizeof(float) * n);
+        r = G->unscale_check(x_d, n, inv);
+        free(g);
+        g = from_dev(x_d, n);
+        check(r == 0 && ndiff(g, y, n) == 0, "unscale_check with %g at %zu: returns %d (want 0), %zu values changed",
+              (double)poison[k], where[k], r, ndiff(g, y, n));
+        free(y);
+    }
+    G->free(x_d);
+    free(x);
+    free(g);
+}
+
+/* ---- gpu.h's element kernels -------------------------------------------- */
+
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (isnan(x)) return x;
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even on the upper 16 bits */
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* fp16 rounding of |x| <= 65504: 11 significant bits, or the subnormal
+ * quantum 2^-24 below 2^-14; rintf rounds to nearest even. */
+static float fp16_round(float x)
+{
+    if (x == 0.0f || !isfinite(x)) return x;
+    if (fabsf(x) < 6.103515625e-05f) return ldexpf(rintf(ldexpf(x, 24)), -24);
+    int e;
+    float m = frexpf(x, &e);
+    return ldexpf(rintf(ldexpf(m, 11)), e - 11);
+}
+
+static void test_convert(void)
+{
+    const size_t n = 4099;
+    float *x = fill(n, -2.0f, 2.0f);
+    for (size_t i = 0; i < 64; i++) x[i] = (float)((int)i - 32);           /* exact in both */
+    for (size_t i = 64; i < 128; i++) x[i] = uniform(-1e-6f, 1e-6f);     /* fp16 subnormals */
+    for (size_t i = 128; i < 192; i++) x[i] = uniform(-60000.0f, 60000.0f);
+    x[192] = 1.0f + 1.0f / 2048.0f; /* a tie for fp16: rounds to even, 1 */
+    x[193] = 1.0f + 3.0f / 2048.0f; /* a tie for fp16: rounds to even, 1 + 2^-9 */
+    x[194] = 1.0f + 1.0f / 256.0f;  /* a tie for bf16 */
+    float *x_d = to_dev(x, n), *y_d = G->alloc(sizeof(float) * n);
+    void *h_d = G->alloc(2 * n);
+    for (int kind = DT_PREC_FP16; kind <= DT_PREC_BF16; kind++) {
+        dt_gpu_to16(h_d, x_d, n, kind, dt_gpu_stream());
+        dt_gpu_from16(y_d, h_d, n, kind, NULL);
+        float *y = from_dev(y_d, n);
+        size_t bad = 0, first = n;
+        for (size_t i = 0; i < n; i++) {
+            float want = kind == DT_PREC_BF16 ? bf16_round(x[i]) : fp16_round(x[i]);
+            if (y[i] != want) {
+                bad++;
+                if (first == n) first = i;
+            }
+        }
+        check(bad == 0, "dt_gpu_to16/from16 %s: round to nearest even (%zu differ; first at %.9g)",
+              kind == DT_PREC_BF16 ? "bf16" : "fp16", bad, first < n ? (double)x[first] : 0.0);
+        free(y);
+    }
+    dt_gpu_scale(x_d, n, 0.37f, NULL);
+    float *y = from_dev(x_d, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += y[i] != x[i] * 0.37f;
+    check(bad == 0, "dt_gpu_scale: exact (%zu differ)", bad);
+    G->free(x_d);
+    G->free(y_d);
+    G->free(h_d);
+    free(x);
+    free(y);
+}
+
+/* ---- convolution ----------------------------------------------------------- */
+
+struct conv_case {
+    const char *name;
+    int h, w, c, k, kernel, stride, same, relu;
+};
+static const struct conv_case conv_cases[] = {
+    {"seed conv2d", 28, 28, 1, 32, 3, 1, 0, 1},
+    {"seed conv2d_1", 13, 13, 32, 64, 3, 1, 0, 1},
+    {"same 3x3", 9, 11, 3, 5, 3, 1, 1, 0},
+    {"same 3x3 stride 2 (uneven pad)", 10, 9, 4, 6, 3, 2, 1, 1},
+    {"same 4x4 (uneven pad)", 8, 8, 2, 3, 4, 1, 1, 0},
+    {"valid 3x3 stride 2", 12, 11, 3, 4, 3, 2, 0, 0},
+    {"valid 5x5 stride 3", 16, 14, 6, 7, 5, 3, 0, 1},
+    {"1x1", 5, 5, 8, 8, 1, 1, 1, 0},
+};
+
+/* As src/nn/conv2d.c derives it. */
+static struct dt_conv_shape conv_shape(const struct conv_case *cc)
+{
+    int k = cc->kernel, s = cc->stride;
+    struct dt_conv_shape cs = {.h = cc->h, .w = cc->w, .c = cc->c, .k = cc->k, .kh = k, .kw = k, .stride = s};
+    if (cc->same) {
+        cs.oh = (cs.h + s - 1) / s;
+        cs.ow = (cs.w + s - 1) / s;
+        int ph = (cs.oh - 1) * s + k - cs.h;
+        cs.pad = ph > 0 ? ph / 2 : 0;
+    } else {
+        cs.oh = (cs.h - k) / s + 1;
+        cs.ow = (cs.w - k) / s + 1;
+    }
+    return cs;
+}
+
+static void conv_run(const struct tol *t, const struct conv_case *cc, dt_conv_plan *pc, dt_conv_plan *pg,
+                     const struct dt_conv_shape *s, int n, int with_dinp)
+{
+    size_t nx = (size_t)n * s->h * s->w * s->c, ny = (size_t)n * s->oh * s->ow * s->k;
+    size_t nw = (size_t)s->kh * s->kw * s->c * s->k, nb = (size_t)s->k;
+    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.5f, 0.5f), *b = fill(nb, -0.5f, 0.5f);
+    float *dy = fill(ny, -1.0f, 1.0f);
+    float *y = xmalloc(sizeof(float) * ny), *dx = xmalloc(sizeof(float) * nx);
+    float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
+    float *x_d = to_dev(x, nx), *w_d = to_dev(w, nw), *b_d = to_dev(b, nb), *dy_d = to_dev(dy, ny);
+    float *y_d = G->alloc(sizeof(float) * ny), *dx_d = G->alloc(sizeof(float) * nx);
+    float *dw_d = G->alloc(sizeof(float) * nw), *db_d = G->alloc(sizeof(float) * nb);
+
+    C->conv_forward(pc, n, y, x, w, b);
+    G->conv_forward(pg, n, y_d, x_d, w_d, b_d);
+    C->conv_backward(pc, n, with_dinp ? dx : NULL, dw, db, dy, x, w);
+    G->conv_backward(pg, n, with_dinp ? dx_d : NULL, dw_d, db_d, dy_d, x_d, w_d);
+    float *gy = from_dev(y_d, ny), *gdx = from_dev(dx_d, nx), *gdw = from_dev(dw_d, nw), *gdb = from_dev(db_d, nb);
+    double ey = rel_err(gy, y, ny), edx = with_dinp ? rel_err(gdx, dx, nx) : 0.0;
+    double edw = rel_err(gdw, dw, nw), edb = rel_err(gdb, db, nb);
+    double tb = t->conv > 1e-4 ? t->conv : 1e-4; /* dbias is summed in fp32 at every precision */
+    check(ey <= t->conv && edx <= t->conv && edw <= t->conv && edb <= tb,
+          "conv %s %s n=%d%s: rel err out %.1e, dinp %.1e, dweight %.1e, dbias %.1e (tol %.0e)", t->name, cc->name,
+          n, with_dinp ? "" : " (no dinp)", ey, edx, edw, edb, t->conv);
+    G->free(x_d);
+    G->free(w_d);
+    G->free(b_d);
+    G->free(dy_d);
+    G->free(y_d);
+    G->free(dx_d);
+    G->free(dw_d);
+    G->free(db_d);
+    free(x);
+    free(w);
+    free(b);
+    free(dy);
+    free(y);
+    free(dx);
+    free(dw);
+    free(db);
+    free(gy);
+    free(gdx);
+    free(gdw);
+    free(gdb);
+}
+
+static void test_conv(const struct tol *t)
+{
+    for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
+        const struct conv_case *cc = &conv_cases[i];
+        struct dt_conv_shape s = conv_shape(cc);
+        dt_conv_plan *pc = C->conv_create(&s, cc->relu), *pg = G->conv_create(&s, cc->relu);
+        if (i < 2) { /* the seed's layers: the full batch, the ragged last one, and the full one again */
+            conv_run(t, cc, pc, pg, &s, 64, 1);
+            conv_run(t, cc, pc, pg, &s, 7, 1);
+            conv_run(t, cc, pc, pg, &s, 64, i != 0);
+        } else {
+            conv_run(t, cc, pc, pg, &s, 7, 1);
+        }
+        if (i == 0) { /* no samples: the gradients are zero */
+            size_t nw = (size_t)s.kh * s.kw * s.c * s.k;
+            float *ones = fill(nw + (size_t)s.k, 1.0f, 1.0f), *g_d = to_dev(ones, nw + (size_t)s.k);
+            float *dummy = G->alloc(64);
+            G->conv_backward(pg, 0, NULL, g_d, g_d + nw, dummy, dummy, dummy);
+            float *g = from_dev(g_d, nw + (size_t)s.k);
+            size_t nz = 0;
+            for (size_t j = 0; j < nw + (size_t)s.k; j++) nz += g[j] != 0.0f;
+            check(nz == 0, "conv %s %s n=0: dweight and dbias cleared (%zu not zero)", t->name, cc->name, nz);
+            G->free(g_d);
+            G->free(dummy);
+            free(ones);
+            free(g);
+        }
+        C->conv_destroy(pc);
+        G->conv_destroy(pg);
+    }
+}
+
+/* ---- max pooling ----------------------------------------------------------- */
+
+struct pool_case {
+    const char *name;
+    int h, w, c, k, stride, n;
+};
+static const struct pool_case pool_cases[] = {
+    {"seed max_pooling2d", 26, 26, 32, 2, 2, 64},
+    {"seed max_pooling2d ragged", 26, 26, 32, 2, 2, 7},
+    {"seed max_pooling2d_1 (odd edge)", 11, 11, 64, 2, 2, 7},
+    {"3x3 stride 2 (overlapping)", 13, 13, 5, 3, 2, 7},
+    {"2x2 stride 1 (overlapping)", 9, 10, 3, 2, 1, 5},
+    {"3x3 stride 3 (odd edges)", 7, 8, 4, 3, 3, 3},
+};
+
+static void pool_run(const struct pool_case *pcase, int relu)
+{
+    struct dt_conv_shape s = {.h = pcase->h, .w = pcase->w, .c = pcase->c, .k = pcase->c, .kh = pcase->k,
+                              .kw = pcase->k, .stride = pcase->stride,
+                              .oh = (pcase->h - pcase->k) / pcase->stride + 1,
+                              .ow = (pcase->w - pcase->k) / pcase->stride + 1};
+    int n = pcase->n;
+    size_t nx = (size_t)n * s.h * s.w * s.c, ny = (size_t)n * s.oh * s.ow * s.c;
+    float *x = fill(nx, -1.0f, 1.0f), *z = fill(nx, -1.0f, 1.0f), *dy = fill(ny, -1.0f, 1.0f);
+    if (relu) /* a ReLU's output: about half zeros, ties the mask must settle */
+        for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    float *y = xmalloc(sizeof(float) * ny), *yz = xmalloc(sizeof(float) * ny), *dx = xmalloc(sizeof(float) * nx);
+    float *x_d = to_dev(x, nx), *z_d = to_dev(z, nx), *dy_d = to_dev(dy, ny);
+    float *y_d = G->alloc(sizeof(float) * ny), *yz_d = G->alloc(sizeof(float) * ny), *dx_d = G->alloc(sizeof(float) * nx);
+    dt_pool_plan *pc = C->pool_create(&s), *pg = G->pool_create(&s);
+    C->pool_forward(pc, n, y, x, 1);
+    G->pool_forward(pg, n, y_d, x_d, 1);
+    /* An inference forward in between must not change what backward uses. */
+    C->pool_forward(pc, n, yz, z, 0);
+    G->pool_forward(pg, n, yz_d, z_d, 0);
+    C->pool_backward(pc, n, dx, dy, relu ? y : NULL);
+    G->pool_backward(pg, n, dx_d, dy_d, relu ? y_d : NULL);
+    float *gy = from_dev(y_d, ny), *gyz = from_dev(yz_d, ny), *gdx = from_dev(dx_d, nx);
+    double e = rel_err(gdx, dx, nx);
+    size_t d1 = ndiff(gy, y, ny), d2 = ndiff(gyz, yz, ny);
+    check(d1 == 0 && d2 == 0 && e <= 1e-6, "max pool %s n=%d%s: forward exact (%zu, %zu differ), dinp rel err %.1e "
+          "(tol 1e-6)", pcase->name, n, relu ? " after ReLU" : "", d1, d2, e);
+    C->pool_destroy(pc);
+    G->pool_destroy(pg);
+    G->free(x_d);
+    G->free(z_d);
+    G->free(dy_d);
+    G->free(y_d);
+    G->free(yz_d);
+    G->free(dx_d);
+    free(x);
+    free(z);
+    free(dy);
+    free(y);
+    free(yz);
+    free(dx);
+    free(gy);
+    free(gyz);
+    free(gdx);
+}
+
+static void test_pool(void)
+{
+    for (size_t i = 0; i < sizeof pool_cases / sizeof *pool_cases; i++) {
+        pool_run(&pool_cases[i], 0);
+        pool_run(&pool_cases[i], 1);
+    }
+}
+
+/* ---- training the seed CNN ------------------------------------------------ */
+
+/* Adam divides each gradient by its own running magnitude, so where a
+ * gradient is tiny (or flipped, see the tolerances) its update follows the
+ * noise: Adam's updates are compared in fp32 only (update_tol). */
+static void test_training(const struct tol *t, const char *optname, double update_tol)
+{
+    const struct dt_shape in = {28, 28, 1};
+    const int steps = 5, batch = 64, npix = 28 * 28;
+    struct dt_model mc, mg;
+    dt_status st = {0};
+    if (dt_model_build(&mc, "cnn", in, 10, 0.0f, &st) != DT_OK || dt_model_build(&mg, "cnn", in, 10, 0.0f, &st) != DT_OK) {
+        check(0, "train: building the seed CNN: %s", st.msg);
+        return;
+    }
+    dt_model_create(&mc, C, batch);
+    dt_model_create(&mg, G, batch);
+    dt_model_init_params(&mc, 1234);
+    dt_model_init_params(&mg, 1234);
+    struct dt_optim_config cfg;
+    dt_optim_defaults(&cfg, optname, &st);
+    if (strcmp(optname, "sgd") == 0) {
+        cfg.lr = 0.05f;
+        cfg.momentum = 0.9f;
+    }
+    struct dt_optim oc, og;
+    dt_optim_create(&oc, C, &cfg, mc.nparams);
+    dt_optim_create(&og, G, &cfg, mg.nparams);
+    const size_t np = mc.nparams;
+    float *p0 = dup(mc.params, np);
+    uint8_t *img = xmalloc((size_t)batch * npix), *lab = xmalloc((size_t)batch);
+    uint8_t *img_d = G->alloc((size_t)batch * npix), *lab_d = G->alloc((size_t)batch);
+    dt_rng data, drop_c, drop_g;
+    dt_rng_seed(&data, 99, 1);
+    dt_rng_seed(&drop_c, 5, 0);
+    drop_g = drop_c;
+    for (int step = 0; step < steps; step++) {
+        int n = step == steps - 1 ? 7 : batch; /* a ragged last batch */
+        for (int i = 0; i < n * npix; i++) img[i] = (uint8_t)dt_rng_below(&data, 256);
+        for (int i = 0; i < n; i++) lab[i] = (uint8_t)dt_rng_below(&data, 10);
+        C->images_to_float(mc.act[0], img, (size_t)n * npix);
+        G->upload(img_d, img, (size_t)n * npix);
+        G->upload(lab_d, lab, (size_t)n);
+        G->images_to_float(mg.act[0], img_d, (size_t)n * npix);
+        dt_model_forward(&mc, n, 1, &drop_c);
+        dt_model_forward(&mg, n, 1, &drop_g);
+        struct dt_loss_result lc = dt_model_loss(&mc, lab, n, 1.0f / (float)n);
+        struct dt_loss_result lg = dt_model_loss(&mg, lab_d, n, 1.0f / (float)n);
+        dt_model_backward(&mc, n, &drop_c);
+        dt_model_backward(&mg, n, &drop_g);
+        double el = fabs(lg.loss_sum - lc.loss_sum) / fabs(lc.loss_sum);
+        long dc = lg.correct - lc.correct;
+        check(el <= t->loss && labs(dc) <= (t->prec == DT_PREC_FP32 ? 1 : n / 8 + 1),
+              "train %s %s step %d n=%d: loss %.6f vs %.6f (rel %.1e, tol %.0e), correct %ld vs %ld", t->name,
+              optname, step, n, lg.loss_sum, lc.loss_sum, el, t->loss, lg.correct, lc.correct);
+        if (step == 0) {
+            float *gg = from_dev(mg.grads, np);
+            for (int l = 0; l < mc.nlayers; l++) {
+                const struct dt_layer *ly = &mc.layers[l];
+                if (!ly->nparams) continue;
+                double e = rel_l2(gg + ly->param_offset, mc.grads + ly->param_offset, ly->nparams);
+                check(e <= t->train, "train %s %s step 0: %s gradient rel L2 err %.1e (tol %.0e)", t->name,
+                      optname, ly->name, e, t->train);
+            }
+            free(gg);
+        }
+        dt_optim_step(&oc, mc.params, mc.grads);
+        dt_optim_step(&og, mg.params, mg.grads);
+    }
+    float *pg = from_dev(mg.params, np);
+    float *uc = dup(mc.params, np);
+    for (size_t i = 0; i < np; i++) {
+        pg[i] -= p0[i];
+        uc[i] -= p0[i];
+    }
+    double e = rel_l2(pg, uc, np);
+    check(e <= update_tol, "train %s %s: parameter updates after %d steps rel L2 err %.1e (tol %.0e)", t->name,
+          optname, steps, e, update_tol);
+    dt_optim_free(&oc);
+    dt_optim_free(&og);
+    dt_model_free(&mc);
+    dt_model_free(&mg);
+    G->free(img_d);
+    G->free(lab_d);
+    free(p0);
+    free(img);
+    free(lab);
+    free(pg);
+    free(uc);
+}
+
+int main(void)
+{
+    char why[512] = "";
+    int ndev = dt_gpu_count(why, sizeof why);
+    if (ndev <= 0) {
+        printf("SKIP: no GPU: %s\n", why);
+        return 77;
+    }
+    if (dt_gpu_select(0, why, sizeof why) != 0) {
+        printf("FAIL dt_gpu_select(0): %s\n", why);
+        return 1;
+    }
+    struct dt_gpu_info info;
+    check(dt_gpu_describe(0, &info) == 0, "dt_gpu_describe(0)");
+    printf("# %d device(s); device 0: %s, compute capability %d.%d, %d SMs, %.1f GiB, PCI %s\n", ndev, info.name,
+           info.major, info.minor, info.multiprocessors, (double)info.memory / (double)(1u << 30), info.pci_bus_id);
+    check(dt_gpu_select(0, why, sizeof why) == 0, "dt_gpu_select(0) again is harmless");
+    if (C->setup(1, DT_PREC_FP32, why, sizeof why) != 0 || G->setup(1, DT_PREC_FP32, why, sizeof why) != 0) {
+        printf("FAIL setup fp32: %s\n", why);
+        return 1;
+    }
+    dt_rng_seed(&rng, 2024, 7);
+
+    test_memory();
+    test_bias();
+    test_relu();
+    test_dropout();
+    test_images();
+    test_softmax();
+    test_optim();
+    test_unscale();
+    test_convert();
+    test_pool();
+
+    for (size_t i = 0; i < sizeof tolerances / sizeof *tolerances; i++) {
+        const struct tol *t = &tolerances[i];
+        if (G->setup(1, t->prec, why, sizeof why) != 0) {
+            printf("# %s: not run here: %s\n", t->name, why);
+            continue;
+        }
+        test_gemm(t);
+        test_conv(t);
+        test_training(t, "sgd", t->train);
+        if (t->prec == DT_PREC_FP32) test_training(t, "adam", 5e-2);
+    }
+    G->setup(1, DT_PREC_FP32, why, sizeof why);
+
+    printf("# %d checks, %d failed\n", nchecks, nfailed);
+    return nfailed ? 1 : 0;
+}
