@@ -165,7 +165,9 @@ struct dt_nccl *dt_nccl_create(const struct dt_topo *topo, float *buf, size_t co
     r->ready = dt_xcalloc((size_t)r->nbuckets, sizeof *r->ready);
     for (int b = 0; b < r->nbuckets; b++) CUDA_OK(cudaEventCreateWithFlags(&r->ready[b], cudaEventDisableTiming));
     CUDA_OK(cudaMalloc(&r->work, total * (size_t)r->elem));
-    CUDA_OK(cudaMemset(r->work, 0, total * (size_t)r->elem)); /* padding stays zero */
+    /* On the communication stream: it is non-blocking, so a cudaMemset on the
+     * legacy default stream would not be ordered before the first bucket. */
+    CUDA_OK(cudaMemsetAsync(r->work, 0, total * (size_t)r->elem, r->stream)); /* padding stays zero */
     if (r->nnodes > 1) {
         if (compress) CUDA_OK(cudaMalloc((void **)&r->scratch, r->max_shard * sizeof(float)));
         if (!r->cuda_aware) CUDA_OK(cudaMallocHost((void **)&r->host, r->max_shard * sizeof(float)));
