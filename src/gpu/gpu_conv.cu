@@ -595,8 +595,10 @@ void gpu_pool_backward(dt_pool_plan *p, int n, float *dinp, const float *dout, c
         dy = masked;
     }
     /* Input pixels no window covers get zero gradient; clear them in case
-     * cuDNN only writes what windows reach. */
-    if ((s->oh - 1) * s->stride + s->kh < s->h || (s->ow - 1) * s->stride + s->kw < s->w)
+     * cuDNN only writes what windows reach: edges past the last window, and
+     * the gaps between windows when the stride exceeds the window. */
+    if ((s->oh - 1) * s->stride + s->kh < s->h || (s->ow - 1) * s->stride + s->kw < s->w ||
+        s->stride > s->kh || s->stride > s->kw)
         DT_CUDA_CHECK(cudaMemsetAsync(dinp, 0, sizeof(float) * (size_t)n * s->h * s->w * s->c, gpu.stream));
     DT_CUDNN_CHECK(cudnnPoolingBackward(gpu.dnn, p->pd, &one, p->yd, p->y, p->yd, dy, p->xd, p->x, &zero, p->xd,
                                        dinp));
