@@ -46,6 +46,7 @@ struct dt_nccl {
     float *host;                /* pinned staging for a non-CUDA-aware MPI */
     size_t max_shard;
     int compress, elem, cuda_aware;
+    int active;                 /* more than one rank: there is something to sum */
 };
 
 static int cmp_desc(const void *a, const void *b)
@@ -115,8 +116,10 @@ struct dt_nccl *dt_nccl_create(const struct dt_topo *topo, float *buf, size_t co
     r->count = count;
     r->tail = tail;
     r->ntail = ntail;
-    r->compress = compress;
-    r->elem = compress ? 2 : 4;
+    /* 16-bit only where NCCL moves it: alone on a node, the cross-node sum
+     * is fp32 anyway and a 16-bit round trip would only lose precision. */
+    r->compress = topo->local_size > 1 ? compress : 0;
+    r->elem = r->compress ? 2 : 4;
     r->cuda_aware = query_cuda_aware();
     r->compute = (cudaStream_t)dt_gpu_stream();
     st->code = DT_OK;
@@ -147,7 +150,8 @@ struct dt_nccl *dt_nccl_create(const struct dt_topo *topo, float *buf, size_t co
         }
     }
     free(cand);
-    r->nbuckets = topo->size > 1 ? n : 0; /* alone, a sum is the identity */
+    r->active = topo->size > 1; /* alone, a sum is the identity */
+    r->nbuckets = r->active ? n : 0;
     r->launched = r->nbuckets;
     r->woff = dt_xcalloc((size_t)n + 1, sizeof(size_t));
     size_t total = 0;
@@ -158,30 +162,32 @@ struct dt_nccl *dt_nccl_create(const struct dt_topo *topo, float *buf, size_t co
         if (chunk > r->max_shard) r->max_shard = chunk;
     }
     if (r->ntail > 0 && (size_t)r->ntail > r->max_shard) r->max_shard = (size_t)r->ntail;
-    if (r->nbuckets == 0) return r;
+    if (!r->active) return r;
 
     CUDA_OK(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     CUDA_OK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     r->ready = dt_xcalloc((size_t)r->nbuckets, sizeof *r->ready);
     for (int b = 0; b < r->nbuckets; b++) CUDA_OK(cudaEventCreateWithFlags(&r->ready[b], cudaEventDisableTiming));
-    CUDA_OK(cudaMalloc(&r->work, total * (size_t)r->elem));
-    /* On the communication stream: it is non-blocking, so a cudaMemset on the
-     * legacy default stream would not be ordered before the first bucket. */
-    CUDA_OK(cudaMemsetAsync(r->work, 0, total * (size_t)r->elem, r->stream)); /* padding stays zero */
+    if (total > 0) { /* none when the model has no parameters: only the tail is summed */
+        CUDA_OK(cudaMalloc(&r->work, total * (size_t)r->elem));
+        /* On the communication stream: it is non-blocking, so a cudaMemset on the
+         * legacy default stream would not be ordered before the first bucket. */
+        CUDA_OK(cudaMemsetAsync(r->work, 0, total * (size_t)r->elem, r->stream)); /* padding stays zero */
+    }
     if (r->nnodes > 1) {
-        if (compress) CUDA_OK(cudaMalloc((void **)&r->scratch, r->max_shard * sizeof(float)));
+        if (r->compress) CUDA_OK(cudaMalloc((void **)&r->scratch, r->max_shard * sizeof(float)));
         if (!r->cuda_aware) CUDA_OK(cudaMallocHost((void **)&r->host, r->max_shard * sizeof(float)));
     }
     if (r->L > 1) {
         ncclUniqueId id;
         if (r->lr == 0) NCCL_OK(ncclGetUniqueId(&id));
         DT_MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, topo->node));
+        /* A rank that fails here cannot tell its peers, which wait inside
+         * the same call: abort the job (with the reason) rather than hang. */
         ncclResult_t rc = ncclCommInitRank(&r->comm, r->L, id, r->lr);
-        if (rc != ncclSuccess) {
-            dt_fail(st, DT_ERUNTIME, "--device cuda: NCCL on node %d (%d ranks): %s", topo->node_index, r->L,
-                    ncclGetErrorString(rc));
-            r->comm = NULL;
-        }
+        if (rc != ncclSuccess)
+            DT_DIE("--device cuda: NCCL setup on node %d (%d ranks) failed: %s", topo->node_index, r->L,
+                   ncclGetErrorString(rc));
     }
     if (dt_status_agree(st, topo->world) != DT_OK) {
         dt_nccl_free(r);
@@ -221,7 +227,7 @@ void dt_nccl_ready(struct dt_nccl *r, size_t offset)
 
 void dt_nccl_finish(struct dt_nccl *r)
 {
-    if (r->nbuckets == 0) return;
+    if (!r->active) return;
     dt_nccl_ready(r, 0);
     if (r->ntail > 0) { /* after the last bucket, so its event covers the tail's writes too */
         if (r->comm) NCCL_OK(ncclAllReduce(r->tail, r->tail, (size_t)r->ntail, ncclFloat, ncclSum, r->comm, r->stream));

@@ -78,11 +78,24 @@ static void gpu_host_free(void *p)
 static void gpu_synchronize(void) { DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream)); }
 
 /* nthreads is the CPU's business; the device needs no floating-point mode. */
+/* A kernel of this file, to ask whether the binary holds code this device
+ * can run (machine code for its architecture, or PTX it can compile). */
+__global__ void probe_kernel(void) {}
+
 static int gpu_setup(int nthreads, int precision, char *why, size_t whylen)
 {
     (void)nthreads;
     if (gpu.dev < 0) {
         snprintf(why, whylen, "the CUDA backend needs dt_gpu_select() before setup()");
+        return -1;
+    }
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, probe_kernel);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear it */
+        snprintf(why, whylen, "%s (compute capability %d.%d) cannot run this build's code (%s); rebuild "
+                 "with NVCC_GENCODE=\"-gencode arch=compute_%d%d,code=sm_%d%d\"", gpu.name, gpu.major,
+                 gpu.minor, cudaGetErrorString(e), gpu.major, gpu.minor, gpu.major, gpu.minor);
         return -1;
     }
     if (precision != DT_PREC_FP32 && precision != DT_PREC_FP16 && precision != DT_PREC_BF16) {
