@@ -4,20 +4,28 @@
 The baseline for bench/cnn-throughput.sh: the same model, data, optimizer and
 batch size as dtrain, on the same number of CPU threads. Run it with Debian's
 interpreter (/usr/bin/python3), which sees python3-torch and python3-h5py.
+With --device cuda it is bench/gpu-throughput.sh's baseline instead: the
+same model on one GPU, at --precision fp32, bf16 or fp16 (autocast, and a
+gradient scaler for fp16, as PyTorch recommends for mixed precision).
 
 The one thing a reader must know: the whole train split is read into memory
-and converted to float32 / 255 once, before any timing, so an epoch's time is
-shuffle + batch gather + forward + backward + Adam, nothing else. The layout
-(NCHW or channels-last) is the one that measured faster on this stack; see
---memory-format and bench/README.md.
+and converted to float32 / 255 once, before any timing (and on --device cuda
+moved to the GPU once), so an epoch's time is shuffle + batch gather +
+forward + backward + Adam, nothing else. The layout (NCHW or channels-last)
+is the one that measured faster on this stack; see --memory-format and
+bench/README.md. On the GPU the steps are queued without waiting, and the
+clock is read only after torch.cuda.synchronize().
 
 Output (one line per epoch, stdout):
   RESULT framework=pytorch epoch=K samples=N seconds=S samples_per_s=X loss=L accuracy=A cpu_cores=C
 loss and accuracy are the means over the epoch's training batches (dropout
 on), as Keras reports them; cpu_cores is the process's CPU time over the
 epoch's wall time, all threads together (1.00 = one core busy throughout).
+On --device cuda one line on stderr says which GPU, PyTorch and cuDNN ran.
 """
 import argparse
+import contextlib
+import functools
 import math
 import os
 import sys
@@ -36,9 +44,16 @@ def parse_args():
                    help="activation/weight layout (contiguous = NCHW, PyTorch's default)")
     p.add_argument("--eval", action="store_true",
                    help="also print test-split accuracy after each epoch (untimed)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default) or cuda: the data and model on GPU 0")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="fp32 (default); bf16 or fp16: autocast on the GPU (--device cuda only), "
+                        "fp16 with a dynamic gradient scaler")
     a = p.parse_args()
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1:
         p.error("--epochs, --batch-size and --threads must be positive")
+    if a.precision != "fp32" and a.device != "cuda":
+        p.error(f"--precision {a.precision} needs --device cuda")
     return a
 
 
@@ -57,6 +72,11 @@ def main():
     torch.manual_seed(args.seed)
 
     fmt = torch.channels_last if args.memory_format == "channels_last" else torch.contiguous_format
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit(f"torch_cnn.py: --device cuda: PyTorch {torch.__version__} sees no GPU "
+                 f"(built for CUDA {torch.version.cuda or 'none'})")
+    device = torch.device(args.device)
 
     def load(h5, split):
         x = np.asarray(h5[split + "/images"][...])
@@ -75,6 +95,10 @@ def main():
     with h5py.File(args.data, "r") as h5:
         x_train, y_train = load(h5, "train")
         x_test, y_test = load(h5, "test") if args.eval else (None, None)
+    if cuda:
+        x_train, y_train = x_train.to(device), y_train.to(device)
+        if args.eval:
+            x_test, y_test = x_test.to(device), y_test.to(device)
 
     model = nn.Sequential(
         nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
@@ -89,31 +113,63 @@ def main():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
             nn.init.xavier_uniform_(m.weight)
             nn.init.zeros_(m.bias)
-    model = model.to(memory_format=fmt)
+    model = model.to(device=device, memory_format=fmt)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
+
+    # Mixed precision the way PyTorch documents it: autocast runs convolutions
+    # and matmuls in 16 bits with fp32 weights; fp16 also scales the loss.
+    amp = contextlib.nullcontext
+    scaler = None
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        if args.precision != "fp32":
+            dtype = torch.bfloat16 if args.precision == "bf16" else torch.float16
+            amp = functools.partial(torch.autocast, device_type="cuda", dtype=dtype)
+        if args.precision == "fp16":
+            if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+                scaler = torch.amp.GradScaler("cuda")
+            else:
+                scaler = torch.cuda.amp.GradScaler()
+        try:  # PyTorch 2.9 moved these flags to a new API; reading the old one may warn
+            tf32 = (f"TF32 convolutions {'on' if torch.backends.cudnn.allow_tf32 else 'off'}, "
+                    f"matmuls {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}")
+        except (AttributeError, RuntimeError) as e:
+            tf32 = f"TF32 flags unreadable ({e})"
+        print(f"torch_cnn.py: {torch.cuda.get_device_name(0)}, torch {torch.__version__} "
+              f"(CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
+              f"precision {args.precision}, {args.memory_format}, {tf32}",
+              file=sys.stderr, flush=True)
 
     n = x_train.shape[0]
     bs = args.batch_size
     for epoch in range(1, args.epochs + 1):
         model.train()
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        correct = torch.zeros((), dtype=torch.int64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        sync()
         t0, c0 = time.perf_counter(), time.process_time()
-        perm = torch.randperm(n)
+        perm = torch.randperm(n, device=device)
         # Every sample once per epoch; the last batch may be short (as in Keras).
         for start in range(0, n, bs):
             idx = perm[start:start + bs]
             xb = x_train.index_select(0, idx).contiguous(memory_format=fmt)
             yb = y_train.index_select(0, idx)
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
+            with amp():
+                logits = model(xb)
+                loss = loss_fn(logits, yb)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
             with torch.no_grad():
                 loss_sum += loss.detach().double() * idx.numel()
                 correct += (logits.argmax(1) == yb).sum()
+        sync()
         seconds = time.perf_counter() - t0
         cores = (time.process_time() - c0) / seconds
         loss_mean = loss_sum.item() / n
@@ -129,7 +185,8 @@ def main():
                 hits = 0
                 for start in range(0, x_test.shape[0], 1000):
                     xb = x_test[start:start + 1000].contiguous(memory_format=fmt)
-                    hits += (model(xb).argmax(1) == y_test[start:start + 1000]).sum().item()
+                    with amp():
+                        hits += (model(xb).argmax(1) == y_test[start:start + 1000]).sum().item()
             line += f" test_accuracy={hits / x_test.shape[0]:.4f}"
         print(line, flush=True)
 
