@@ -36,7 +36,7 @@ run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check
   tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 if [[ -f build-cuda/config.status ]]; then
   run_check build-cuda
-  for t in check_gpu gpu_train.sh; do
+  for t in check_gpu gpu_train; do
     [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
   done
 else
