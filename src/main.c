@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "callbacks.h"
 #include "device.h"
 #include "log.h"
 #include "options.h"
@@ -18,15 +19,17 @@
 #include "collectives/nccl.h"
 #endif
 
+static struct dt_config cfg;
+
 static int finish(int code)
 {
+    dt_options_free(&cfg);
     MPI_Finalize();
     return code;
 }
 
 int main(int argc, char **argv)
 {
-    struct dt_config cfg;
     struct dt_trainer trainer;
     dt_status st = {0};
     int rank, nranks;
@@ -109,7 +112,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     int rc = dt_trainer_fit(&trainer, stdout, &st);
-    if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+    if (rc == DT_EXIT_REQUEUE && rank == 0) fprintf(stderr, "dtrain: %s\n", st.msg); /* not an error */
+    else if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
     if (rc == DT_OK && cfg.verbose >= 1) dt_trainer_report_memory(&trainer, stdout);
     dt_trainer_free(&trainer);
     return finish(rc);

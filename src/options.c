@@ -75,6 +75,22 @@ void dt_options_usage(FILE *out)
         "                           fp32 sums\n"
         "      --compress-cross-only  compress only hops between nodes\n"
         "\n"
+        "Checkpoints and callbacks:\n"
+        "      --checkpoint-dir DIR  write checkpoints (one HDF5 file each) into DIR;\n"
+        "                           SIGUSR1/SIGTERM then checkpoint and exit 75\n"
+        "      --checkpoint-every N[epoch|step]  how often (default 1epoch)\n"
+        "      --checkpoint-seconds S  also when S seconds passed since the last one\n"
+        "      --keep K             keep the newest K checkpoints (default 3; 0 = all)\n"
+        "      --resume WHAT        continue from latest (in --checkpoint-dir), a\n"
+        "                           checkpoint directory, or a checkpoint file\n"
+        "      --save-best PATH     save when --monitor improves (ModelCheckpoint with\n"
+        "                           save_best_only); a .weights.h5 PATH gets Keras's layout\n"
+        "      --monitor M          val_loss (default), val_accuracy, loss or accuracy\n"
+        "      --early-stopping P   stop after P epochs without improvement of --monitor\n"
+        "      --min-delta D        smallest change that counts as improvement (0)\n"
+        "      --restore-best       end with the weights of the best epoch\n"
+        "      --export-keras PATH  write the final weights as a Keras 3 .weights.h5\n"
+        "\n"
         "Output:\n"
         "  -q, --quiet              print nothing but errors\n"
         "  -v, --verbose            also print every step's loss and the model summary\n"
@@ -116,7 +132,9 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
        OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
-       OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE };
+       OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE,
+       OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
+       OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -150,6 +168,17 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"devices", no_argument, 0, OPT_DEVICES},
         {"precision", required_argument, 0, OPT_PRECISION},
         {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
+        {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
+        {"checkpoint-every", required_argument, 0, OPT_CKPT_EVERY},
+        {"checkpoint-seconds", required_argument, 0, OPT_CKPT_SECONDS},
+        {"keep", required_argument, 0, OPT_KEEP},
+        {"resume", required_argument, 0, OPT_RESUME},
+        {"save-best", required_argument, 0, OPT_SAVE_BEST},
+        {"monitor", required_argument, 0, OPT_MONITOR},
+        {"early-stopping", required_argument, 0, OPT_EARLY},
+        {"min-delta", required_argument, 0, OPT_MIN_DELTA},
+        {"restore-best", no_argument, 0, OPT_RESTORE_BEST},
+        {"export-keras", required_argument, 0, OPT_EXPORT_KERAS},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -158,13 +187,15 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     };
     long v;
     int c, set_momentum = 0, set_compress = 0;
+    const char *ckpt_flag = NULL; /* a checkpoint option that needs --checkpoint-dir */
 
     memset(cfg, 0, sizeof *cfg);
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
                               .dropout = 0.5f, .seed = 42, .validation = 1,
                               .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
                               .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
-                              .device = "cpu", .precision = DT_PREC_FP32};
+                              .device = "cpu", .precision = DT_PREC_FP32,
+                              .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -258,6 +289,58 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 cfg->loss_scale = (float)ls;
             }
             break;
+        case OPT_CKPT_DIR:
+            if (!*optarg) rc = dt_fail(st, DT_EUSAGE, "--checkpoint-dir: expected a directory, found ''");
+            cfg->checkpoint_dir = optarg;
+            break;
+        case OPT_CKPT_EVERY: {
+            char *end;
+            errno = 0;
+            long n = strtol(optarg, &end, 10);
+            int steps = 0;
+            if (!strcmp(end, "step") || !strcmp(end, "steps")) steps = 1;
+            else if (*end && strcmp(end, "epoch") && strcmp(end, "epochs")) n = -1;
+            if (errno || end == optarg || n < 1)
+                rc = dt_fail(st, DT_EUSAGE, "--checkpoint-every: expected a positive count with an optional unit, "
+                             "e.g. 2, 2epoch or 500step, found '%s'", optarg);
+            cfg->ckpt_every = n;
+            cfg->ckpt_every_steps = steps;
+            ckpt_flag = "--checkpoint-every";
+            break;
+        }
+        case OPT_CKPT_SECONDS: {
+            float sec;
+            rc = parse_float("--checkpoint-seconds", optarg, 1.0, 1e9, 0, &sec, st);
+            cfg->ckpt_seconds = (double)sec;
+            break;
+        }
+        case OPT_KEEP:
+            rc = dt_parse_long("--keep", optarg, 0, 1 << 20, &v, st);
+            cfg->keep = (int)v;
+            ckpt_flag = "--keep";
+            break;
+        case OPT_RESUME: cfg->resume = optarg; break;
+        case OPT_SAVE_BEST: cfg->save_best = optarg; break;
+        case OPT_MONITOR:
+            if (strcmp(optarg, "val_loss") && strcmp(optarg, "val_accuracy") && strcmp(optarg, "loss") &&
+                strcmp(optarg, "accuracy"))
+                rc = dt_fail(st, DT_EUSAGE, "--monitor: expected val_loss, val_accuracy, loss or accuracy, found '%s'", optarg);
+            cfg->monitor = optarg;
+            break;
+        case OPT_EARLY: rc = dt_parse_long("--early-stopping", optarg, 0, 1 << 20, &v, st); cfg->patience = (int)v; break;
+        case OPT_MIN_DELTA: {
+            float d;
+            rc = parse_float("--min-delta", optarg, 0.0, 1e9, 0, &d, st);
+            cfg->min_delta = (double)d;
+            break;
+        }
+        case OPT_RESTORE_BEST: cfg->restore_best = 1; break;
+        case OPT_EXPORT_KERAS:
+            cfg->export_keras = optarg;
+            if (strlen(optarg) < 11 || strcmp(optarg + strlen(optarg) - 11, ".weights.h5") != 0)
+                rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
+                             "*.weights.h5, found '%s'", optarg);
+            break;
         case 'q': cfg->verbose = 0; break;
         case 'v': cfg->verbose = 2; break;
         case 'h': cfg->help = 1; break;
@@ -277,6 +360,27 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (!set_compress && cfg->precision != DT_PREC_FP32) cfg->compress = cfg->precision;
     if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
     cfg->inject_overflow = getenv("DTRAIN_TEST_OVERFLOW_STEPS");
+    if (cfg->restore_best && cfg->patience < 0 && !cfg->save_best)
+        return dt_fail(st, DT_EUSAGE, "--restore-best: needs --early-stopping PATIENCE (or --save-best), which track the best epoch");
+    if (cfg->resume && !strcmp(cfg->resume, "latest") && !cfg->checkpoint_dir)
+        return dt_fail(st, DT_EUSAGE, "--resume latest: needs --checkpoint-dir DIR (or give the directory or file: --resume PATH)");
+    if (cfg->ckpt_seconds > 0) ckpt_flag = "--checkpoint-seconds";
+    if (ckpt_flag && !cfg->checkpoint_dir)
+        return dt_fail(st, DT_EUSAGE, "%s: needs --checkpoint-dir DIR", ckpt_flag);
+    if (cfg->min_delta > 0 && cfg->patience < 0)
+        return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
+    {   /* the command line, for checkpoints */
+        size_t len = 1;
+        for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
+        cfg->command_line = malloc(len);
+        if (cfg->command_line) {
+            cfg->command_line[0] = '\0';
+            for (int i = 0; i < argc; i++) {
+                if (i) strcat(cfg->command_line, " ");
+                strcat(cfg->command_line, argv[i]);
+            }
+        }
+    }
     if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
     if (cfg->list_devices) return DT_OK; /* needs no input */
@@ -287,4 +391,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     return DT_OK;
 }
 
-void dt_options_free(struct dt_config *cfg) { memset(cfg, 0, sizeof *cfg); }
+void dt_options_free(struct dt_config *cfg)
+{
+    free(cfg->command_line);
+    memset(cfg, 0, sizeof *cfg);
+}

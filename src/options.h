@@ -46,6 +46,20 @@ struct dt_config {
                                -1 auto = on when the job spans nodes */
     int compress;           /* dt_compress */
     int compress_cross_only;
+    /* checkpoints and callbacks (src/checkpoint/, train.c) */
+    const char *checkpoint_dir; /* NULL: no checkpoints, signals kill as usual */
+    long ckpt_every;        /* checkpoint every N epochs (ckpt_every_steps 0) or steps */
+    int ckpt_every_steps;
+    double ckpt_seconds;    /* also after this many seconds since the last; 0 off */
+    int keep;               /* newest checkpoints kept: 3 (0 = all) */
+    const char *resume;     /* "latest", a directory or a file; NULL */
+    const char *save_best;  /* ModelCheckpoint(save_best_only) path; NULL */
+    const char *monitor;    /* val_loss | val_accuracy | loss | accuracy */
+    int patience;           /* --early-stopping; -1 off */
+    double min_delta;
+    int restore_best;
+    const char *export_keras; /* .weights.h5 path; NULL */
+    char *command_line;     /* argv joined, for checkpoints (allocated) */
     int verbose;            /* 0 quiet, 1 normal, 2 per-step */
     int help, version;      /* print and exit 0 */
     const char *inject_overflow; /* DTRAIN_TEST_OVERFLOW_STEPS (tests only): "3,5" */

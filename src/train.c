@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -9,6 +10,7 @@
 #include "checks.h"
 #include "collectives/allreduce.h"
 #include "device.h"
+#include "checkpoint/keras.h"
 #include "train.h"
 
 
@@ -69,6 +71,15 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     }
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
 
+    t->history = dt_xcalloc((size_t)cfg->epochs, sizeof *t->history);
+    dt_monitor_init(&t->stopper, cfg->monitor, cfg->patience, cfg->min_delta);
+    dt_monitor_init(&t->saver, cfg->monitor, -1, 0.0);
+    int validates = cfg->validation && t->data.split[DT_TEST].present && t->data.split[DT_TEST].n > 0;
+    if ((cfg->patience >= 0 || cfg->save_best) && !strncmp(cfg->monitor, "val_", 4) && !validates) {
+        dt_fail(st, DT_EUSAGE, "--monitor %s: there is no validation (%s); monitor loss or accuracy instead",
+                cfg->monitor, cfg->validation ? "the input has no /test split" : "--no-validation was given");
+        return dt_status_agree(st, t->comm);
+    }
     dt_model_create(&t->model, t->be, cfg->batch_size);
     if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
     {   /* through host memory: the parameters may live on a GPU */
@@ -79,10 +90,30 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         free(host);
     }
 
+    dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank); /* a checkpoint may replace it */
+    if ((cfg->checkpoint_dir || cfg->resume) && dt_trainer_data_checksum(t, st) != DT_OK) return st->code;
+    if (cfg->resume && dt_trainer_resume_params(t, st) != DT_OK) return st->code;
+
     /* The strategy places the gradient (and parameter) blocks, buckets and
      * the optimizer; its refusals (mirrored across nodes, ...) are agreed. */
     dt_strategy_create(&t->strategy, cfg, &t->model, &t->coll, st);
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+    if (t->resumed && dt_trainer_resume_optimizer(t, st) != DT_OK) return st->code;
+    if (t->resumed) {
+        t->saver.best = t->stopper.best;
+        t->saver.best_epoch = t->stopper.best_epoch;
+        t->skipped_before = t->strategy.loss_scale.skipped;
+        if (t->rank == 0 && cfg->verbose >= 1)
+            printf("dtrain: resuming from %s: %d epoch%s and %lld step%s done\n", t->resume_path, t->start_epoch,
+                   t->start_epoch == 1 ? "" : "s", (long long)t->start_step, t->start_step == 1 ? "" : "s");
+        if (cfg->restore_best && t->stopper.best_epoch >= 0 && t->rank == 0)
+            fprintf(stderr, "dtrain: note: --restore-best: the best weights (epoch %d) were not kept across the "
+                    "restart; the best epoch from now on will be restored (use --save-best to keep them)\n",
+                    t->stopper.best_epoch + 1);
+        if (cfg->restore_best) t->stopper.best_epoch = -1, t->stopper.best = t->stopper.maximize ? -INFINITY : INFINITY;
+    }
+    if (cfg->checkpoint_dir) dt_signals_install();
+    t->last_ckpt_time = MPI_Wtime();
 
     int64_t *per_file = dt_xcalloc((size_t)cfg->ninputs, sizeof(int64_t));
     for (int f = 0; f < cfg->ninputs; f++)
@@ -93,7 +124,6 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     dt_shard_init(&t->plan, t->policy, replica, t->strategy.nreplicas, cfg->batch_size, cfg->ninputs, per_file);
     free(per_file);
 
-    dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
     for (int k = 0; k < 2; k++) { /* two slots: the next batch is read while this one computes */
         t->idx[k] = dt_xmalloc(sizeof(int64_t) * B);
@@ -103,7 +133,6 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->overflow_steps = parse_steps(cfg->inject_overflow, &t->noverflow);
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
-    t->history = dt_xcalloc((size_t)cfg->epochs, sizeof *t->history);
     return DT_OK;
 }
 
@@ -157,6 +186,35 @@ static void grads_ready(void *ctx, size_t offset)
     s->ops->grads_ready(s, offset);
 }
 
+/* After step `done` (of steps) of epoch: a checkpoint when the step count,
+ * the clock (rank 0's) or a signal (any rank's) asks; all ranks agree. A
+ * signal ends the run with DT_EXIT_REQUEUE once the checkpoint is written. */
+static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_t steps, const double sums[2],
+                           int64_t samples, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    int flags[2] = {dt_signals_pending(),
+                    t->rank == 0 && cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds};
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->comm));
+    int want = flags[1] || (cfg->ckpt_every_steps && t->global_step % cfg->ckpt_every == 0);
+    if (done == steps) { /* the epoch's end writes it (and sees the signal), after validation */
+        t->ckpt_pending |= want;
+        return DT_OK;
+    }
+    if (!want && !flags[0]) return DT_OK;
+    double progress[3] = {sums[0], sums[1], (double)samples};
+    if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, epoch, done, progress, t->last_ckpt, sizeof t->last_ckpt, st) != DT_OK)
+        return st->code;
+    t->last_ckpt_time = MPI_Wtime();
+    if (cfg->verbose >= 2 && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
+    if (flags[0])
+        return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d step %lld; exiting "
+                       "with %d so the job can be requeued (resume with --resume latest)",
+                       flags[0] == SIGTERM ? "SIGTERM" : "SIGUSR1", t->last_ckpt, epoch + 1, (long long)done,
+                       DT_EXIT_REQUEUE);
+    return DT_OK;
+}
+
 static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epoch_stats *es, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
@@ -168,8 +226,16 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     struct dt_strategy *strat = &t->strategy;
     const int replica = strat->replica >= 0, per_step = !strat->local_stats;
     double t0 = MPI_Wtime();
-    if (replica && steps > 0 && read_step(t, 0, 0, st) != DT_OK) return st->code;
-    for (int64_t s = 0; s < steps; s++) {
+    int64_t s0 = 0; /* a resumed epoch starts where its checkpoint was taken */
+    if (t->resumed && epoch == t->start_epoch && t->start_step > 0 && t->start_step < steps) {
+        s0 = t->start_step;
+        epoch_sums[0] = t->start_progress[0];
+        epoch_sums[1] = t->start_progress[1];
+        es->samples = (int64_t)t->start_progress[2];
+    }
+    const int ps = strat->ops == &dt_strategy_parameter_server; /* checkpoints at epoch ends only */
+    if (replica && s0 < steps && read_step(t, s0, (int)(s0 & 1), st) != DT_OK) return st->code;
+    for (int64_t s = s0; s < steps; s++) {
         const int k = (int)(s & 1);
         int64_t global;
         if (!replica) { /* a parameter server's server: it serves in epoch_end */
@@ -187,7 +253,8 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (s + 1 < steps && read_step(t, s + 1, k ^ 1, st) != DT_OK) return st->code;
         float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)global;
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
-        if (t->noverflow && injected(t, ++t->global_step) && t->rank == 0 && n > 0) {
+        t->global_step++;
+        if (t->noverflow && injected(t, t->global_step) && t->rank == 0 && n > 0) {
             const float inf = INFINITY;
             t->be->upload(t->model.dact[t->model.nlayers], &inf, sizeof inf);
         }
@@ -215,6 +282,8 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (!isfinite(sums[0]))
             return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the loss is %f; try a smaller --lr",
                            epoch + 1, (long long)s + 1, sums[0]);
+        if (cfg->checkpoint_dir && !ps && step_checkpoint(t, epoch, s + 1, steps, epoch_sums, es->samples, st) != DT_OK)
+            return st->code;
     }
     if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)steps);
     if (!per_step) {
@@ -237,12 +306,92 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     return DT_OK;
 }
 
+static double monitored(const struct dt_epoch_stats *es, const char *name)
+{
+    if (!strcmp(name, "val_loss")) return es->val_loss;
+    if (!strcmp(name, "val_accuracy")) return es->val_accuracy;
+    if (!strcmp(name, "accuracy")) return es->accuracy;
+    return es->loss;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Rank 0 writes the model's weights in Keras 3's .weights.h5 layout. */
+static int export_keras(struct dt_trainer *t, const char *path, dt_status *st)
+{
+    st->code = DT_OK;
+    if (t->rank == 0) {
+        float *host = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
+        t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
+        dt_keras_export(path, &t->model, host, st);
+        free(host);
+    }
+    return dt_status_agree(st, t->comm);
+}
+
+/* After an epoch: ModelCheckpoint(save_best_only), EarlyStopping, the
+ * epoch-end checkpoint, and signals. Returns DT_OK to go on; *stop = 1 when
+ * early stopping ends training. */
+static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    const struct dt_epoch_stats *es = &t->history[e];
+    double v = monitored(es, cfg->monitor);
+    double zero[3] = {0.0, 0.0, 0.0};
+    *stop = 0;
+    if (cfg->save_best) {
+        double before = t->saver.best;
+        if (dt_monitor_update(&t->saver, e, v)) {
+            int rc = ends_with(cfg->save_best, ".weights.h5")
+                         ? export_keras(t, cfg->save_best, st)
+                         : dt_trainer_save(t, cfg->save_best, 1, e + 1, 0, zero, NULL, 0, st);
+            if (rc != DT_OK) return st->code;
+            if (cfg->verbose >= 1 && t->rank == 0)
+                fprintf(out, "Epoch %d: %s improved from %.5f to %.5f, saving model to %s\n", e + 1, cfg->monitor,
+                        before, v, cfg->save_best);
+        }
+    }
+    if (cfg->patience >= 0) {
+        if (dt_monitor_update(&t->stopper, e, v) && cfg->restore_best) {
+            if (!t->best_params) t->best_params = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
+            t->be->download(t->best_params, t->model.params, sizeof(float) * t->model.nparams);
+        }
+        *stop = t->stopper.stopped_epoch >= 0;
+    }
+    if (!cfg->checkpoint_dir) return DT_OK;
+    int sig = dt_signals_pending();
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, t->comm));
+    int every = cfg->ckpt_every_steps ? 0 : (e + 1) % cfg->ckpt_every == 0;
+    int last = e + 1 == cfg->epochs || *stop;
+    if (every || last || t->ckpt_pending || sig ||
+        (cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds)) {
+        if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, e + 1, 0, zero, t->last_ckpt, sizeof t->last_ckpt, st) != DT_OK)
+            return st->code;
+        t->ckpt_pending = 0;
+        t->last_ckpt_time = MPI_Wtime();
+        if (cfg->verbose >= 2 && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
+    }
+    if (sig && !last)
+        return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d; exiting with %d so "
+                       "the job can be requeued (resume with --resume latest)", sig == SIGTERM ? "SIGTERM" : "SIGUSR1",
+                       t->last_ckpt, e + 1, DT_EXIT_REQUEUE);
+    return DT_OK;
+}
+
 int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
     int validate = cfg->validation && t->data.split[DT_TEST].present && t->data.split[DT_TEST].n > 0;
-    for (int e = 0; e < cfg->epochs; e++) {
+    if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= 1)
+        fprintf(out, "dtrain: the checkpoint has %d epochs done, --epochs is %d: nothing left to train\n",
+                t->start_epoch, cfg->epochs);
+    for (int e = t->start_epoch; e < cfg->epochs; e++) {
         struct dt_epoch_stats *es = &t->history[e];
+        memset(es, 0, sizeof *es);
         if (train_epoch(t, e, out, es, st) != DT_OK) return st->code;
         if (validate) {
             dt_trainer_evaluate(t, &es->val_loss, &es->val_accuracy);
@@ -263,7 +412,25 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
             fputc('\n', out);
             fflush(out);
         }
+        int stop = 0;
+        if (epoch_callbacks(t, e, &stop, out, st) != DT_OK) return st->code;
+        if (stop) {
+            if (cfg->verbose >= 1 && t->rank == 0) fprintf(out, "Epoch %d: early stopping\n", e + 1);
+            break;
+        }
     }
+    if (cfg->restore_best && t->best_params && t->stopper.best_epoch >= 0) {
+        dt_trainer_set_params(t, t->best_params);
+        if (cfg->verbose >= 1 && t->rank == 0)
+            fprintf(out, "Restoring model weights from the end of the best epoch: %d.\n", t->stopper.best_epoch + 1);
+        if (validate) {
+            double vl, va;
+            dt_trainer_evaluate(t, &vl, &va);
+            if (cfg->verbose >= 1 && t->rank == 0)
+                fprintf(out, "restored weights: val_loss: %.4f - val_accuracy: %.4f\n", vl, va);
+        }
+    }
+    if (cfg->export_keras && export_keras(t, cfg->export_keras, st) != DT_OK) return st->code;
     return DT_OK;
 }
 
@@ -311,6 +478,7 @@ void dt_trainer_free(struct dt_trainer *t)
         if (t->be && t->host_labels[k]) t->be->host_free(t->host_labels[k]);
     }
     free(t->overflow_steps);
+    free(t->best_params);
     free(t->history);
     dt_coll_free(&t->coll);
     memset(t, 0, sizeof *t);

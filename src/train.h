@@ -12,6 +12,8 @@
 #include <stdio.h>
 
 #include "strategy/strategy.h"
+#include "callbacks.h"
+#include "checkpoint/checkpoint.h"
 #include "data/dataset.h"
 #include "device.h"
 #include "data/shard.h"
@@ -53,6 +55,20 @@ struct dt_trainer {
     long skipped_before;            /* loss-scale skips before this epoch */
     long *overflow_steps;           /* test hook: see train.c */
     int noverflow;
+    /* checkpoints and callbacks (train_ckpt.c) */
+    uint64_t data_checksum;         /* of the training split, for --resume */
+    int resumed, start_epoch;       /* where this run starts */
+    int64_t start_step;             /* steps already done in start_epoch */
+    double start_progress[3];       /* that epoch's loss sum, correct, samples so far */
+    double resume_ls[3];            /* loss scale, clean steps, skipped */
+    int resume_ls_on;
+    char resume_path[4096];
+    struct dt_monitor stopper;      /* --early-stopping (and the checkpoint's monitor state) */
+    struct dt_monitor saver;        /* --save-best */
+    float *best_params;             /* host copy for --restore-best */
+    double last_ckpt_time;
+    int ckpt_pending;               /* a step-count checkpoint fell on an epoch's last step */
+    char last_ckpt[4096];
     struct dt_epoch_stats *history; /* [cfg->epochs] */
 };
 
@@ -67,5 +83,18 @@ void dt_trainer_free(struct dt_trainer *t);
  * (shared pages divided among the processes that map them, so one copy of
  * the parameters per node shows), and the optimizer state per rank. */
 void dt_trainer_report_memory(struct dt_trainer *t, FILE *out);
+
+/* train_ckpt.c. All collective. */
+int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st);
+/* epochs_done and step say where training stands; progress holds the sums of
+ * the epoch in progress (loss, correct, samples). */
+int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
+                    const double progress[3], char *path, size_t pathlen, dt_status *st);
+/* Before the strategy exists: parameters, counters, history, dropout streams. */
+int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st);
+/* After: this rank's optimizer slots and the loss scale. */
+int dt_trainer_resume_optimizer(struct dt_trainer *t, dt_status *st);
+/* Host parameters into the model (once per node where the node shares them). */
+void dt_trainer_set_params(struct dt_trainer *t, const float *host);
 
 #endif

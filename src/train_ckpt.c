@@ -1,0 +1,346 @@
+/* train_ckpt.c: the trainer's state in and out of checkpoints.
+ *
+ * Gathers what an exact restart needs (parameters, optimizer slots, the step
+ * counters, every rank's dropout stream, the sums of the epoch in progress,
+ * the loss scale, the history and the early-stopping monitor) into a
+ * struct dt_ckpt for checkpoint/checkpoint.c, and puts it back. Resuming is
+ * two reads: the parameters before the strategy places them (a parameter
+ * server copies them into its windows at setup), the optimizer slots after
+ * it, at the offsets this rank's strategy owns, whatever split wrote them. */
+#include "config.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "train.h"
+
+/* The parts of the flat parameter block the checkpoint names per layer. */
+static struct dt_ckpt_layer *layer_table(const struct dt_model *m)
+{
+    struct dt_ckpt_layer *L = dt_xcalloc((size_t)m->nlayers + 1, sizeof *L);
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        L[i].name = l->name;
+        L[i].offset = l->param_offset;
+        if (!l->nparams) continue;
+        int units = l->out.c * l->out.h * l->out.w;
+        if (l->ops == &dt_conv2d_ops) {
+            L[i].kernel_rank = 4;
+            L[i].kernel_dims[0] = l->spec.kernel;
+            L[i].kernel_dims[1] = l->spec.kernel;
+            L[i].kernel_dims[2] = l->in.c;
+            L[i].kernel_dims[3] = l->out.c;
+            L[i].bias_len = l->out.c;
+        }
+        else { /* dense: [in][units] */
+            L[i].kernel_rank = 2;
+            L[i].kernel_dims[0] = (int64_t)dt_shape_size(l->in);
+            L[i].kernel_dims[1] = units;
+            L[i].bias_len = units;
+        }
+    }
+    return L;
+}
+
+static int optim_slots(const struct dt_strategy *s, const char **names)
+{
+    if (strcmp(s->optim_cfg.name, "adam") == 0) {
+        names[0] = "m";
+        names[1] = "v";
+        return 2;
+    }
+    if (s->optim_cfg.momentum != 0.0f) {
+        names[0] = "velocity";
+        return 1;
+    }
+    return 0;
+}
+
+/* The strategy's optimizer range on this rank, and whether this rank is the
+ * first holder of it (and so its writer). */
+static void optim_owner(struct dt_trainer *t, size_t *off, size_t *len, int *writer)
+{
+    const struct dt_strategy *s = &t->strategy;
+    int holds = s->optim.ops != NULL;
+    long mine = holds ? (long)s->shard_off : -1;
+    long *all = dt_xcalloc((size_t)t->nranks, sizeof(long));
+    DT_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_LONG, all, 1, MPI_LONG, t->comm));
+    *writer = holds;
+    for (int r = 0; r < t->rank && *writer; r++)
+        if (all[r] == mine) *writer = 0;
+    free(all);
+    *off = holds ? s->shard_off : 0;
+    *len = holds ? s->shard_len : 0;
+}
+
+/* Every option, as text, for the checkpoint's /config. */
+struct kv {
+    int n;
+    const char *key[48];
+    const char *value[48];
+    char buf[48][160];
+};
+
+static void kv_add(struct kv *kv, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void kv_add(struct kv *kv, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    if (kv->n >= 48) return;
+    va_start(ap, fmt);
+    vsnprintf(kv->buf[kv->n], sizeof kv->buf[0], fmt, ap);
+    va_end(ap);
+    kv->key[kv->n] = key;
+    kv->value[kv->n] = kv->buf[kv->n];
+    kv->n++;
+}
+
+static void config_text(const struct dt_config *c, int nranks, struct kv *kv)
+{
+    memset(kv, 0, sizeof *kv);
+    kv_add(kv, "inputs", "%s%s", c->inputs[0], c->ninputs > 1 ? " ..." : "");
+    kv_add(kv, "ranks", "%d", nranks);
+    kv_add(kv, "epochs", "%d", c->epochs);
+    kv_add(kv, "batch_size", "%d", c->batch_size);
+    kv_add(kv, "steps_per_epoch", "%ld", c->steps_per_epoch);
+    kv_add(kv, "model", "%s", c->model);
+    kv_add(kv, "dropout", "%g", (double)c->dropout);
+    kv_add(kv, "optimizer", "%s", c->optimizer);
+    kv_add(kv, "lr", "%g", (double)c->lr);
+    kv_add(kv, "momentum", "%g", (double)c->momentum);
+    kv_add(kv, "seed", "%llu", (unsigned long long)c->seed);
+    kv_add(kv, "validation", "%d", c->validation);
+    kv_add(kv, "shard_policy", "%d", c->shard_policy);
+    kv_add(kv, "threads", "%d", c->threads);
+    kv_add(kv, "device", "%s", c->device);
+    kv_add(kv, "precision", "%s", dt_precision_name(c->precision));
+    kv_add(kv, "loss_scale", "%g", (double)c->loss_scale);
+    kv_add(kv, "strategy", "%s", c->strategy);
+    kv_add(kv, "num_ps", "%d", c->num_ps);
+    kv_add(kv, "ps_mode", "%d", c->ps_mode);
+    kv_add(kv, "staleness", "%d", c->staleness);
+    kv_add(kv, "allreduce", "%s", c->allreduce);
+    kv_add(kv, "bucket_mb", "%g", c->bucket_mb);
+    kv_add(kv, "grad_compression", "%d", c->compress);
+    kv_add(kv, "checkpoint_every", "%ld%s", c->ckpt_every, c->ckpt_every_steps ? "step" : "epoch");
+    kv_add(kv, "monitor", "%s", c->monitor);
+    kv_add(kv, "early_stopping", "%d", c->patience);
+    kv_add(kv, "min_delta", "%g", c->min_delta);
+}
+
+int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st)
+{
+    enum { BLOCK = 4096 }; /* samples per hashed block */
+    const struct dt_split *sp = &t->data.split[DT_TRAIN];
+    size_t row = dt_shape_size(t->data.shape);
+    uint8_t *img = dt_xmalloc(row * BLOCK), *lab = dt_xmalloc(BLOCK);
+    int64_t *idx = dt_xmalloc(sizeof(int64_t) * BLOCK);
+    uint64_t sum = 0;
+    int64_t nblocks = (sp->n + BLOCK - 1) / BLOCK;
+    st->code = DT_OK;
+    for (int64_t b = t->rank; b < nblocks && st->code == DT_OK; b += t->nranks) {
+        int64_t at = b * BLOCK;
+        int n = (int)(sp->n - at < BLOCK ? sp->n - at : BLOCK);
+        for (int i = 0; i < n; i++) idx[i] = at + i;
+        if (dt_dataset_read(&t->data, DT_TRAIN, idx, n, img, lab, st) != DT_OK) break;
+        uint64_t h = dt_fnv1a64(img, row * (size_t)n, 0);
+        h = dt_fnv1a64(lab, (size_t)n, h);
+        sum += dt_ckpt_block_mix((uint64_t)b, h);
+    }
+    free(img);
+    free(lab);
+    free(idx);
+    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+    DT_MPI_CHECK(MPI_Allreduce(&sum, &t->data_checksum, 1, MPI_UINT64_T, MPI_SUM, t->comm));
+    return DT_OK;
+}
+
+int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
+                    const double progress[3], char *path, size_t pathlen, dt_status *st)
+{
+    struct dt_model *m = &t->model;
+    struct dt_strategy *s = &t->strategy;
+    struct dt_ckpt c;
+    struct kv kv;
+    memset(&c, 0, sizeof c);
+    config_text(t->cfg, t->nranks, &kv);
+    c.dtrain_version = PACKAGE_VERSION;
+    c.strategy = s->ops->name;
+    c.model = m->name;
+    c.nranks = t->nranks;
+    c.nconfig = kv.n;
+    c.config_keys = kv.key;
+    c.config_values = kv.value;
+    c.command_line = t->cfg->command_line ? t->cfg->command_line : "";
+    c.data_checksum = t->data_checksum;
+    c.nparams = m->nparams;
+    c.nlayers = m->nlayers;
+    struct dt_ckpt_layer *layers = layer_table(m);
+    c.layers = layers;
+    c.params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    t->be->download(c.params, m->params, sizeof(float) * m->nparams);
+    c.optimizer = s->optim_cfg.name;
+    c.lr = s->optim_cfg.lr;
+    c.beta1 = s->optim_cfg.beta1;
+    c.beta2 = s->optim_cfg.beta2;
+    c.eps = s->optim_cfg.eps;
+    c.momentum = s->optim_cfg.momentum;
+    c.nslots = optim_slots(s, c.slot_names);
+    optim_owner(t, &c.off, &c.len, &c.writer);
+    /* The update count lives with whoever holds optimizer state; rank 0 may not. */
+    long step_count = s->optim.ops ? s->optim.step : -1;
+    DT_MPI_CHECK(MPI_Allreduce(&step_count, &c.opt_step, 1, MPI_LONG, MPI_MAX, t->comm));
+    for (int i = 0; i < c.nslots; i++)
+        if (s->optim.ops) {
+            c.slots[i] = dt_xmalloc(sizeof(float) * (c.len ? c.len : 1));
+            t->be->download(c.slots[i], s->optim.slot[i], sizeof(float) * c.len);
+        }
+    c.epoch = epochs_done;
+    c.step = step;
+    c.global_step = t->global_step;
+    memcpy(c.progress, progress, sizeof c.progress);
+    memcpy(c.rng, t->dropout_rng.s, sizeof c.rng);
+    c.ls_on = s->loss_scale.on;
+    c.ls_dynamic = s->loss_scale.dynamic;
+    c.ls_clean = s->loss_scale.clean;
+    c.ls_scale = s->loss_scale.scale;
+    c.ls_skipped = s->loss_scale.skipped;
+    c.nhistory = epochs_done;
+    c.history = dt_xcalloc((size_t)epochs_done + 1, sizeof *c.history);
+    for (int e = 0; e < epochs_done; e++) {
+        const struct dt_epoch_stats *h = &t->history[e];
+        double row[DT_CKPT_HIST] = {h->loss, h->accuracy, h->validated ? h->val_loss : (double)NAN,
+                                    h->validated ? h->val_accuracy : (double)NAN, h->seconds, (double)h->samples};
+        memcpy(c.history[e], row, sizeof row);
+    }
+    c.best = t->stopper.best;
+    c.best_epoch = t->stopper.best_epoch;
+    c.wait = t->stopper.wait;
+    int rc = dt_ckpt_write(t->comm, dir, keep, &c, path, pathlen, st);
+    free(c.history);
+    for (int i = 0; i < c.nslots; i++) free(c.slots[i]);
+    free(c.params);
+    free(layers);
+    return rc;
+}
+
+/* Put host parameters into the model, once per node when the node shares them. */
+static void place_params(struct dt_trainer *t, const float *host)
+{
+    struct dt_model *m = &t->model;
+    if (!m->params_borrowed || t->coll.topo.local_rank == 0)
+        t->be->upload(m->params, host, sizeof(float) * m->nparams);
+    if (m->params_borrowed) DT_MPI_CHECK(MPI_Barrier(t->coll.topo.node));
+}
+
+void dt_trainer_set_params(struct dt_trainer *t, const float *host) { place_params(t, host); }
+
+int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    struct dt_model *m = &t->model;
+    if (dt_ckpt_resolve(t->comm, cfg->resume, cfg->checkpoint_dir, t->resume_path, sizeof t->resume_path, st) != DT_OK)
+        return st->code;
+    struct dt_ckpt c;
+    memset(&c, 0, sizeof c);
+    struct dt_ckpt_layer *layers = layer_table(m);
+    c.nparams = m->nparams;
+    c.nlayers = m->nlayers;
+    c.layers = layers;
+    c.params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    int rc = dt_ckpt_read(t->comm, t->resume_path, &c, st);
+    if (rc == DT_OK && c.data_checksum != t->data_checksum)
+        rc = dt_fail(st, DT_EINPUT, "--resume %s: the checkpoint was trained on other data (checksum %016llx; "
+                     "%s gives %016llx)", t->resume_path, (unsigned long long)c.data_checksum, cfg->inputs[0],
+                     (unsigned long long)t->data_checksum);
+    else if (rc == DT_OK && strcmp(c.optimizer, cfg->optimizer) != 0)
+        rc = dt_fail(st, DT_EUSAGE, "--resume %s: the checkpoint's optimizer is %s, this run's is %s",
+                     t->resume_path, c.optimizer, cfg->optimizer);
+    if (rc != DT_OK) {
+        dt_ckpt_release(&c);
+        free(c.params);
+        free(layers);
+        return dt_status_agree(st, t->comm);
+    }
+    t->be->upload(m->params, c.params, sizeof(float) * m->nparams); /* the model's own block, before placement */
+    t->start_epoch = c.epoch;
+    t->start_step = c.step;
+    t->global_step = c.global_step;
+    memcpy(t->start_progress, c.progress, sizeof c.progress);
+    /* The global batch decides the data order within an epoch. */
+    long file_batch = 0;
+    for (int i = 0; i < c.nconfig; i++)
+        if (!strcmp(c.config_keys[i], "batch_size")) file_batch = strtol(c.config_values[i], NULL, 10);
+    int same_layout = c.file_nranks == t->nranks && file_batch == cfg->batch_size;
+    if (same_layout) memcpy(t->dropout_rng.s, c.all_rng[t->rank], sizeof t->dropout_rng.s);
+    if (!same_layout && t->rank == 0)
+        fprintf(stderr, "dtrain: note: --resume: the checkpoint was written by %d rank%s x batch %ld, this run has "
+                "%d x %d: the data order is re-sharded and dropout streams restart from the seed%s\n",
+                c.file_nranks, c.file_nranks == 1 ? "" : "s", file_batch, t->nranks, cfg->batch_size,
+                c.step > 0 ? "; the interrupted epoch starts again from its beginning" : "");
+    if (!same_layout && c.step > 0) {
+        t->start_step = 0;
+        memset(t->start_progress, 0, sizeof t->start_progress);
+    }
+    int nh = c.nhistory < cfg->epochs ? c.nhistory : cfg->epochs;
+    for (int e = 0; e < nh; e++) {
+        struct dt_epoch_stats *h = &t->history[e];
+        h->loss = c.history[e][0];
+        h->accuracy = c.history[e][1];
+        h->val_loss = c.history[e][2];
+        h->val_accuracy = c.history[e][3];
+        h->validated = c.history[e][2] == c.history[e][2]; /* not NaN */
+        h->seconds = c.history[e][4];
+        h->samples = (int64_t)c.history[e][5];
+    }
+    t->epochs_done = nh;
+    t->stopper.best = c.best;
+    t->stopper.best_epoch = c.best_epoch;
+    t->stopper.wait = c.wait;
+    t->resume_ls[0] = (double)c.ls_scale;
+    t->resume_ls[1] = (double)c.ls_clean;
+    t->resume_ls[2] = (double)c.ls_skipped;
+    t->resume_ls_on = c.ls_on;
+    t->resumed = 1;
+    dt_ckpt_release(&c);
+    free(c.params);
+    free(layers);
+    return DT_OK;
+}
+
+int dt_trainer_resume_optimizer(struct dt_trainer *t, dt_status *st)
+{
+    struct dt_model *m = &t->model;
+    struct dt_strategy *s = &t->strategy;
+    struct dt_ckpt c;
+    memset(&c, 0, sizeof c);
+    struct dt_ckpt_layer *layers = layer_table(m);
+    c.nparams = m->nparams;
+    c.nlayers = m->nlayers;
+    c.layers = layers;
+    c.params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    c.nslots = optim_slots(s, c.slot_names);
+    int writer;
+    optim_owner(t, &c.off, &c.len, &writer);
+    for (int i = 0; i < c.nslots; i++)
+        if (s->optim.ops) c.slots[i] = dt_xmalloc(sizeof(float) * (c.len ? c.len : 1));
+    int rc = dt_ckpt_read(t->comm, t->resume_path, &c, st);
+    if (rc == DT_OK) {
+        for (int i = 0; i < c.nslots; i++)
+            if (c.slots[i]) t->be->upload(s->optim.slot[i], c.slots[i], sizeof(float) * c.len);
+        if (s->optim.ops) s->optim.step = c.opt_step;
+        if (t->resume_ls_on && s->loss_scale.on) {
+            s->loss_scale.scale = (float)t->resume_ls[0];
+            s->loss_scale.clean = (int)t->resume_ls[1];
+            s->loss_scale.skipped = (long)t->resume_ls[2];
+        }
+    }
+    for (int i = 0; i < c.nslots; i++) free(c.slots[i]);
+    dt_ckpt_release(&c);
+    free(c.params);
+    free(layers);
+    return rc;
+}
