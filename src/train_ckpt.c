@@ -9,11 +9,14 @@
  * it, at the offsets this rank's strategy owns, whatever split wrote them. */
 #include "config.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checks.h"
 #include "train.h"
@@ -238,10 +241,37 @@ static void place_params(struct dt_trainer *t, const float *host)
 
 void dt_trainer_set_params(struct dt_trainer *t, const float *host) { place_params(t, host); }
 
+/* Rank 0: does dir hold no checkpoint at all (no latest, no ckpt-*.h5)? */
+static int no_checkpoint_yet(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    if (access(path, F_OK) == 0) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT;
+    struct dirent *e;
+    int none = 1;
+    while (none && (e = readdir(d)))
+        if (!strncmp(e->d_name, "ckpt-", 5)) none = 0;
+    closedir(d);
+    return none;
+}
+
 int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
     struct dt_model *m = &t->model;
+    if (!strcmp(cfg->resume, "latest")) { /* a first run of a requeued job: nothing to resume yet */
+        int fresh = t->rank == 0 ? no_checkpoint_yet(cfg->checkpoint_dir) : 0;
+        DT_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, t->comm));
+        if (fresh) {
+            if (t->rank == 0 && cfg->verbose >= 1)
+                printf("dtrain: --resume latest: no checkpoint in %s yet; starting from the beginning\n",
+                       cfg->checkpoint_dir);
+            st->code = DT_OK;
+            return DT_OK;
+        }
+    }
     if (dt_ckpt_resolve(t->comm, cfg->resume, cfg->checkpoint_dir, t->resume_path, sizeof t->resume_path, st) != DT_OK)
         return st->code;
     struct dt_ckpt c;

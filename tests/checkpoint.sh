@@ -168,6 +168,15 @@ else
   fail "resume at np=1: rc=$rc"; cat "$err" >&2
 fi
 
+# --- --resume latest on a first run: nothing there yet, start fresh ---
+run_np 2 $base --epochs 1 --checkpoint-dir "$T/first" --resume latest
+if [ "$rc" = 0 ] && grep -q "^dtrain: --resume latest: no checkpoint in $T/first yet; starting from the beginning" "$out" &&
+   [ -f "$T/first/latest" ]; then
+  pass "--resume latest with an empty directory starts fresh (a requeued job's first run)"
+else
+  fail "--resume latest, empty dir: rc=$rc"; cat "$out" "$err" >&2
+fi
+
 # --- refusals ---
 expect_fail 2 "--checkpoint-every: expected a positive count with an optional unit, e.g. 2, 2epoch or 500step, found '0'" \
   2 $base --checkpoint-dir "$T/x" --checkpoint-every 0

@@ -22,7 +22,8 @@ done
 
 pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
       openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
-      libdnnl-dev libopenblas-dev check dataset-fashion-mnist)
+      libdnnl-dev libopenblas-dev check dataset-fashion-mnist
+      python3-venv)  # python3-venv: tests/interop's Keras venv
 [[ $with_mpich == yes ]] && pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
 
 missing=()
