@@ -16,6 +16,7 @@
  * per block because ranks' parts start at any value; it is also faster than
  * one long byte-serial FNV chain, since the multiplies of different values
  * overlap. */
+#define _GNU_SOURCE /* fallocate */
 #include "config.h"
 
 #include <dirent.h>
@@ -508,6 +509,64 @@ static int mkdirs(const char *dir)
     return 0;
 }
 
+/* A full disk is the one write error to keep away from HDF5: parallel HDF5
+ * 1.10 does not recover from an I/O error inside a metadata flush (the
+ * ranks leave its collective calls at different points and wait forever;
+ * seen with a nearly full tmpfs), and a failed close crashes it at exit.
+ * So the room is made first: rank 0 reserves an upper bound of the file's
+ * size with fallocate (KEEP_SIZE: the file stays empty, the blocks are
+ * its), and a lower bound is checked against free space and every rank's
+ * file size limit where fallocate is not available. */
+static void size_bounds(const struct view *v, int size, uint64_t *low, uint64_t *high)
+{
+    const struct dt_ckpt *m = &v->m;
+    uint64_t data = 4 * (uint64_t)m->nparams * (1 + (uint64_t)m->nslots) + 32 * (uint64_t)size +
+                    8 * DT_CKPT_HIST * (uint64_t)m->nhistory;
+    uint64_t text = strlen(m->command_line), objects = 2 * (uint64_t)m->nlayers + (uint64_t)m->nslots + 10;
+    for (int i = 0; i < m->nconfig; i++) text += strlen(v->keys[i]) + strlen(v->values[i]);
+    *low = data + text + 2048 + 256 * objects;
+    *high = data + 2 * text + 65536 + 4096 * objects;
+}
+
+static int check_room(const struct view *v, int rank, int size, const char *dir, const char *final, dt_status *st)
+{
+    uint64_t need, high;
+    size_bounds(v, size, &need, &high);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: rank %d's file size limit (ulimit -f) is %llu bytes, the "
+                       "checkpoint needs about %llu: %s", final, rank, (unsigned long long)rl.rlim_cur,
+                       (unsigned long long)need, strerror(EFBIG));
+    struct statvfs fs;
+    if (rank == 0 && statvfs(dir, &fs) == 0) {
+        /* root may also use the blocks reserved for it */
+        uint64_t avail = (uint64_t)(geteuid() == 0 ? fs.f_bfree : fs.f_bavail) * fs.f_frsize;
+        if (avail < need)
+            return dt_fail(st, DT_ERUNTIME, "checkpoint %s: %llu bytes free in %s, the checkpoint needs about %llu: %s",
+                           final, (unsigned long long)avail, dir, (unsigned long long)need, strerror(ENOSPC));
+    }
+    return DT_OK;
+}
+
+/* Rank 0, once HDF5 has created the file (it truncates it). */
+static int reserve(const char *tmp, const char *final, uint64_t bytes, dt_status *st)
+{
+#ifdef FALLOC_FL_KEEP_SIZE
+    int fd = open(tmp, O_WRONLY);
+    int e = fd < 0 || fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) == 0 ? 0 : errno;
+    if (fd >= 0) close(fd);
+    /* File systems without fallocate have only the free-space check. */
+    if (e && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL)
+        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot reserve %llu bytes for it: %s", final,
+                       (unsigned long long)bytes, strerror(e));
+#else
+    (void)tmp;
+    (void)final;
+    (void)bytes;
+#endif
+    return st->code;
+}
+
 /* ---- writing: the HDF5 file ---------------------------------------------------- */
 
 static herr_t put_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *val)
@@ -778,6 +837,10 @@ static int write_file(const char *tmp, const char *where, const struct view *v, 
     w.f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
     if (w.f < 0) h5_fail(st, DT_ERUNTIME, where, "cannot create %s", tmp);
     if (agree(st, comm) != DT_OK) goto out;
+    uint64_t low, high;
+    size_bounds(v, size, &low, &high);
+    if (rank == 0) reserve(tmp, where, high, st);
+    if (agree(st, comm) != DT_OK) goto close;
 
     /* Metadata goes to disk before the data, so that when a data write
      * fails (a full disk) H5Fclose has nothing left to write: in HDF5 1.10 a
@@ -860,9 +923,27 @@ static int write_pointer(const char *path, const char *text)
     return ok ? 0 : -1;
 }
 
+/* Temporary files left by a crash mid-checkpoint (DIR/.ckpt-*.h5.tmp.PID):
+ * one job writes a checkpoint directory at a time, so after a successful
+ * checkpoint any other is dead. */
+static void remove_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[PATH_MAX];
+        if (strncmp(e->d_name, ".ckpt-", 6) != 0 || !strstr(e->d_name, ".h5.tmp.")) continue;
+        if (join(path, sizeof path, dir, e->d_name) == 0 && unlink(path) == 0)
+            fprintf(stderr, "dtrain: note: removed %s, left by an interrupted checkpoint\n", path);
+    }
+    if (d) closedir(d);
+}
+
 static void prune(const char *dir, const char *keep_name, int keep)
 {
     int n;
+    remove_stale(dir);
+    if (keep <= 0) return;
     struct named *v = list_ckpts(dir, &n);
     if (!v) return;
     int extra = n - keep;
@@ -883,6 +964,10 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
                    dt_status *st)
 {
     char ltmp[PATH_MAX], latest[PATH_MAX] = "", line[72] = "";
+    struct stat sb;
+    /* The same size, but the unused part of the reservation is let go. */
+    if (stat(tmp, &sb) != 0 || truncate(tmp, sb.st_size) != 0)
+        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot trim %s: %s", final, tmp, strerror(errno));
     if (fsync_path(tmp, 0) != 0)
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot flush %s to disk: %s", final, tmp, strerror(errno));
     /* Test hook: DTRAIN_TEST_CKPT_CRASH=1 makes rank 0 die here, with the
@@ -924,35 +1009,7 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
         if (!existed && !(line[0] && !strcmp(cur, line))) unlink(final);
         return st->code;
     }
-    if (keep > 0) prune(dir, base, keep);
-    return DT_OK;
-}
-
-/* A file system that is full, or a file size limit, is refused before any
- * writing: parallel HDF5 1.10 does not recover from an I/O error that hits
- * some ranks and not others inside a metadata flush (they part ways between
- * collective calls and wait forever). The estimate is a lower bound (the
- * data and a little metadata), so a write that fits is never refused. */
-static int check_room(const struct view *v, int rank, int size, const char *dir, const char *final, dt_status *st)
-{
-    const struct dt_ckpt *m = &v->m;
-    uint64_t need = 4 * (uint64_t)m->nparams * (1 + (uint64_t)m->nslots) + 32 * (uint64_t)size +
-                    8 * DT_CKPT_HIST * (uint64_t)m->nhistory + 2048 +
-                    256 * (uint64_t)(2 * m->nlayers + m->nslots + 2) + strlen(m->command_line);
-    for (int i = 0; i < m->nconfig; i++) need += strlen(v->keys[i]) + strlen(v->values[i]);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
-        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: rank %d's file size limit (ulimit -f) is %llu bytes, the "
-                       "checkpoint needs about %llu: %s", final, rank, (unsigned long long)rl.rlim_cur,
-                       (unsigned long long)need, strerror(EFBIG));
-    struct statvfs fs;
-    if (rank == 0 && statvfs(dir, &fs) == 0) {
-        /* root may also use the blocks reserved for it */
-        uint64_t avail = (uint64_t)(geteuid() == 0 ? fs.f_bfree : fs.f_bavail) * fs.f_frsize;
-        if (avail < need)
-            return dt_fail(st, DT_ERUNTIME, "checkpoint %s: %llu bytes free in %s, the checkpoint needs about %llu: %s",
-                           final, (unsigned long long)avail, dir, (unsigned long long)need, strerror(ENOSPC));
-    }
+    prune(dir, base, keep);
     return DT_OK;
 }
 
@@ -1781,6 +1838,15 @@ void dt_ckpt_release(struct dt_ckpt *c)
 
 /* ---- resolving "latest" ------------------------------------------------------ */
 
+/* msg without its "checkpoint PATH: " prefix. */
+static const char *why_only(const char *msg, const char *path)
+{
+    size_t n = strlen(path);
+    if (!strncmp(msg, "checkpoint ", 11) && !strncmp(msg + 11, path, n) && !strncmp(msg + 11 + n, ": ", 2))
+        return msg + 13 + n;
+    return msg;
+}
+
 int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path_out, size_t path_len,
                     dt_status *st)
 {
@@ -1859,7 +1925,7 @@ int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path
             else
                 snprintf(path_out, path_len, "%s", p);
         } else {
-            if (rank == 0) fprintf(stderr, "dtrain: note: checkpoint %s skipped: %s\n", p, one.msg);
+            if (rank == 0) fprintf(stderr, "dtrain: note: checkpoint %s skipped: %s\n", p, why_only(one.msg, p));
             if (!first_name[0]) {
                 snprintf(first_name, sizeof first_name, "%s", p);
                 snprintf(first_why, sizeof first_why, "%s", one.msg);
@@ -1868,7 +1934,7 @@ int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path
     }
     if (found < 0) {
         /* Only rank 0 knows which directory; agree spreads its message. */
-        const char *msg = strstr(first_why, ": ") ? strstr(first_why, ": ") + 2 : first_why;
+        const char *msg = why_only(first_why, first_name);
         if (rank == 0)
             dt_fail(st, DT_EINPUT, "checkpoint directory %s: no valid checkpoint; the newest, %s: %s", d, first_name,
                     msg);
