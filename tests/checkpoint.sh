@@ -68,6 +68,23 @@ for strategy in mirrored sharded; do
   fi
 done
 
+# --- central storage (node-shared parameters) and the parameter server
+# (server-held optimizer shards), 3 ranks: epoch-boundary resume is exact ---
+for st in central-storage "parameter-server --ps-mode sync"; do
+  name=$(echo "$st" | cut -d' ' -f1)
+  run_np 3 $base --epochs 3 --strategy $st --checkpoint-dir "$T/full-$name"
+  grep '^Epoch' "$out" | sed -e 's/ - [0-9.]* s - [0-9]* samples\/s//' -e 's/ - comm: .*//' | tail -2 >"$T/a-$name.txt"
+  run_np 3 $base --epochs 1 --strategy $st --checkpoint-dir "$T/part-$name"
+  run_np 3 $base --epochs 3 --strategy $st --checkpoint-dir "$T/part-$name" --resume latest
+  grep '^Epoch' "$out" | sed -e 's/ - [0-9.]* s - [0-9]* samples\/s//' -e 's/ - comm: .*//' >"$T/b-$name.txt"
+  if [ "$rc" = 0 ] && [ -s "$T/b-$name.txt" ] && cmp -s "$T/a-$name.txt" "$T/b-$name.txt" &&
+     same_params "$T/full-$name/$(latest "$T/full-$name")" "$T/part-$name/$(latest "$T/part-$name")"; then
+    pass "$st at np=3: resumed after epoch 1, same epochs 2-3 and parameters"
+  else
+    fail "$st: resume differs (rc=$rc)"; cat "$T/a-$name.txt" "$T/b-$name.txt" "$err" >&2
+  fi
+done
+
 # --- the file: documented layout, readable by h5dump ---
 f=$T/full-mirrored/$(latest "$T/full-mirrored")
 if h5dump -H "$f" >"$T/dump.txt" 2>&1 && grep -q 'DATASET "kernel"' "$T/dump.txt" &&
