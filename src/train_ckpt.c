@@ -241,6 +241,19 @@ static void place_params(struct dt_trainer *t, const float *host)
 
 void dt_trainer_set_params(struct dt_trainer *t, const float *host) { place_params(t, host); }
 
+/* A dt_ckpt ready for dt_ckpt_read of this model: the layer table (returned,
+ * to free) and a parameter buffer (c->params, to free). */
+static struct dt_ckpt_layer *read_setup(const struct dt_model *m, struct dt_ckpt *c)
+{
+    memset(c, 0, sizeof *c);
+    struct dt_ckpt_layer *layers = layer_table(m);
+    c->nparams = m->nparams;
+    c->nlayers = m->nlayers;
+    c->layers = layers;
+    c->params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    return layers;
+}
+
 /* Rank 0: does dir hold no checkpoint at all (no latest, no ckpt-*.h5)? */
 static int no_checkpoint_yet(const char *dir)
 {
@@ -275,12 +288,7 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
     if (dt_ckpt_resolve(t->comm, cfg->resume, cfg->checkpoint_dir, t->resume_path, sizeof t->resume_path, st) != DT_OK)
         return st->code;
     struct dt_ckpt c;
-    memset(&c, 0, sizeof c);
-    struct dt_ckpt_layer *layers = layer_table(m);
-    c.nparams = m->nparams;
-    c.nlayers = m->nlayers;
-    c.layers = layers;
-    c.params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    struct dt_ckpt_layer *layers = read_setup(m, &c);
     int rc = dt_ckpt_read(t->comm, t->resume_path, &c, st);
     if (rc == DT_OK && c.data_checksum != t->data_checksum)
         rc = dt_fail(st, DT_EINPUT, "--resume %s: the checkpoint was trained on other data (checksum %016llx; "
@@ -346,12 +354,7 @@ int dt_trainer_resume_optimizer(struct dt_trainer *t, dt_status *st)
     struct dt_model *m = &t->model;
     struct dt_strategy *s = &t->strategy;
     struct dt_ckpt c;
-    memset(&c, 0, sizeof c);
-    struct dt_ckpt_layer *layers = layer_table(m);
-    c.nparams = m->nparams;
-    c.nlayers = m->nlayers;
-    c.layers = layers;
-    c.params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    struct dt_ckpt_layer *layers = read_setup(m, &c);
     c.nslots = optim_slots(s, c.slot_names);
     int writer;
     optim_owner(t, &c.off, &c.len, &writer);

@@ -15,6 +15,7 @@
 #include "checks.h"
 #include "collectives/coll.h"
 #include "collectives/nccl.h"
+#include "collectives/reducer.h"
 #include "gpu/gpu.h"
 
 #define CUDA_OK(call)                                                                                  \
@@ -48,12 +49,6 @@ struct dt_nccl {
     int compress, elem, cuda_aware;
     int active;                 /* more than one rank: there is something to sum */
 };
-
-static int cmp_desc(const void *a, const void *b)
-{
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
 
 static int query_cuda_aware(void)
 {
@@ -132,24 +127,7 @@ struct dt_nccl *dt_nccl_create(const struct dt_topo *topo, float *buf, size_t co
     }
 
     /* Buckets exactly as the CPU reducer cuts them. */
-    size_t *cand = dt_xmalloc(sizeof(size_t) * (size_t)(nbounds + 2));
-    int nc = 0;
-    cand[nc++] = count;
-    for (int i = 0; i < nbounds; i++)
-        if (bounds[i] > 0 && bounds[i] < count) cand[nc++] = bounds[i];
-    cand[nc++] = 0;
-    qsort(cand, (size_t)nc, sizeof *cand, cmp_desc);
-    r->start = dt_xmalloc(sizeof(size_t) * (size_t)(nc + 1));
-    r->start[0] = count;
-    int n = 0;
-    for (int i = 1; i < nc; i++) {
-        size_t bytes = (r->start[n] - cand[i]) * sizeof(float);
-        if (cand[i] == 0 || (bucket_bytes > 0 && bytes >= bucket_bytes)) {
-            if (cand[i] == r->start[n]) continue;
-            r->start[++n] = cand[i];
-        }
-    }
-    free(cand);
+    int n = dt_buckets_cut(count, bounds, nbounds, bucket_bytes, &r->start);
     r->active = topo->size > 1; /* alone, a sum is the identity */
     r->nbuckets = r->active ? n : 0;
     r->launched = r->nbuckets;

@@ -45,13 +45,8 @@ static void *comm_thread(void *arg)
     return NULL;
 }
 
-void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, size_t count,
-                     const size_t *bounds, int nbounds, size_t bucket_bytes, int overlap)
+int dt_buckets_cut(size_t count, const size_t *bounds, int nbounds, size_t bucket_bytes, size_t **start_out)
 {
-    memset(r, 0, sizeof *r);
-    r->coll = coll;
-    r->buf = buf;
-    r->count = count;
     /* Candidate ends, from the end of the block down to 0. */
     size_t *cand = dt_xmalloc(sizeof(size_t) * (size_t)(nbounds + 2));
     int nc = 0;
@@ -60,19 +55,30 @@ void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, siz
         if (bounds[i] > 0 && bounds[i] < count) cand[nc++] = bounds[i];
     cand[nc++] = 0;
     qsort(cand, (size_t)nc, sizeof *cand, cmp_desc);
-    r->start = dt_xmalloc(sizeof(size_t) * (size_t)(nc + 1));
-    r->start[0] = count;
+    size_t *start = dt_xmalloc(sizeof(size_t) * (size_t)(nc + 1));
+    start[0] = count;
     int n = 0;
     for (int i = 1; i < nc; i++) {
-        size_t bytes = (r->start[n] - cand[i]) * sizeof(float);
+        size_t bytes = (start[n] - cand[i]) * sizeof(float);
         /* Close a bucket once it is big enough; the last one takes the rest. */
         if (cand[i] == 0 || (bucket_bytes > 0 && bytes >= bucket_bytes)) {
-            if (cand[i] == r->start[n]) continue;
-            r->start[++n] = cand[i];
+            if (cand[i] == start[n]) continue;
+            start[++n] = cand[i];
         }
     }
-    r->nbuckets = n;
     free(cand);
+    *start_out = start;
+    return n;
+}
+
+void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, size_t count,
+                     const size_t *bounds, int nbounds, size_t bucket_bytes, int overlap)
+{
+    memset(r, 0, sizeof *r);
+    r->coll = coll;
+    r->buf = buf;
+    r->count = count;
+    r->nbuckets = dt_buckets_cut(count, bounds, nbounds, bucket_bytes, &r->start);
     /* Alone, a sum is the identity: no thread, no calls. */
     if (coll->topo.size == 1) r->nbuckets = 0;
     r->overlap = overlap && r->nbuckets > 0;

@@ -39,6 +39,12 @@ struct dt_reducer {
     long steps;
 };
 
+/* Cut [0, count) into buckets at the candidate bounds (any order), each at
+ * least bucket_bytes (0: one bucket), last one first: bucket b is
+ * [start[b+1], start[b]), start[0] = count. Returns the bucket count;
+ * *start is allocated. Shared with the device all-reduce (nccl.c). */
+int dt_buckets_cut(size_t count, const size_t *bounds, int nbounds, size_t bucket_bytes, size_t **start);
+
 /* bounds[0..nbounds) are offsets where buckets may end (layer starts, any
  * order); buckets hold at least bucket_bytes each (0: one bucket). */
 void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, size_t count,
