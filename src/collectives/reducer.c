@@ -11,6 +11,7 @@
 
 #include "checks.h"
 #include "collectives/reducer.h"
+#include "metrics/tl_span.h"
 
 static int cmp_desc(const void *a, const void *b)
 {
@@ -21,9 +22,11 @@ static int cmp_desc(const void *a, const void *b)
 static void reduce_bucket(struct dt_reducer *r, int b)
 {
     size_t lo = r->start[b + 1], hi = r->start[b];
+    DT_TL_BEGIN(tl0);
     double t0 = MPI_Wtime();
     dt_allreduce(r->coll, r->buf + lo, r->buf + lo, hi - lo);
     r->comm_seconds += MPI_Wtime() - t0;
+    DT_TL_ENDF(tl0, DT_TL_COMM, "all-reduce", "bucket %d, %zu floats", b, hi - lo);
 }
 
 static void *comm_thread(void *arg)
@@ -128,6 +131,7 @@ void dt_reducer_ready(struct dt_reducer *r, size_t offset)
 
 void dt_reducer_finish(struct dt_reducer *r)
 {
+    DT_TL_BEGIN(tl0);
     double t0 = MPI_Wtime();
     if (r->overlap) {
         pthread_mutex_lock(&r->lock);
@@ -139,6 +143,7 @@ void dt_reducer_finish(struct dt_reducer *r)
         for (int b = 0; b < r->nbuckets; b++) reduce_bucket(r, b);
     }
     r->wait_seconds += MPI_Wtime() - t0;
+    DT_TL_END(tl0, DT_TL_COMPUTE, "wait for gradients", NULL);
     r->steps++;
 }
 

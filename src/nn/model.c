@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checks.h"
+#include "metrics/tl_span.h"
 #include "nn/model.h"
 
 static const struct {
@@ -147,7 +148,9 @@ void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
     struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng};
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
+        DT_TL_BEGIN(tl0);
         l->ops->forward(l, &c, m->act[i + 1], m->act[i], m->params + l->param_offset);
+        DT_TL_END2(tl0, DT_TL_COMPUTE, "forward", l->name, NULL);
     }
 }
 
@@ -163,8 +166,10 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
     struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng};
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct dt_layer *l = &m->layers[i];
+        DT_TL_BEGIN(tl0);
         l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1],
                          m->params + l->param_offset, m->grads + l->param_offset);
+        DT_TL_END2(tl0, DT_TL_COMPUTE, "backward", l->name, NULL);
         if (done && l->nparams) done(ctx, l->param_offset);
     }
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "checks.h"
+#include "metrics/tl_span.h"
 #include "strategy/strategy.h"
 #ifdef DT_HAVE_CUDA
 #include "collectives/nccl.h"
@@ -113,7 +114,11 @@ void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats)
     struct dt_loss_scale *ls = &s->loss_scale;
     int apply = 1;
     if (ls->on) apply = dt_loss_scale_update(ls, s->be->unscale_check(m->grads, m->nparams, 1.0f / ls->scale));
-    if (apply) dt_optim_step(&s->optim, m->params, m->grads);
+    if (apply) {
+        DT_TL_BEGIN(tl0);
+        dt_optim_step(&s->optim, m->params, m->grads);
+        DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);
+    }
     s->be->download(stats, m->grads + m->nparams, sizeof(float) * DT_STATS);
 }
 

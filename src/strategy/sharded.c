@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "checks.h"
+#include "metrics/tl_span.h"
 #include "strategy/strategy.h"
 
 struct sharded {
@@ -56,7 +57,9 @@ static void sharded_finish(struct dt_strategy *s, float *stats)
     struct dt_model *m = s->model;
     MPI_Comm world = s->coll->topo.world;
     DT_MPI_CHECK(MPI_Reduce_scatter(m->grads, z->shard_grads, z->counts, MPI_FLOAT, MPI_SUM, world));
+    DT_TL_BEGIN(tl0);
     dt_optim_step(&s->optim, m->params + s->shard_off, z->shard_grads);
+    DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);
     DT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, m->params, z->counts, z->displs,
                                 MPI_FLOAT, world));
     DT_MPI_CHECK(MPI_Allreduce(s->stats, stats, DT_STATS, MPI_FLOAT, MPI_SUM, world));
