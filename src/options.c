@@ -91,6 +91,16 @@ void dt_options_usage(FILE *out)
         "      --restore-best       end with the weights of the best epoch\n"
         "      --export-keras PATH  write the final weights as a Keras 3 .weights.h5\n"
         "\n"
+        "Monitoring:\n"
+        "      --progress P         auto (default: a progress bar on a terminal, one line\n"
+        "                           per epoch otherwise), bar or plain\n"
+        "      --metrics FILE       a row per epoch (.csv, or .jsonl for JSON lines):\n"
+        "                           loss, accuracy, samples/s, communication, data wait\n"
+        "      --metrics-every N    also a row every N steps\n"
+        "      --logdir DIR         TensorBoard event files in DIR/train, DIR/validation\n"
+        "      --timeline FILE      Chrome trace (Perfetto, chrome://tracing) of every\n"
+        "                           rank's layers, all-reduces, data reads, checkpoints\n"
+        "\n"
         "Output:\n"
         "  -q, --quiet              print nothing but errors\n"
         "  -v, --verbose            also print every step's loss and the model summary\n"
@@ -134,7 +144,8 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
        OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE,
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
-       OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS };
+       OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
+       OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -179,6 +190,11 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"min-delta", required_argument, 0, OPT_MIN_DELTA},
         {"restore-best", no_argument, 0, OPT_RESTORE_BEST},
         {"export-keras", required_argument, 0, OPT_EXPORT_KERAS},
+        {"progress", required_argument, 0, OPT_PROGRESS},
+        {"metrics", required_argument, 0, OPT_METRICS},
+        {"metrics-every", required_argument, 0, OPT_METRICS_EVERY},
+        {"logdir", required_argument, 0, OPT_LOGDIR},
+        {"timeline", required_argument, 0, OPT_TIMELINE},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -341,6 +357,24 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
                              "*.weights.h5, found '%s'", optarg);
             break;
+        case OPT_PROGRESS:
+            if (!strcmp(optarg, "auto")) cfg->progress = 0;
+            else if (!strcmp(optarg, "plain")) cfg->progress = 1;
+            else if (!strcmp(optarg, "bar")) cfg->progress = 2;
+            else rc = dt_fail(st, DT_EUSAGE, "--progress: expected auto, bar or plain, found '%s'", optarg);
+            break;
+        case OPT_METRICS: {
+            size_t n = strlen(optarg);
+            if (!(n > 4 && !strcmp(optarg + n - 4, ".csv")) && !(n > 6 && !strcmp(optarg + n - 6, ".jsonl")))
+                rc = dt_fail(st, DT_EUSAGE, "--metrics: expected a file name ending in .csv or .jsonl, found '%s'", optarg);
+            cfg->metrics = optarg;
+            break;
+        }
+        case OPT_METRICS_EVERY:
+            rc = dt_parse_long("--metrics-every", optarg, 1, LONG_MAX, &cfg->metrics_every, st);
+            break;
+        case OPT_LOGDIR: cfg->logdir = optarg; break;
+        case OPT_TIMELINE: cfg->timeline = optarg; break;
         case 'q': cfg->verbose = 0; break;
         case 'v': cfg->verbose = 2; break;
         case 'h': cfg->help = 1; break;
@@ -367,6 +401,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (cfg->ckpt_seconds > 0) ckpt_flag = "--checkpoint-seconds";
     if (ckpt_flag && !cfg->checkpoint_dir)
         return dt_fail(st, DT_EUSAGE, "%s: needs --checkpoint-dir DIR", ckpt_flag);
+    if (cfg->metrics_every && !cfg->metrics)
+        return dt_fail(st, DT_EUSAGE, "--metrics-every: needs --metrics FILE");
     if (cfg->min_delta > 0 && cfg->patience < 0)
         return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
     {   /* the command line, for checkpoints */

@@ -60,6 +60,12 @@ struct dt_config {
     int restore_best;
     const char *export_keras; /* .weights.h5 path; NULL */
     char *command_line;     /* argv joined, for checkpoints (allocated) */
+    /* what training reports (src/metrics/) */
+    int progress;           /* 0 auto (a bar on a terminal), 1 plain lines, 2 bar */
+    const char *metrics;    /* .csv or .jsonl; NULL */
+    long metrics_every;     /* also a row every N steps; 0 off */
+    const char *logdir;     /* TensorBoard event files; NULL */
+    const char *timeline;   /* Chrome trace JSON; NULL */
     int verbose;            /* 0 quiet, 1 normal, 2 per-step */
     int help, version;      /* print and exit 0 */
     const char *inject_overflow; /* DTRAIN_TEST_OVERFLOW_STEPS (tests only): "3,5" */

@@ -11,6 +11,7 @@
 #include "collectives/allreduce.h"
 #include "device.h"
 #include "checkpoint/keras.h"
+#include "metrics/timeline.h"
 #include "train.h"
 
 
@@ -157,6 +158,7 @@ static int read_step(struct dt_trainer *t, int64_t s, int k, dt_status *st)
 
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
 {
+    DT_TL_BEGIN(tl_eval);
     const struct dt_split *sp = &t->data.split[DT_TEST];
     dt_status st = {0};
     /* Contiguous near-equal slices of the test split, one per rank. */
@@ -176,6 +178,7 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
         sums[2] += n;
     }
     dt_allreduce_sum_f64(sums, 3, t->comm);
+    DT_TL_END(tl_eval, DT_TL_COMPUTE, "evaluate", NULL);
     *loss = sums[2] > 0 ? sums[0] / sums[2] : (double)NAN;
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
 }
@@ -203,8 +206,10 @@ static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_
     }
     if (!want && !flags[0]) return DT_OK;
     double progress[3] = {sums[0], sums[1], (double)samples};
+    DT_TL_BEGIN(tl_ckpt);
     if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, epoch, done, progress, t->last_ckpt, sizeof t->last_ckpt, st) != DT_OK)
         return st->code;
+    DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
     t->last_ckpt_time = MPI_Wtime();
     if (cfg->verbose >= 2 && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
     if (flags[0])
@@ -234,7 +239,12 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         es->samples = (int64_t)t->start_progress[2];
     }
     const int ps = strat->ops == &dt_strategy_parameter_server; /* checkpoints at epoch ends only */
+    double data_seconds = 0.0, tr = MPI_Wtime();
+    DT_TL_BEGIN(tl_read0);
     if (replica && s0 < steps && read_step(t, s0, (int)(s0 & 1), st) != DT_OK) return st->code;
+    DT_TL_END(tl_read0, DT_TL_DATA, "read batch", NULL);
+    data_seconds += MPI_Wtime() - tr;
+    dt_report_epoch_begin(&t->report, epoch, steps);
     for (int64_t s = s0; s < steps; s++) {
         const int k = (int)(s & 1);
         int64_t global;
@@ -250,9 +260,15 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (strat->ops->pull) strat->ops->pull(strat);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         /* While a GPU runs the forward pass, the CPU reads the next batch. */
+        tr = MPI_Wtime();
+        DT_TL_BEGIN(tl_read);
         if (s + 1 < steps && read_step(t, s + 1, k ^ 1, st) != DT_OK) return st->code;
+        DT_TL_END(tl_read, DT_TL_DATA, "read batch", NULL);
+        data_seconds += MPI_Wtime() - tr;
         float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)global;
+        DT_TL_BEGIN(tl_loss);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
+        DT_TL_END(tl_loss, DT_TL_COMPUTE, "loss", NULL);
         t->global_step++;
         if (t->noverflow && injected(t, t->global_step) && t->rank == 0 && n > 0) {
             const float inf = INFINITY;
@@ -269,6 +285,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
         epoch_sums[0] += sums[0];
         epoch_sums[1] += sums[1];
+        dt_report_step(&t->report, s + 1, steps, epoch_sums[0], epoch_sums[1], es->samples, t->global_step);
         if (!per_step) continue; /* only this replica's figures: summed at the epoch's end */
         if (cfg->verbose >= 2 && t->rank == 0)
         {
@@ -292,8 +309,11 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", epoch + 1, epoch_sums[0]);
     }
     es->seconds = MPI_Wtime() - t0;
+    es->steps = steps - s0;
+    es->data_ms = es->steps ? 1e3 * data_seconds / (double)es->steps : 0.0;
+    es->lr = strat->optim_cfg.lr;
     es->skipped = strat->loss_scale.skipped - t->skipped_before;
-    es->loss_scale = strat->loss_scale.scale;
+    es->loss_scale = strat->loss_scale.on ? strat->loss_scale.scale : 0.0f;
     t->skipped_before = strat->loss_scale.skipped;
     if (t->strategy.reducer.steps) {
         es->comm_ms = 1e3 * t->strategy.reducer.comm_seconds / (double)t->strategy.reducer.steps;
@@ -346,9 +366,11 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
     if (cfg->save_best) {
         double before = t->saver.best;
         if (dt_monitor_update(&t->saver, e, v)) {
+            DT_TL_BEGIN(tl_ckpt);
             int rc = ends_with(cfg->save_best, ".weights.h5")
                          ? export_keras(t, cfg->save_best, st)
                          : dt_trainer_save(t, cfg->save_best, 1, e + 1, 0, zero, NULL, 0, st);
+            DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
             if (rc != DT_OK) return st->code;
             if (cfg->verbose >= 1 && t->rank == 0)
                 fprintf(out, "Epoch %d: %s improved from %.5f to %.5f, saving model to %s\n", e + 1, cfg->monitor,
@@ -369,8 +391,10 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
     int last = e + 1 == cfg->epochs || *stop;
     if (every || last || t->ckpt_pending || sig ||
         (cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds)) {
+        DT_TL_BEGIN(tl_ckpt);
         if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, e + 1, 0, zero, t->last_ckpt, sizeof t->last_ckpt, st) != DT_OK)
             return st->code;
+        DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
         t->ckpt_pending = 0;
         t->last_ckpt_time = MPI_Wtime();
         if (cfg->verbose >= 2 && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
@@ -382,10 +406,16 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
     return DT_OK;
 }
 
-int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
+static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
     int validate = cfg->validation && t->data.split[DT_TEST].present && t->data.split[DT_TEST].n > 0;
+    dt_report_open(&t->report, cfg, t->rank, t->nranks, out, st); /* rank 0 opens the files */
+    if (dt_status_agree(st, t->comm) != DT_OK) {
+        dt_report_close(&t->report);
+        return st->code;
+    }
+    if (cfg->timeline && dt_timeline_start(t->comm, cfg->timeline, st) != DT_OK) return st->code;
     if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= 1)
         fprintf(out, "dtrain: the checkpoint has %d epochs done, --epochs is %d: nothing left to train\n",
                 t->start_epoch, cfg->epochs);
@@ -394,24 +424,13 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         memset(es, 0, sizeof *es);
         if (train_epoch(t, e, out, es, st) != DT_OK) return st->code;
         if (validate) {
+            double tv = MPI_Wtime();
             dt_trainer_evaluate(t, &es->val_loss, &es->val_accuracy);
+            es->val_seconds = MPI_Wtime() - tv;
             es->validated = 1;
         }
         t->epochs_done = e + 1;
-        if (cfg->verbose >= 1 && t->rank == 0) {
-            fprintf(out, "Epoch %d/%d - %.2f s - %.0f samples/s - loss: %.4f - accuracy: %.4f", e + 1,
-                    cfg->epochs, es->seconds, es->seconds > 0 ? (double)es->samples / es->seconds : 0.0,
-                    es->loss, es->accuracy);
-            if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
-            if (t->strategy.loss_scale.on)
-                fprintf(out, " - loss scale: %g (%ld step%s skipped)", (double)es->loss_scale, es->skipped,
-                        es->skipped == 1 ? "" : "s");
-            if (t->nranks > 1 && t->strategy.reducer.steps) /* rank 0's view of the gradient exchange */
-                fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
-                        es->comm_ms > es->wait_ms ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
-            fputc('\n', out);
-            fflush(out);
-        }
+        dt_report_epoch_end(&t->report, e, es, t->global_step);
         int stop = 0;
         if (epoch_callbacks(t, e, &stop, out, st) != DT_OK) return st->code;
         if (stop) {
@@ -432,6 +451,26 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
     }
     if (cfg->export_keras && export_keras(t, cfg->export_keras, st) != DT_OK) return st->code;
     return DT_OK;
+}
+
+int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
+{
+    int rc = fit(t, out, st);
+    if (rc == DT_OK) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double mine = (double)ru.ru_maxrss / 1024.0, peak = 0.0;
+        DT_MPI_CHECK(MPI_Allreduce(&mine, &peak, 1, MPI_DOUBLE, MPI_MAX, t->comm));
+        dt_report_summary(&t->report, t->epochs_done - t->start_epoch, peak);
+    }
+    /* The timeline is written even when training failed: it shows where. */
+    dt_status tst = {0};
+    if (dt_timeline && dt_timeline_finish(t->comm, &tst) != DT_OK && rc == DT_OK) {
+        *st = tst;
+        rc = st->code;
+    }
+    dt_report_close(&t->report);
+    return rc;
 }
 
 /* Proportional set size in KiB from /proc (Linux); -1 where unknown. */

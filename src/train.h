@@ -16,21 +16,11 @@
 #include "checkpoint/checkpoint.h"
 #include "data/dataset.h"
 #include "device.h"
+#include "metrics/report.h"
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
 #include "options.h"
-
-struct dt_epoch_stats {
-    double loss, accuracy;          /* training, over the epoch's samples */
-    double val_loss, val_accuracy;  /* when validated */
-    int validated;
-    int64_t samples;                /* trained on, all ranks */
-    double seconds;                 /* training time (without validation) */
-    double comm_ms, wait_ms;        /* per step: inside all-reduce; blocked for it */
-    long skipped;                   /* steps skipped by the loss scaler */
-    float loss_scale;               /* at the epoch's end */
-};
 
 struct dt_trainer {
     const struct dt_config *cfg;
@@ -69,6 +59,7 @@ struct dt_trainer {
     double last_ckpt_time;
     int ckpt_pending;               /* a step-count checkpoint fell on an epoch's last step */
     char last_ckpt[4096];
+    struct dt_report report;        /* progress, metrics file, TensorBoard (rank 0) */
     struct dt_epoch_stats *history; /* [cfg->epochs] */
 };
 

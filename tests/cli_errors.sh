@@ -69,7 +69,8 @@ if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; 
 for opt in --epochs --batch-size --steps-per-epoch --model --dropout --optimizer --lr --momentum \
            --seed --no-validation --shard-policy --threads --device --gpus-per-node --devices \
            --precision --loss-scale --checkpoint-dir --checkpoint-every --checkpoint-seconds --keep \
-           --resume --save-best --monitor --early-stopping --min-delta --restore-best --export-keras --strategy --num-ps --ps-mode --staleness \
+           --resume --save-best --monitor --early-stopping --min-delta --restore-best --export-keras \
+           --progress --metrics --metrics-every --logdir --timeline --strategy --num-ps --ps-mode --staleness \
            --allreduce --allreduce-table \
            --ranks-per-node --bucket-mb --overlap --no-overlap --grad-compression --compress-cross-only \
            --quiet --verbose --help --version; do
