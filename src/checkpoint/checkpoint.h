@@ -10,7 +10,7 @@
  * the same way, so a crash at any moment leaves the previous checkpoint and
  * pointer valid. Only the newest `keep` checkpoints are kept.
  *
- * Layout (h5dump-able; documented in doc/user-guide.md):
+ * Layout (h5dump-able; documented in doc/guide.md):
  *   /                      attrs format="dtrain-checkpoint", format_version=1,
  *                          dtrain_version, created (ISO 8601), nranks,
  *                          strategy, model, epoch, step, global_step,
