@@ -107,11 +107,15 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         if (t->rank == 0 && cfg->verbose >= 1)
             printf("dtrain: resuming from %s: %d epoch%s and %lld step%s done\n", t->resume_path, t->start_epoch,
                    t->start_epoch == 1 ? "" : "s", (long long)t->start_step, t->start_step == 1 ? "" : "s");
-        if (cfg->restore_best && t->stopper.best_epoch >= 0 && t->rank == 0)
-            fprintf(stderr, "dtrain: note: --restore-best: the best weights (epoch %d) were not kept across the "
-                    "restart; the best epoch from now on will be restored (use --save-best to keep them)\n",
-                    t->stopper.best_epoch + 1);
-        if (cfg->restore_best) t->stopper.best_epoch = -1, t->stopper.best = t->stopper.maximize ? -INFINITY : INFINITY;
+        /* --restore-best: the best epoch's weights, kept in DIR/best. */
+        if (cfg->restore_best && t->stopper.best_epoch >= 0 && dt_trainer_resume_best(t, st) != DT_OK) {
+            if (t->rank == 0)
+                fprintf(stderr, "dtrain: note: --restore-best: the best weights (epoch %d) cannot be read (%s); "
+                        "the best epoch from now on will be restored\n", t->stopper.best_epoch + 1, st->msg);
+            st->code = DT_OK;
+            t->stopper.best_epoch = -1;
+            t->stopper.best = t->stopper.maximize ? -INFINITY : INFINITY;
+        }
     }
     if (cfg->checkpoint_dir) dt_signals_install();
     t->last_ckpt_time = MPI_Wtime();
@@ -381,6 +385,11 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
         if (dt_monitor_update(&t->stopper, e, v) && cfg->restore_best) {
             if (!t->best_params) t->best_params = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
             t->be->download(t->best_params, t->model.params, sizeof(float) * t->model.nparams);
+            /* On disk too, so a restart can still restore them (DIR/best). */
+            char best[4096];
+            if (cfg->checkpoint_dir && snprintf(best, sizeof best, "%s/best", cfg->checkpoint_dir) < (int)sizeof best &&
+                dt_trainer_save(t, best, 1, e + 1, 0, zero, NULL, 0, st) != DT_OK)
+                return st->code;
         }
         *stop = t->stopper.stopped_epoch >= 0;
     }

@@ -83,6 +83,9 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
                     const double progress[3], char *path, size_t pathlen, dt_status *st);
 /* Before the strategy exists: parameters, counters, history, dropout streams. */
 int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st);
+/* --restore-best after a restart: the best epoch's parameters from
+ * checkpoint_dir/best into t->best_params. */
+int dt_trainer_resume_best(struct dt_trainer *t, dt_status *st);
 /* After: this rank's optimizer slots and the loss scale. */
 int dt_trainer_resume_optimizer(struct dt_trainer *t, dt_status *st);
 /* Host parameters into the model (once per node where the node shares them). */

@@ -377,3 +377,24 @@ int dt_trainer_resume_optimizer(struct dt_trainer *t, dt_status *st)
     free(layers);
     return rc;
 }
+
+int dt_trainer_resume_best(struct dt_trainer *t, dt_status *st)
+{
+    struct dt_model *m = &t->model;
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s/best", t->cfg->checkpoint_dir);
+    if (dt_ckpt_resolve(t->comm, dir, NULL, path, sizeof path, st) != DT_OK) return st->code;
+    struct dt_ckpt c;
+    struct dt_ckpt_layer *layers = read_setup(m, &c);
+    int rc = dt_ckpt_read(t->comm, path, &c, st);
+    if (rc == DT_OK && c.epoch != t->stopper.best_epoch + 1)
+        rc = dt_fail(st, DT_EINPUT, "%s holds epoch %d, the best was epoch %d", path, c.epoch, t->stopper.best_epoch + 1);
+    if (rc == DT_OK) {
+        t->best_params = c.params; /* kept: freed with the trainer */
+        c.params = NULL;
+    }
+    dt_ckpt_release(&c);
+    free(c.params);
+    free(layers);
+    return dt_status_agree(st, t->comm);
+}

@@ -176,6 +176,23 @@ else
   fail "--save-best: best epoch '$best', saved '$saved'"; cat "$out" >&2; ls "$T/best2" >&2
 fi
 
+# --- --restore-best across a restart: the best weights are kept in DIR/best ---
+# min-delta 10: only epoch 1 counts as an improvement, so the weights to
+# restore are from before the restart
+rb="$base --early-stopping 5 --min-delta 10 --restore-best"
+run_np 2 $rb --epochs 3 --checkpoint-dir "$T/rb-full"
+full_restore=$(grep -E '^(Restoring|restored weights)' "$out")
+run_np 2 $rb --epochs 2 --checkpoint-dir "$T/rb-part"
+run_np 2 $rb --epochs 3 --checkpoint-dir "$T/rb-part" --resume latest
+part_restore=$(grep -E '^(Restoring|restored weights)' "$out")
+if [ "$rc" = 0 ] && [ -n "$full_restore" ] && [ "$full_restore" = "$part_restore" ] && ! grep -q 'cannot be read' "$err" &&
+   echo "$part_restore" | grep -q 'best epoch: 1\.' &&
+   [ -f "$T/rb-full/best/latest" ]; then
+  pass "--restore-best across a restart restores the same epoch's weights: $(echo "$part_restore" | tail -1)"
+else
+  fail "--restore-best across a restart: rc=$rc"; echo "full: $full_restore" >&2; echo "resumed: $part_restore" >&2; cat "$err" >&2
+fi
+
 # --- another rank count resumes, and says so ---
 run_np 1 $base --epochs 4 --checkpoint-dir "$T/part-mirrored" --resume latest
 if [ "$rc" = 0 ] && grep -q 'dtrain: note: --resume: the checkpoint was written by 2 ranks x batch 32, this run has 1 x 32' "$err" &&
