@@ -29,6 +29,13 @@ void dt_options_usage(FILE *out)
         "  -o, --optimizer NAME     adam (default) or sgd\n"
         "      --lr RATE            learning rate (default 0.001 adam, 0.01 sgd)\n"
         "      --momentum M         SGD momentum, in [0, 1) (default 0)\n"
+        "      --lr-schedule S      constant (default), step or cosine\n"
+        "      --lr-steps E1,E2,..  step: multiply the rate by --lr-factor (0.1) when\n"
+        "                           epochs E1, E2, ... begin\n"
+        "      --lr-min LR          cosine: the rate at the end (default 0)\n"
+        "      --warmup-epochs W    raise the rate linearly over the first W epochs\n"
+        "      --lr-scale linear    multiply --lr by the number of replicas (Goyal et\n"
+        "                           al.); warm-up then starts from --lr\n"
         "  -s, --seed N             seed for initialisation, shuffling, dropout (default 42)\n"
         "      --no-validation      do not evaluate on the file's /test split\n"
         "\n"
@@ -145,7 +152,8 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE,
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
-       OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE };
+       OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
+       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -158,6 +166,12 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"optimizer", required_argument, 0, 'o'},
         {"lr", required_argument, 0, OPT_LR},
         {"momentum", required_argument, 0, OPT_MOMENTUM},
+        {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
+        {"lr-steps", required_argument, 0, OPT_LR_STEPS},
+        {"lr-factor", required_argument, 0, OPT_LR_FACTOR},
+        {"lr-min", required_argument, 0, OPT_LR_MIN},
+        {"warmup-epochs", required_argument, 0, OPT_WARMUP},
+        {"lr-scale", required_argument, 0, OPT_LR_SCALE},
         {"seed", required_argument, 0, 's'},
         {"no-validation", no_argument, 0, OPT_NO_VAL},
         {"shard-policy", required_argument, 0, OPT_SHARD},
@@ -204,6 +218,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     long v;
     int c, set_momentum = 0, set_compress = 0;
     const char *ckpt_flag = NULL; /* a checkpoint option that needs --checkpoint-dir */
+    int set_lr_factor = 0, set_lr_min = 0;
 
     memset(cfg, 0, sizeof *cfg);
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
@@ -211,7 +226,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                               .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
                               .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
                               .device = "cpu", .precision = DT_PREC_FP32,
-                              .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1};
+                              .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
+                              .lr_factor = 0.1f};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -357,6 +373,41 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
                              "*.weights.h5, found '%s'", optarg);
             break;
+        case OPT_LR_SCHEDULE:
+            if (!strcmp(optarg, "constant")) cfg->lr_schedule = 0;
+            else if (!strcmp(optarg, "step")) cfg->lr_schedule = 1;
+            else if (!strcmp(optarg, "cosine")) cfg->lr_schedule = 2;
+            else rc = dt_fail(st, DT_EUSAGE, "--lr-schedule: expected constant, step or cosine, found '%s'", optarg);
+            break;
+        case OPT_LR_STEPS: {
+            const char *p = optarg;
+            cfg->n_lr_boundaries = 0;
+            while (rc == DT_OK && *p) {
+                char *end;
+                errno = 0;
+                long e = strtol(p, &end, 10);
+                int prev = cfg->n_lr_boundaries ? cfg->lr_boundaries[cfg->n_lr_boundaries - 1] : 1;
+                if (errno || end == p || e <= prev || e > INT_MAX || cfg->n_lr_boundaries == 16 || (*end && *end != ','))
+                    rc = dt_fail(st, DT_EUSAGE, "--lr-steps: expected up to 16 increasing epoch numbers above 1, "
+                                 "e.g. 30,60,80, found '%s'", optarg);
+                else cfg->lr_boundaries[cfg->n_lr_boundaries++] = (int)e;
+                p = *end == ',' ? end + 1 : end;
+            }
+            break;
+        }
+        case OPT_LR_FACTOR:
+            rc = parse_float("--lr-factor", optarg, 0.0, 1.0, 1, &cfg->lr_factor, st);
+            if (rc == DT_OK && cfg->lr_factor <= 0.0f)
+                rc = dt_fail(st, DT_EUSAGE, "--lr-factor: expected a number in (0, 1), found %s", optarg);
+            set_lr_factor = 1;
+            break;
+        case OPT_LR_MIN: rc = parse_float("--lr-min", optarg, 0.0, 1e6, 0, &cfg->lr_min, st); set_lr_min = 1; break;
+        case OPT_WARMUP: rc = parse_float("--warmup-epochs", optarg, 0.0, 1e6, 0, &cfg->warmup_epochs, st); break;
+        case OPT_LR_SCALE:
+            if (!strcmp(optarg, "linear")) cfg->lr_scale_linear = 1;
+            else if (!strcmp(optarg, "none")) cfg->lr_scale_linear = 0;
+            else rc = dt_fail(st, DT_EUSAGE, "--lr-scale: expected linear or none, found '%s'", optarg);
+            break;
         case OPT_PROGRESS:
             if (!strcmp(optarg, "auto")) cfg->progress = 0;
             else if (!strcmp(optarg, "plain")) cfg->progress = 1;
@@ -401,6 +452,14 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (cfg->ckpt_seconds > 0) ckpt_flag = "--checkpoint-seconds";
     if (ckpt_flag && !cfg->checkpoint_dir)
         return dt_fail(st, DT_EUSAGE, "%s: needs --checkpoint-dir DIR", ckpt_flag);
+    if (cfg->n_lr_boundaries && cfg->lr_schedule != 1)
+        return dt_fail(st, DT_EUSAGE, "--lr-steps: only with --lr-schedule step");
+    if (cfg->lr_schedule == 1 && !cfg->n_lr_boundaries)
+        return dt_fail(st, DT_EUSAGE, "--lr-schedule step: needs --lr-steps E1,E2,... (the epochs where the rate drops)");
+    if (set_lr_factor && cfg->lr_schedule != 1)
+        return dt_fail(st, DT_EUSAGE, "--lr-factor: only with --lr-schedule step");
+    if (set_lr_min && cfg->lr_schedule != 2)
+        return dt_fail(st, DT_EUSAGE, "--lr-min: only with --lr-schedule cosine");
     if (cfg->metrics_every && !cfg->metrics)
         return dt_fail(st, DT_EUSAGE, "--metrics-every: needs --metrics FILE");
     if (cfg->min_delta > 0 && cfg->patience < 0)

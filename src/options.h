@@ -20,6 +20,13 @@ struct dt_config {
     float lr;               /* 0 = the optimizer's Keras default */
     const char *optimizer;  /* adam | sgd */
     float momentum;         /* sgd */
+    int lr_schedule;        /* enum dt_lr_kind (optim/schedule.h) */
+    int lr_boundaries[16];  /* --lr-steps: epochs (1-based starts) */
+    int n_lr_boundaries;
+    float lr_factor;        /* --lr-factor: 0.1 */
+    float lr_min;           /* --lr-min: cosine floor, 0 */
+    float warmup_epochs;    /* --warmup-epochs: 0 */
+    int lr_scale_linear;    /* --lr-scale linear: lr x replicas */
     const char *model;      /* cnn | mlp */
     float dropout;          /* the CNN's dropout rate, 0.5 */
     uint64_t seed;          /* 42 */

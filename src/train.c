@@ -40,6 +40,39 @@ static int injected(const struct dt_trainer *t, long step)
     return 0;
 }
 
+/* The learning rate per step (optim/schedule.h), from the strategy's rate,
+ * the replicas and the steps per epoch. Collective verdict. */
+static int setup_schedule(struct dt_trainer *t, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    struct dt_strategy *s = &t->strategy;
+    struct dt_lr_schedule *sc = &t->sched;
+    long spe = t->plan.steps;
+    if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < spe) spe = cfg->steps_per_epoch;
+    memset(sc, 0, sizeof *sc);
+    sc->kind = cfg->lr_schedule;
+    sc->peak = s->optim_cfg.lr * (cfg->lr_scale_linear ? (float)s->nreplicas : 1.0f);
+    sc->min_lr = cfg->lr_min;
+    sc->factor = cfg->lr_factor;
+    sc->steps_per_epoch = spe;
+    sc->total = spe * cfg->epochs;
+    sc->warmup = (long)lroundf(cfg->warmup_epochs * (float)spe);
+    if (cfg->warmup_epochs > 0 && sc->warmup < 1) sc->warmup = 1;
+    sc->start = cfg->lr_scale_linear ? s->optim_cfg.lr : sc->peak / (float)(sc->warmup ? sc->warmup : 1);
+    sc->nboundaries = cfg->n_lr_boundaries;
+    sc->boundaries = t->lr_epochs;
+    for (int i = 0; i < cfg->n_lr_boundaries; i++) t->lr_epochs[i] = cfg->lr_boundaries[i] - 1; /* 0-based */
+    st->code = DT_OK;
+    if (s->ops == &dt_strategy_parameter_server && (sc->kind != DT_LR_CONSTANT || sc->warmup > 0))
+        dt_fail(st, DT_EUSAGE, "--lr-schedule/--warmup-epochs: the parameter server applies gradients as they arrive, "
+                "not in steps; use a constant rate (with --lr-scale if you like) or a synchronous strategy");
+    else if (sc->kind == DT_LR_COSINE && cfg->lr_min > sc->peak)
+        dt_fail(st, DT_EUSAGE, "--lr-min %g: above the peak rate %g", (double)cfg->lr_min, (double)sc->peak);
+    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+    if (s->optim.ops) s->optim.cfg.lr = dt_lr_at(sc, t->global_step); /* the parameter server's constant rate */
+    return DT_OK;
+}
+
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
     memset(t, 0, sizeof *t);
@@ -138,6 +171,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->overflow_steps = parse_steps(cfg->inject_overflow, &t->noverflow);
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
+    if (setup_schedule(t, st) != DT_OK) return st->code; /* needs the plan's steps per epoch */
     return DT_OK;
 }
 
@@ -282,6 +316,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         t->strategy.ops->begin(&t->strategy, stats);
         dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
         long skipped = strat->loss_scale.skipped;
+        if (strat->optim.ops) strat->optim.cfg.lr = dt_lr_at(&t->sched, t->global_step - 1);
         t->strategy.ops->finish(&t->strategy, stats);
         skipped = strat->loss_scale.skipped - skipped;
 
@@ -315,7 +350,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     es->seconds = MPI_Wtime() - t0;
     es->steps = steps - s0;
     es->data_ms = es->steps ? 1e3 * data_seconds / (double)es->steps : 0.0;
-    es->lr = strat->optim_cfg.lr;
+    es->lr = dt_lr_at(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0); /* the epoch's last step */
     es->skipped = strat->loss_scale.skipped - t->skipped_before;
     es->loss_scale = strat->loss_scale.on ? strat->loss_scale.scale : 0.0f;
     t->skipped_before = strat->loss_scale.skipped;

@@ -20,6 +20,7 @@
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
+#include "optim/schedule.h"
 #include "options.h"
 
 struct dt_trainer {
@@ -60,6 +61,8 @@ struct dt_trainer {
     int ckpt_pending;               /* a step-count checkpoint fell on an epoch's last step */
     char last_ckpt[4096];
     struct dt_report report;        /* progress, metrics file, TensorBoard (rank 0) */
+    struct dt_lr_schedule sched;    /* the learning rate per step */
+    int lr_epochs[16];              /* its step boundaries, 0-based epochs */
     struct dt_epoch_stats *history; /* [cfg->epochs] */
 };
 

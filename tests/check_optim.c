@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "optim/loss_scale.h"
 #include "optim/optim.h"
+#include "optim/schedule.h"
 #include "status.h"
 
 static const struct dt_backend *const be = &dt_backend_cpu;
@@ -257,6 +258,31 @@ START_TEST(unscale_check)
 }
 END_TEST
 
+/* Learning-rate schedules against the formulas written out here. */
+START_TEST(lr_schedules)
+{
+    const int bounds[2] = {2, 4}; /* 0-based epochs 2 and 4 */
+    struct dt_lr_schedule c = {.kind = DT_LR_CONSTANT, .peak = 0.01f, .steps_per_epoch = 10, .total = 60};
+    ck_assert(dt_lr_at(&c, 0) == 0.01f && dt_lr_at(&c, 59) == 0.01f);
+    struct dt_lr_schedule st = {.kind = DT_LR_STEP, .peak = 1.0f, .factor = 0.1f, .steps_per_epoch = 10, .total = 60,
+                                .nboundaries = 2, .boundaries = bounds};
+    ck_assert(dt_lr_at(&st, 19) == 1.0f);                       /* epoch 1 */
+    ck_assert(fabsf(dt_lr_at(&st, 20) - 0.1f) < 1e-7f);         /* epoch 2 */
+    ck_assert(fabsf(dt_lr_at(&st, 39) - 0.1f) < 1e-7f);
+    ck_assert(fabsf(dt_lr_at(&st, 40) - 0.01f) < 1e-8f);        /* epoch 4 */
+    struct dt_lr_schedule cs = {.kind = DT_LR_COSINE, .peak = 0.002f, .min_lr = 0.0002f, .warmup = 10,
+                                .start = 0.001f, .steps_per_epoch = 10, .total = 40};
+    /* warm-up: linear from start, the peak at step warmup - 1 */
+    ck_assert(fabsf(dt_lr_at(&cs, 0) - (0.001f + 0.001f * 1.0f / 10.0f)) < 1e-9f);
+    ck_assert(fabsf(dt_lr_at(&cs, 9) - 0.002f) < 1e-9f);
+    for (long k = 10; k < 40; k++) {
+        double x = (double)(k - 10) / 30.0, want = 0.0002 + 0.0018 * 0.5 * (1.0 + cos(acos(-1.0) * x));
+        ck_assert(fabs((double)dt_lr_at(&cs, k) - want) < 1e-9);
+    }
+    ck_assert(fabsf(dt_lr_at(&cs, 500) - 0.0002f) < 1e-9f); /* past the end: the floor */
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -270,6 +296,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, loss_scale_dynamic);
     tcase_add_test(tc, loss_scale_fixed_and_off);
     tcase_add_test(tc, unscale_check);
+    tcase_add_test(tc, lr_schedules);
     suite_add_tcase(s, tc);
     return s;
 }
