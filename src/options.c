@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "data/shard.h"
+#include "data/synthetic.h"
 #include "options.h"
 
 void dt_options_usage(FILE *out)
@@ -40,6 +41,8 @@ void dt_options_usage(FILE *out)
         "      --no-validation      do not evaluate on the file's /test split\n"
         "\n"
         "Data and parallelism:\n"
+        "      --synthetic SPEC     generated data instead of INPUT.h5: HxWxC:CLASSES[:N],\n"
+        "                           e.g. 32x32x3:10 (N = 51200 samples by default)\n"
         "      --shard-policy P     auto (default), data or file: how samples are dealt\n"
         "                           to ranks (file: whole shard files per rank)\n"
         "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
@@ -153,7 +156,7 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
-       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE };
+       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -175,6 +178,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"seed", required_argument, 0, 's'},
         {"no-validation", no_argument, 0, OPT_NO_VAL},
         {"shard-policy", required_argument, 0, OPT_SHARD},
+        {"synthetic", required_argument, 0, OPT_SYNTHETIC},
         {"threads", required_argument, 0, 't'},
         {"strategy", required_argument, 0, OPT_STRATEGY},
         {"num-ps", required_argument, 0, OPT_NUM_PS},
@@ -373,6 +377,12 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
                              "*.weights.h5, found '%s'", optarg);
             break;
+        case OPT_SYNTHETIC: {
+            struct dt_synthetic sy;
+            rc = dt_synthetic_parse(optarg, &sy, st);
+            cfg->synthetic = optarg;
+            break;
+        }
         case OPT_LR_SCHEDULE:
             if (!strcmp(optarg, "constant")) cfg->lr_schedule = 0;
             else if (!strcmp(optarg, "step")) cfg->lr_schedule = 1;
@@ -479,6 +489,16 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
     if (cfg->list_devices) return DT_OK; /* needs no input */
+    if (cfg->synthetic) {
+        static char name[160], *names[1] = {name};
+        if (optind < argc)
+            return dt_fail(st, DT_EUSAGE, "--synthetic: give either --synthetic or input files, not both (found '%s')",
+                           argv[optind]);
+        snprintf(name, sizeof name, "--synthetic %s", cfg->synthetic);
+        cfg->inputs = names;
+        cfg->ninputs = 1;
+        return DT_OK;
+    }
     if (optind >= argc)
         return dt_fail(st, DT_EUSAGE, "missing INPUT.h5: give the HDF5 dataset to train on (see dtrain --help)");
     cfg->ninputs = argc - optind;

@@ -7,10 +7,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "checkpoint/keras.h"
 #include "checks.h"
 #include "collectives/allreduce.h"
+#include "data/synthetic.h"
 #include "device.h"
-#include "checkpoint/keras.h"
 #include "metrics/timeline.h"
 #include "train.h"
 
@@ -89,7 +90,13 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     if (dt_device_open(&t->device, cfg, &t->coll.topo, st) != DT_OK) return st->code;
     t->be = t->device.be;
 
-    if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK) return st->code;
+    if (cfg->synthetic) {
+        struct dt_synthetic sy;
+        dt_synthetic_parse(cfg->synthetic, &sy, st); /* checked by the options already */
+        dt_dataset_open_synthetic(&t->data, &sy, cfg->seed);
+    }
+    else if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK)
+        return st->code;
 
     int policy = dt_shard_resolve(cfg->shard_policy, cfg->ninputs, t->nranks);
     t->policy = policy;

@@ -298,6 +298,10 @@ int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n,
     const size_t row = dt_shape_size(ds->shape);
     (void)st;
     if (n <= 0) return DT_OK;
+    if (ds->synthetic) {
+        dt_synthetic_rows(ds, idx, n, images, labels);
+        return DT_OK;
+    }
     size_t need = (size_t)n * (sizeof(struct pos) + sizeof(int64_t) + row + 1);
     if (need > ds->scratch_bytes) {
         free(ds->scratch);

@@ -36,6 +36,8 @@ struct dt_dataset {
     struct dt_split split[2];
     uint8_t *scratch;
     size_t scratch_bytes;
+    int synthetic;          /* rows are generated (data/synthetic.c), no files */
+    uint64_t synth_seed;
 };
 
 int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm comm, dt_status *st);
@@ -44,5 +46,7 @@ int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm co
 int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
                     uint8_t *labels, dt_status *st);
 void dt_dataset_close(struct dt_dataset *ds);
+/* synthetic.c: generate rows idx[0..n) of a synthetic dataset. */
+void dt_synthetic_rows(const struct dt_dataset *ds, const int64_t *idx, int n, uint8_t *images, uint8_t *labels);
 
 #endif

@@ -143,6 +143,7 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
     r->samples += es->samples;
     r->steps += es->steps;
     double best_now = es->validated ? es->val_accuracy : es->accuracy;
+    r->best_is_val = es->validated;
     if (best_now > r->best) {
         r->best = best_now;
         r->best_epoch = epoch;
@@ -206,7 +207,7 @@ void dt_report_summary(struct dt_report *r, int epochs_done, double peak_mib)
             r->train_seconds > 0 ? (double)r->samples / r->train_seconds : 0.0);
     if (r->best_epoch >= 0)
         fprintf(out, "  best %-15s %.4f (epoch %d, reached after %.2f s)\n",
-                r->cfg->validation ? "val_accuracy" : "accuracy", r->best, r->best_epoch + 1, r->best_time);
+                r->best_is_val ? "val_accuracy" : "accuracy", r->best, r->best_epoch + 1, r->best_time);
     if (r->train_seconds > 0)
         fprintf(out, "  communication        %.1f%% of training time; data wait %.1f%%\n",
                 100.0 * r->comm_seconds / r->train_seconds, 100.0 * r->data_seconds / r->train_seconds);

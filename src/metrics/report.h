@@ -46,6 +46,7 @@ struct dt_report {
     int epoch, epochs;
     double best, best_time;         /* best val_accuracy (or accuracy) and when */
     int best_epoch;
+    int best_is_val;                /* the epochs were validated */
     double train_seconds, val_seconds, comm_seconds, data_seconds;
     int64_t samples, steps;
 };
