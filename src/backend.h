@@ -116,6 +116,9 @@ struct dt_backend {
      * multiplies them by inv_scale; returns 0 (values left as they were) when
      * any is NaN or infinite. */
     int (*unscale_check)(float *grad, size_t n, float inv_scale);
+
+    /* dst += src, element-wise (gradient accumulation over micro-batches). */
+    void (*accumulate)(float *dst, const float *src, size_t n);
 };
 
 extern const struct dt_backend dt_backend_cpu;

@@ -25,6 +25,8 @@ void dt_options_usage(FILE *out)
         "  -b, --batch-size N       samples per replica per step (default 64);\n"
         "                           the global batch is N x ranks\n"
         "      --steps-per-epoch N  stop each epoch after N steps (default: full pass)\n"
+        "      --grad-accum K       sum the gradients of K batches before one all-reduce\n"
+        "                           and update: a K times larger batch (default 1)\n"
         "  -m, --model NAME         cnn (the reference CNN, default) or mlp\n"
         "      --dropout RATE       dropout rate of the CNN, in [0, 1) (default 0.5)\n"
         "  -o, --optimizer NAME     adam (default) or sgd\n"
@@ -156,7 +158,7 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
-       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC };
+       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -179,6 +181,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"no-validation", no_argument, 0, OPT_NO_VAL},
         {"shard-policy", required_argument, 0, OPT_SHARD},
         {"synthetic", required_argument, 0, OPT_SYNTHETIC},
+        {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
         {"threads", required_argument, 0, 't'},
         {"strategy", required_argument, 0, OPT_STRATEGY},
         {"num-ps", required_argument, 0, OPT_NUM_PS},
@@ -231,7 +234,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                               .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
                               .device = "cpu", .precision = DT_PREC_FP32,
                               .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
-                              .lr_factor = 0.1f};
+                              .lr_factor = 0.1f, .grad_accum = 1};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -377,6 +380,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
                              "*.weights.h5, found '%s'", optarg);
             break;
+        case OPT_GRAD_ACCUM: rc = dt_parse_long("--grad-accum", optarg, 1, 1 << 20, &v, st); cfg->grad_accum = (int)v; break;
         case OPT_SYNTHETIC: {
             struct dt_synthetic sy;
             rc = dt_synthetic_parse(optarg, &sy, st);

@@ -50,6 +50,7 @@ static int setup_schedule(struct dt_trainer *t, dt_status *st)
     struct dt_lr_schedule *sc = &t->sched;
     long spe = t->plan.steps;
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < spe) spe = cfg->steps_per_epoch;
+    if (cfg->grad_accum > 1) spe = (spe + cfg->grad_accum - 1) / cfg->grad_accum; /* updates, not micro-batches */
     memset(sc, 0, sizeof *sc);
     sc->kind = cfg->lr_schedule;
     sc->peak = s->optim_cfg.lr * (cfg->lr_scale_linear ? (float)s->nreplicas : 1.0f);
@@ -64,7 +65,10 @@ static int setup_schedule(struct dt_trainer *t, dt_status *st)
     sc->boundaries = t->lr_epochs;
     for (int i = 0; i < cfg->n_lr_boundaries; i++) t->lr_epochs[i] = cfg->lr_boundaries[i] - 1; /* 0-based */
     st->code = DT_OK;
-    if (s->ops == &dt_strategy_parameter_server && (sc->kind != DT_LR_CONSTANT || sc->warmup > 0))
+    if (s->ops == &dt_strategy_parameter_server && cfg->grad_accum > 1)
+        dt_fail(st, DT_EUSAGE, "--grad-accum %d: the parameter server applies each worker's push as it comes; use a "
+                "synchronous strategy (or a larger --batch-size)", cfg->grad_accum);
+    else if (s->ops == &dt_strategy_parameter_server && (sc->kind != DT_LR_CONSTANT || sc->warmup > 0))
         dt_fail(st, DT_EUSAGE, "--lr-schedule/--warmup-epochs: the parameter server applies gradients as they arrive, "
                 "not in steps; use a constant rate (with --lr-scale if you like) or a synchronous strategy");
     else if (sc->kind == DT_LR_COSINE && cfg->lr_min > sc->peak)
@@ -179,6 +183,8 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
     if (setup_schedule(t, st) != DT_OK) return st->code; /* needs the plan's steps per epoch */
+    t->idx_scratch = dt_xmalloc(sizeof(int64_t) * B);
+    if (cfg->grad_accum > 1) t->accum = t->be->alloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
     return DT_OK;
 }
 
@@ -290,6 +296,11 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     DT_TL_END(tl_read0, DT_TL_DATA, "read batch", NULL);
     data_seconds += MPI_Wtime() - tr;
     dt_report_epoch_begin(&t->report, epoch, steps);
+    /* --grad-accum K: K micro-batches (steps of the data plan) make one
+     * update; their gradients are summed in t->accum and reduced once. */
+    const int64_t K = cfg->grad_accum > 1 ? cfg->grad_accum : 1;
+    int64_t group_global = 0, updates = 0;
+    float group_stats[DT_STATS] = {0.0f, 0.0f};
     for (int64_t s = s0; s < steps; s++) {
         const int k = (int)(s & 1);
         int64_t global;
@@ -298,11 +309,21 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             es->samples += global;
             continue;
         }
+        const int first = (s - s0) % K == 0, last = (s - s0) % K == K - 1 || s + 1 == steps;
+        if (first) { /* the update's samples over all replicas: its loss is their mean */
+            group_global = 0;
+            for (int64_t u = s; u < s + K && u < steps; u++) {
+                int64_t g;
+                dt_shard_step(&t->plan, u, t->idx_scratch, &g);
+                group_global += g;
+            }
+            group_stats[0] = group_stats[1] = 0.0f;
+        }
         int n = t->slot_n[k];
         global = t->slot_global[k];
         es->samples += global;
         load_batch(t, k, n);
-        if (strat->ops->pull) strat->ops->pull(strat);
+        if (strat->ops->pull && first) strat->ops->pull(strat);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         /* While a GPU runs the forward pass, the CPU reads the next batch. */
         tr = MPI_Wtime();
@@ -310,18 +331,33 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (s + 1 < steps && read_step(t, s + 1, k ^ 1, st) != DT_OK) return st->code;
         DT_TL_END(tl_read, DT_TL_DATA, "read batch", NULL);
         data_seconds += MPI_Wtime() - tr;
-        float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)global;
+        float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)group_global;
         DT_TL_BEGIN(tl_loss);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
         DT_TL_END(tl_loss, DT_TL_COMPUTE, "loss", NULL);
+        group_stats[0] += (float)r.loss_sum;
+        group_stats[1] += (float)r.correct;
+        if (!last) { /* a micro-batch: its gradient joins the sum, nothing is reduced yet */
+            dt_model_backward(&t->model, n, &t->dropout_rng);
+            if (first) t->be->copy(t->accum, t->model.grads, sizeof(float) * t->model.nparams);
+            else t->be->accumulate(t->accum, t->model.grads, t->model.nparams);
+            continue;
+        }
         t->global_step++;
+        updates++;
         if (t->noverflow && injected(t, t->global_step) && t->rank == 0 && n > 0) {
             const float inf = INFINITY;
             t->be->upload(t->model.dact[t->model.nlayers], &inf, sizeof inf);
         }
-        float stats[DT_STATS] = {(float)r.loss_sum, (float)r.correct};
+        float stats[DT_STATS] = {group_stats[0], group_stats[1]};
         t->strategy.ops->begin(&t->strategy, stats);
-        dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
+        if (first) /* one micro-batch: buckets go out as backward finishes them */
+            dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
+        else {
+            dt_model_backward(&t->model, n, &t->dropout_rng);
+            t->be->accumulate(t->model.grads, t->accum, t->model.nparams);
+            grads_ready(&t->strategy, 0); /* the whole block is final */
+        }
         long skipped = strat->loss_scale.skipped;
         if (strat->optim.ops) strat->optim.cfg.lr = dt_lr_at(&t->sched, t->global_step - 1);
         t->strategy.ops->finish(&t->strategy, stats);
@@ -340,7 +376,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
                 snprintf(note, sizeof note, " - gradient overflow: step skipped, loss scale now %g",
                          (double)strat->loss_scale.scale);
             fprintf(out, "step %lld/%lld - loss: %.6f - accuracy: %.4f%s\n", (long long)s + 1, (long long)steps,
-                    sums[0] / (double)global, sums[1] / (double)global, note);
+                    sums[0] / (double)group_global, sums[1] / (double)group_global, note);
         }
         if (!isfinite(sums[0]))
             return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the loss is %f; try a smaller --lr",
@@ -355,7 +391,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", epoch + 1, epoch_sums[0]);
     }
     es->seconds = MPI_Wtime() - t0;
-    es->steps = steps - s0;
+    es->steps = replica ? updates : (steps - s0 + K - 1) / K;
     es->data_ms = es->steps ? 1e3 * data_seconds / (double)es->steps : 0.0;
     es->lr = dt_lr_at(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0); /* the epoch's last step */
     es->skipped = strat->loss_scale.skipped - t->skipped_before;
@@ -568,6 +604,8 @@ void dt_trainer_free(struct dt_trainer *t)
         if (t->be && t->host_labels[k]) t->be->host_free(t->host_labels[k]);
     }
     free(t->overflow_steps);
+    free(t->idx_scratch);
+    if (t->accum && t->be) t->be->free(t->accum);
     free(t->best_params);
     free(t->history);
     dt_coll_free(&t->coll);

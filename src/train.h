@@ -63,6 +63,8 @@ struct dt_trainer {
     struct dt_report report;        /* progress, metrics file, TensorBoard (rank 0) */
     struct dt_lr_schedule sched;    /* the learning rate per step */
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
+    float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
+    int64_t *idx_scratch;           /* [batch]: counting an update's samples ahead */
     struct dt_epoch_stats *history; /* [cfg->epochs] */
 };
 

@@ -46,4 +46,5 @@ const struct dt_backend dt_backend_cpu = {
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
     .unscale_check = cpu_unscale_check,
+    .accumulate = cpu_accumulate,
 };

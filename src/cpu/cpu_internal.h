@@ -67,6 +67,7 @@ void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, 
                     float momentum);
 int cpu_setup(int nthreads, int precision, char *why, size_t whylen);
 int cpu_unscale_check(float *grad, size_t n, float inv_scale);
+void cpu_accumulate(float *dst, const float *src, size_t n);
 /* The precision setup() chose (enum dt_precision), and whether this CPU has
  * bf16 dot-product instructions. */
 extern int cpu_precision;

@@ -66,6 +66,11 @@ int cpu_setup(int nthreads, int precision, char *why, size_t whylen)
     return 0;
 }
 
+DT_MULTIVERSION void cpu_accumulate(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 DT_MULTIVERSION int cpu_unscale_check(float *grad, size_t n, float inv_scale)
 {
     int bad = 0;

@@ -148,4 +148,5 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .adam_update = gpu_adam_update,
     .sgd_update = gpu_sgd_update,
     .unscale_check = gpu_unscale_check,
+    .accumulate = gpu_accumulate,
 };

@@ -122,6 +122,7 @@ void gpu_adam_update(float *param, float *m, float *v, const float *grad, size_t
 void gpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
                     float momentum);
 int gpu_unscale_check(float *grad, size_t n, float inv_scale);
+void gpu_accumulate(float *dst, const float *src, size_t n);
 
 /* gpu_conv.cu: convolution and max pooling through cuDNN */
 dt_conv_plan *gpu_conv_create(const struct dt_conv_shape *shape, int relu);

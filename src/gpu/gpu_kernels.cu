@@ -71,6 +71,18 @@ extern "C" void dt_gpu_scale(float *x, size_t n, float s, void *stream)
     DT_KERNEL_CHECK();
 }
 
+__global__ void accumulate_kernel(float *dst, const float *src, size_t n)
+{
+    GPU_FOR_EACH(i, n) dst[i] += src[i];
+}
+
+void gpu_accumulate(float *dst, const float *src, size_t n)
+{
+    if (!n) return;
+    accumulate_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, stream_or_compute(NULL)>>>(dst, src, n);
+    DT_KERNEL_CHECK();
+}
+
 /* ---- GEMM ---------------------------------------------------------------- */
 
 static struct gpu_buf gemm_scratch; /* 16-bit copies of A and B */
