@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "nn/model.h"
 #include "options.h"
 
 void dt_options_usage(FILE *out)
@@ -27,7 +28,8 @@ void dt_options_usage(FILE *out)
         "      --steps-per-epoch N  stop each epoch after N steps (default: full pass)\n"
         "      --grad-accum K       sum the gradients of K batches before one all-reduce\n"
         "                           and update: a K times larger batch (default 1)\n"
-        "  -m, --model NAME         cnn (the reference CNN, default) or mlp\n"
+        "  -m, --model NAME|FILE    cnn (the reference CNN, default), mlp, or a model\n"
+        "                           file (inputs/NAME.cfg: [conv2d], [maxpool], [dense], ...)\n"
         "      --dropout RATE       dropout rate of the CNN, in [0, 1) (default 0.5)\n"
         "  -o, --optimizer NAME     adam (default) or sgd\n"
         "      --lr RATE            learning rate (default 0.001 adam, 0.01 sgd)\n"
@@ -225,7 +227,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     long v;
     int c, set_momentum = 0, set_compress = 0;
     const char *ckpt_flag = NULL; /* a checkpoint option that needs --checkpoint-dir */
-    int set_lr_factor = 0, set_lr_min = 0;
+    int set_lr_factor = 0, set_lr_min = 0, set_dropout = 0;
 
     memset(cfg, 0, sizeof *cfg);
     *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
@@ -246,11 +248,11 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         case 'b': rc = dt_parse_long("--batch-size", optarg, 1, 1 << 20, &v, st); cfg->batch_size = (int)v; break;
         case OPT_STEPS: rc = dt_parse_long("--steps-per-epoch", optarg, 1, LONG_MAX, &cfg->steps_per_epoch, st); break;
         case 'm':
-            if (strcmp(optarg, "cnn") && strcmp(optarg, "mlp"))
-                rc = dt_fail(st, DT_EUSAGE, "--model: expected cnn or mlp, found '%s'", optarg);
+            if (strcmp(optarg, "cnn") && strcmp(optarg, "mlp") && !dt_model_is_file(optarg))
+                rc = dt_fail(st, DT_EUSAGE, "--model: expected cnn, mlp or a model file (.cfg), found '%s'", optarg);
             cfg->model = optarg;
             break;
-        case OPT_DROPOUT: rc = parse_float("--dropout", optarg, 0.0, 1.0, 1, &cfg->dropout, st); break;
+        case OPT_DROPOUT: rc = parse_float("--dropout", optarg, 0.0, 1.0, 1, &cfg->dropout, st); set_dropout = 1; break;
         case 'o':
             if (strcmp(optarg, "adam") && strcmp(optarg, "sgd"))
                 rc = dt_fail(st, DT_EUSAGE, "--optimizer: expected adam or sgd, found '%s'", optarg);
@@ -466,6 +468,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     if (cfg->ckpt_seconds > 0) ckpt_flag = "--checkpoint-seconds";
     if (ckpt_flag && !cfg->checkpoint_dir)
         return dt_fail(st, DT_EUSAGE, "%s: needs --checkpoint-dir DIR", ckpt_flag);
+    if (set_dropout && dt_model_is_file(cfg->model))
+        return dt_fail(st, DT_EUSAGE, "--dropout: sets the built-in cnn's rate; the model file %s gives its own "
+                       "([dropout] rate = ...)", cfg->model);
     if (cfg->n_lr_boundaries && cfg->lr_schedule != 1)
         return dt_fail(st, DT_EUSAGE, "--lr-steps: only with --lr-schedule step");
     if (cfg->lr_schedule == 1 && !cfg->n_lr_boundaries)

@@ -13,6 +13,7 @@
 #include "data/synthetic.h"
 #include "device.h"
 #include "metrics/timeline.h"
+#include "nn/model_file.h"
 #include "train.h"
 
 
@@ -108,6 +109,10 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         dt_fail(st, DT_EUSAGE, "--shard-policy file: %d shard file%s for %d ranks; each rank needs at "
                 "least one file (use --shard-policy data, or write more shards with dtrain-prep --shards)",
                 cfg->ninputs, cfg->ninputs == 1 ? "" : "s", t->nranks);
+    else if (dt_model_is_file(cfg->model) &&
+             dt_model_file_parse(cfg->model, t->data.classes, t->specs, &t->nspecs, st) != DT_OK) {
+        /* the file itself is wrong: a usage error, as it is */
+    }
     else if (dt_model_build(&t->model, cfg->model, t->data.shape, t->data.classes, cfg->dropout, st) != DT_OK) {
         /* The model is fine in itself, so the data's shape is what does not fit. */
         dt_status why = *st;

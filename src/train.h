@@ -65,6 +65,8 @@ struct dt_trainer {
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
     float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
     int64_t *idx_scratch;           /* [batch]: counting an update's samples ahead */
+    struct dt_layer_spec specs[256]; /* a --model file's layers (checked before building) */
+    int nspecs;
     struct dt_epoch_stats *history; /* [cfg->epochs] */
 };
 

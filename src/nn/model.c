@@ -8,6 +8,7 @@
 #include "checks.h"
 #include "metrics/tl_span.h"
 #include "nn/model.h"
+#include "nn/model_file.h"
 
 static const struct {
     const char *type;
@@ -86,7 +87,20 @@ int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, 
     };
     if (strcmp(name, "cnn") == 0) return dt_model_build_specs(m, name, input, classes, cnn, 7, st);
     if (strcmp(name, "mlp") == 0) return dt_model_build_specs(m, name, input, classes, mlp, 2, st);
-    return dt_fail(st, DT_EUSAGE, "--model: expected cnn or mlp, found '%s'", name);
+    if (dt_model_is_file(name)) {
+        static struct dt_layer_spec specs[DT_MAX_LAYERS];
+        int n;
+        if (dt_model_file_parse(name, classes, specs, &n, st) != DT_OK) return st->code;
+        const char *base = strrchr(name, '/');
+        return dt_model_build_specs(m, base ? base + 1 : name, input, classes, specs, n, st);
+    }
+    return dt_fail(st, DT_EUSAGE, "--model: expected cnn, mlp or a model file (.cfg), found '%s'", name);
+}
+
+int dt_model_is_file(const char *name)
+{
+    size_t n = strlen(name);
+    return strchr(name, '/') != NULL || (n > 4 && !strcmp(name + n - 4, ".cfg"));
 }
 
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)

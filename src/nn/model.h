@@ -30,10 +30,14 @@ struct dt_model {
     float **dact;    /* gradients of act; dact[0] is NULL (no one needs d input) */
 };
 
-/* The built-in models: "cnn" (the seed's Keras CNN) and "mlp". dropout is the
- * CNN's dropout rate (the seed's 0.5). Shapes are checked against input. */
+/* The built-in models: "cnn" (the seed's Keras CNN) and "mlp", or a model
+ * file (nn/model_file.h). dropout is the built-in CNN's dropout rate (the
+ * seed's 0.5). Shapes are checked against input. */
 int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                    float dropout, dt_status *st);
+/* A --model value naming a file (a '/' in it, or a .cfg name) rather than a
+ * built-in; nn/model_file.h describes the format. */
+int dt_model_is_file(const char *name);
 /* Build from an explicit layer list (used by tests and built-ins). */
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);

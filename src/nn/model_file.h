@@ -1,0 +1,27 @@
+/* model_file.h: a model described in a small text file (inputs/cnn.cfg, ...).
+ *
+ * darknet-style sections, one per layer, in order, with key = value lines;
+ * '#' starts a comment:
+ *
+ *   [conv2d]      filters = 32, kernel = 3, stride = 1, padding = valid|same,
+ *                 activation = none|relu
+ *   [maxpool]     size = 2, stride = size
+ *   [dense]       units = N | classes (the data's class count), activation
+ *   [relu]
+ *   [dropout]     rate = 0.5
+ *
+ * Errors name the file and line: an unknown section or key, a bad value, a
+ * missing required key. Shapes are checked when the model is built against
+ * the data (dt_model_build_specs), and that message names the file too. */
+#ifndef DT_MODEL_FILE_H
+#define DT_MODEL_FILE_H
+
+#include "nn/layer.h"
+#include "status.h"
+
+enum { DT_MAX_LAYERS = 256 };
+
+/* Parse path into specs[0..*n). classes replaces "units = classes". */
+int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *specs, int *n, dt_status *st);
+
+#endif
