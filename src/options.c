@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "data/augment.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
 #include "nn/model.h"
@@ -45,6 +46,8 @@ void dt_options_usage(FILE *out)
         "      --no-validation      do not evaluate on the file's /test split\n"
         "\n"
         "Data and parallelism:\n"
+        "      --augment A          flip, crop[:PAD] or both (flip,crop:4): random per\n"
+        "                           epoch and sample, training data only\n"
         "      --synthetic SPEC     generated data instead of INPUT.h5: HxWxC:CLASSES[:N],\n"
         "                           e.g. 32x32x3:10 (N = 51200 samples by default)\n"
         "      --shard-policy P     auto (default), data or file: how samples are dealt\n"
@@ -160,7 +163,7 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
-       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM };
+       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -184,6 +187,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"shard-policy", required_argument, 0, OPT_SHARD},
         {"synthetic", required_argument, 0, OPT_SYNTHETIC},
         {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
+        {"augment", required_argument, 0, OPT_AUGMENT},
         {"threads", required_argument, 0, 't'},
         {"strategy", required_argument, 0, OPT_STRATEGY},
         {"num-ps", required_argument, 0, OPT_NUM_PS},
@@ -383,6 +387,12 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                              "*.weights.h5, found '%s'", optarg);
             break;
         case OPT_GRAD_ACCUM: rc = dt_parse_long("--grad-accum", optarg, 1, 1 << 20, &v, st); cfg->grad_accum = (int)v; break;
+        case OPT_AUGMENT: {
+            struct dt_augment a;
+            rc = dt_augment_parse(optarg, &a, st);
+            cfg->augment = optarg;
+            break;
+        }
         case OPT_SYNTHETIC: {
             struct dt_synthetic sy;
             rc = dt_synthetic_parse(optarg, &sy, st);

@@ -14,6 +14,7 @@
 struct dt_config {
     char **inputs;          /* HDF5 files (one file, or shard files) */
     const char *synthetic;  /* --synthetic HxWxC:CLASSES[:N] instead of files; NULL */
+    const char *augment;    /* --augment flip,crop[:PAD]; NULL */
     int ninputs;
     int epochs;             /* 10 */
     int batch_size;         /* per replica: 64; global = batch_size * ranks */

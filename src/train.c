@@ -10,6 +10,7 @@
 #include "checkpoint/keras.h"
 #include "checks.h"
 #include "collectives/allreduce.h"
+#include "data/augment.h"
 #include "data/synthetic.h"
 #include "device.h"
 #include "metrics/timeline.h"
@@ -189,6 +190,10 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     t->dev_labels = t->be->alloc(B);
     if (setup_schedule(t, st) != DT_OK) return st->code; /* needs the plan's steps per epoch */
     t->idx_scratch = dt_xmalloc(sizeof(int64_t) * B);
+    if (cfg->augment) {
+        dt_augment_parse(cfg->augment, &t->augment, st); /* checked by the options */
+        t->aug_scratch = dt_xmalloc(row);
+    }
     if (cfg->grad_accum > 1) t->accum = t->be->alloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
     return DT_OK;
 }
@@ -205,11 +210,23 @@ static void load_batch(struct dt_trainer *t, int k, int n)
     t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
 }
 
-/* Step s's samples into slot k (their count and the step's global count). */
+/* Step s's samples into slot k (their count and the step's global count),
+ * augmented when asked. */
 static int read_step(struct dt_trainer *t, int64_t s, int k, dt_status *st)
 {
     t->slot_n[k] = dt_shard_step(&t->plan, s, t->idx[k], &t->slot_global[k]);
-    return dt_dataset_read(&t->data, DT_TRAIN, t->idx[k], t->slot_n[k], t->host_images[k], t->host_labels[k], st);
+    if (dt_dataset_read(&t->data, DT_TRAIN, t->idx[k], t->slot_n[k], t->host_images[k], t->host_labels[k], st) != DT_OK)
+        return st->code;
+    if (t->augment.flip || t->augment.pad) {
+        const struct dt_shape sh = t->data.shape;
+        size_t row = dt_shape_size(sh);
+        for (int i = 0; i < t->slot_n[k]; i++) {
+            int flip, dy, dx;
+            dt_augment_draw(&t->augment, t->cfg->seed, t->cur_epoch, t->idx[k][i], &flip, &dy, &dx);
+            dt_augment_image(t->host_images[k] + (size_t)i * row, sh.h, sh.w, sh.c, flip, dy, dx, t->aug_scratch);
+        }
+    }
+    return DT_OK;
 }
 
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
@@ -283,6 +300,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     double sums[2] = {0.0, 0.0}, epoch_sums[2] = {0.0, 0.0};
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < steps) steps = cfg->steps_per_epoch;
     dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
+    t->cur_epoch = epoch;
     dt_reducer_stats_reset(&t->strategy.reducer);
     struct dt_strategy *strat = &t->strategy;
     const int replica = strat->replica >= 0, per_step = !strat->local_stats;
@@ -610,6 +628,7 @@ void dt_trainer_free(struct dt_trainer *t)
     }
     free(t->overflow_steps);
     free(t->idx_scratch);
+    free(t->aug_scratch);
     if (t->accum && t->be) t->be->free(t->accum);
     free(t->best_params);
     free(t->history);

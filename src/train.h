@@ -14,6 +14,7 @@
 #include "strategy/strategy.h"
 #include "callbacks.h"
 #include "checkpoint/checkpoint.h"
+#include "data/augment.h"
 #include "data/dataset.h"
 #include "device.h"
 #include "metrics/report.h"
@@ -65,6 +66,9 @@ struct dt_trainer {
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
     float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
     int64_t *idx_scratch;           /* [batch]: counting an update's samples ahead */
+    struct dt_augment augment;      /* --augment */
+    uint8_t *aug_scratch;           /* one image */
+    int cur_epoch;                  /* the epoch being trained (augmentation draws) */
     struct dt_layer_spec specs[256]; /* a --model file's layers (checked before building) */
     int nspecs;
     struct dt_epoch_stats *history; /* [cfg->epochs] */

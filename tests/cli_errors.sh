@@ -68,7 +68,7 @@ run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --grad-accum --model --dropout --optimizer --lr --momentum \
            --lr-schedule --lr-steps --lr-factor --lr-min --warmup-epochs --lr-scale \
-           --seed --no-validation --shard-policy --synthetic --threads --device --gpus-per-node --devices \
+           --seed --no-validation --shard-policy --synthetic --augment --threads --device --gpus-per-node --devices \
            --precision --loss-scale --checkpoint-dir --checkpoint-every --checkpoint-seconds --keep \
            --resume --save-best --monitor --early-stopping --min-delta --restore-best --export-keras \
            --progress --metrics --metrics-every --logdir --timeline --strategy --num-ps --ps-mode --staleness \

@@ -33,6 +33,20 @@ fi
 run_np 2 --synthetic 8x8x1:4:256 --model mlp --epochs 1 --batch-size 16
 [ "$rc" = 0 ] && pass "mlp on 8x8x1, 4 classes" || { fail "synthetic mlp: rc=$rc"; cat "$err" >&2; }
 
+# --augment: deterministic, and it changes what is trained on
+run_np 2 --synthetic 16x16x3:4:512 --epochs 1 --batch-size 32 --verbose --augment flip,crop:2
+losses "$out" >"$T/g1"
+run_np 2 --synthetic 16x16x3:4:512 --epochs 1 --batch-size 32 --verbose --augment flip,crop:2
+losses "$out" >"$T/g2"
+run_np 2 --synthetic 16x16x3:4:512 --epochs 1 --batch-size 32 --verbose
+losses "$out" >"$T/g3"
+if [ "$rc" = 0 ] && [ -s "$T/g1" ] && cmp -s "$T/g1" "$T/g2" && ! cmp -s "$T/g1" "$T/g3"; then
+  pass "--augment flip,crop:2: reproducible, and different from no augmentation"
+else
+  fail "--augment"; paste "$T/g1" "$T/g3" | head -3 >&2
+fi
+expect_fail 2 "--augment: expected flip, crop or crop:PAD (PAD 1-64), comma-separated, e.g. flip,crop:4, found 'rotate'" \
+  2 --synthetic 16x16x3:4 --augment rotate
 expect_fail 2 "--synthetic: expected HxWxC:CLASSES or HxWxC:CLASSES:SAMPLES, e.g. 32x32x3:10, found '32x32:10'" 2 --synthetic 32x32:10
 expect_fail 2 "--synthetic 32x32x3:1: expected 2 to 256 classes (uint8 labels), found 1" 2 --synthetic 32x32x3:1
 expect_fail 2 "--synthetic 0x32x3:10: image sides must be in" 2 --synthetic 0x32x3:10
