@@ -1,8 +1,9 @@
 /* prep.c: dtrain-prep, which converts IDX image/label files (MNIST,
- * Fashion-MNIST) into the HDF5 layout dtrain reads:
+ * Fashion-MNIST) into the HDF5 layout dtrain reads, or with --synthetic
+ * writes generated data of any shape and size in that layout:
  *
- *   /train/images  uint8 [N, H, W, 1]    /train/labels  uint8 [N]
- *   /test/images   uint8 [M, H, W, 1]    /test/labels   uint8 [M]
+ *   /train/images  uint8 [N, H, W, C]    /train/labels  uint8 [N]
+ *   /test/images   uint8 [M, H, W, C]    /test/labels   uint8 [M]
  *   root attributes: format_version, num_classes, source, [class_names],
  *   and in shard files shard_index, shard_count, {train,test}_{offset,total}.
  *
@@ -14,6 +15,11 @@
  *   only after all outputs (all shards) are complete; any failure, or a
  *   SIGINT/SIGTERM, removes the temporaries, so a finished-looking file is
  *   always a complete one.
+ * - Datasets are written a piece (at most CHUNK_BYTES) at a time, from the
+ *   IDX data in memory or from rows generated into one reused buffer, so a
+ *   synthetic file may be far larger than memory. Synthetic row i is the
+ *   same function of (i, seed) as in dtrain's --synthetic (data/synthetic.c):
+ *   train is rows 0..N-1 of that stream, test rows N..N+M-1.
  * - Exit codes: 0 success, 1 cannot write the output, 2 bad command line
  *   (including flag values the data cannot satisfy), 3 bad or missing input.
  */
@@ -44,6 +50,8 @@ enum { EXIT_WRITE = 1, EXIT_USAGE = 2, EXIT_DATA = 3 };
 #define DEFAULT_SOURCE "/usr/share/datasets/fashion-mnist"
 #define FORMAT_VERSION 1
 #define MAX_CLASSES 256 /* labels are uint8 */
+#define CHUNK_BYTES ((size_t)64 << 20) /* most image bytes held per write */
+#define DEFAULT_SEED 42                /* as dtrain's --seed */
 
 static const char *const fashion_names[] = {
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -59,16 +67,23 @@ struct options {
     long classes;                 /* 0: max label + 1 */
     const char *class_names;      /* comma-separated, or NULL */
     long shards;                  /* 0: one file named OUTPUT */
+    const char *synthetic;        /* --synthetic spec, or NULL */
+    long seed;
+    int seed_set;
     int force, quiet;
 };
 
 struct split {
     const char *name;               /* "train" or "test" */
     const char *images_path, *labels_path;
-    struct idx_array images, labels; /* whole files as read */
+    struct idx_array images, labels; /* whole files as read (IDX input) */
     size_t n;                        /* samples written (after --limit-*) */
     size_t total;                    /* samples in the files */
-    uint32_t height, width;
+    uint32_t height, width, channels;
+    int synthetic;                   /* rows are generated, not read */
+    uint64_t synth_seed;             /* the generator's stream */
+    uint64_t synth_first;            /* stream index of this split's row 0 */
+    int num_classes;                 /* label range of generated rows */
 };
 
 struct dataset {
@@ -77,6 +92,7 @@ struct dataset {
     int num_classes;
     const char **class_names; /* num_classes entries, or NULL */
     char *source;
+    long seed;                /* --seed, for the summary of synthetic data */
 };
 
 /* Temporary files that exist right now; the signal handler removes them. */
@@ -153,10 +169,11 @@ static void usage(FILE *out)
 {
     fprintf(out,
 "Usage: " PROG " [OPTIONS] OUTPUT.h5\n"
+"       " PROG " --synthetic HxWxC:CLASSES:NTRAIN[:NTEST] [OPTIONS] OUTPUT.h5\n"
 "Convert IDX image/label files (MNIST format, plain or .gz) into the HDF5\n"
 "layout dtrain reads: /train/images uint8 [N,H,W,1], /train/labels uint8 [N],\n"
 "/test/images, /test/labels, and root attributes num_classes, source,\n"
-"class_names, format_version.\n"
+"class_names, format_version. Or write generated data in that layout.\n"
 "\n"
 "Input (default: --source " DEFAULT_SOURCE "):\n"
 "  --source DIR           read {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
@@ -171,6 +188,14 @@ static void usage(FILE *out)
 "                         every label must be below N\n"
 "  --class-names A,B,...  class names, one per class (default for the\n"
 "                         fashion-mnist directory: the Fashion-MNIST names)\n"
+"\n"
+"Synthetic data (instead of IDX input):\n"
+"  --synthetic HxWxC:CLASSES:NTRAIN[:NTEST]\n"
+"                         NTRAIN training (and NTEST test) samples of HxWxC\n"
+"                         pseudo-random pixels and labels below CLASSES, the\n"
+"                         rows dtrain --synthetic generates; written 64 MiB at\n"
+"                         a time, so the file may be larger than memory\n"
+"  --seed N               seed of the generated data (default 42)\n"
 "\n"
 "Output:\n"
 "  --shards K             write K files OUTPUT-00000-of-0000K.h5 ..., each with a\n"
@@ -201,7 +226,7 @@ static long parse_count(const char *flag, const char *arg, long min, long max)
 enum {
     OPT_SOURCE = 256, OPT_TRAIN_IMAGES, OPT_TRAIN_LABELS, OPT_TEST_IMAGES,
     OPT_TEST_LABELS, OPT_LIMIT_TRAIN, OPT_LIMIT_TEST, OPT_CLASSES,
-    OPT_CLASS_NAMES, OPT_SHARDS,
+    OPT_CLASS_NAMES, OPT_SHARDS, OPT_SYNTHETIC, OPT_SEED,
 };
 
 static void parse_args(int argc, char **argv, struct options *o)
@@ -217,6 +242,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"classes",      required_argument, NULL, OPT_CLASSES},
         {"class-names",  required_argument, NULL, OPT_CLASS_NAMES},
         {"shards",       required_argument, NULL, OPT_SHARDS},
+        {"synthetic",    required_argument, NULL, OPT_SYNTHETIC},
+        {"seed",         required_argument, NULL, OPT_SEED},
         {"force",        no_argument,       NULL, 'f'},
         {"quiet",        no_argument,       NULL, 'q'},
         {"help",         no_argument,       NULL, 'h'},
@@ -247,6 +274,11 @@ static void parse_args(int argc, char **argv, struct options *o)
         case OPT_SHARDS:
             o->shards = parse_count("--shards", optarg, 1, 99999);
             break;
+        case OPT_SYNTHETIC:    o->synthetic = optarg; break;
+        case OPT_SEED:
+            o->seed = parse_count("--seed", optarg, 0, LONG_MAX);
+            o->seed_set = 1;
+            break;
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); exit(0);
@@ -269,6 +301,25 @@ static void parse_args(int argc, char **argv, struct options *o)
     if (o->output[0] == '\0')
         die(EXIT_USAGE, "OUTPUT.h5 operand is empty");
 
+    if (o->synthetic) {
+        const char *idx_flag = o->source ? "--source" : o->train_images ? "--train-images" :
+            o->train_labels ? "--train-labels" : o->test_images ? "--test-images" :
+            o->test_labels ? "--test-labels" : NULL;
+        if (idx_flag)
+            die(EXIT_USAGE, "--synthetic cannot be combined with %s: the data are generated, "
+                "not read", idx_flag);
+        if (o->limit_train || o->limit_test)
+            die(EXIT_USAGE, "%s is not used with --synthetic (NTRAIN and NTEST in its "
+                "value give the sizes)", o->limit_train ? "--limit-train" : "--limit-test");
+        if (o->classes)
+            die(EXIT_USAGE, "--classes is not used with --synthetic (CLASSES in its value "
+                "gives the number)");
+        if (!o->seed_set)
+            o->seed = DEFAULT_SEED;
+        return;
+    }
+    if (o->seed_set)
+        die(EXIT_USAGE, "--seed is only used with --synthetic (converted data are not random)");
     if (o->source && (o->train_images || o->train_labels || o->test_images || o->test_labels))
         die(EXIT_USAGE, "--source cannot be combined with --train-*/--test-* paths; use one or the other");
     if (!o->source && !o->train_images && !o->train_labels && !o->test_images && !o->test_labels)
@@ -357,6 +408,7 @@ static void load_split(struct split *s, long limit, const char *limit_flag)
     s->total = s->images.dims[0];
     s->height = s->images.dims[1];
     s->width = s->images.dims[2];
+    s->channels = 1;
     s->n = s->total;
     if (limit > 0) {
         if ((size_t)limit > s->total)
@@ -411,7 +463,7 @@ static void set_class_names(struct dataset *d, const struct options *o)
 
     if (o->class_names == NULL) {
         char resolved[PATH_MAX];
-        if (realpath(d->train.images_path, resolved) == NULL)
+        if (d->train.synthetic || realpath(d->train.images_path, resolved) == NULL)
             return;
         dir = dirname(resolved);
         if (strcmp(basename(dir), "fashion-mnist") != 0 || d->num_classes != FASHION_NCLASSES)
@@ -487,6 +539,122 @@ static void load_dataset(struct dataset *d, const struct options *o)
     set_classes(d, o);
     set_class_names(d, o);
     set_source(d, o);
+}
+
+/* ---- Synthetic data ------------------------------------------------------ */
+
+/* splitmix64's finaliser, as data/synthetic.c. */
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t synth_row_base(const struct split *s, uint64_t row)
+{
+    return mix(s->synth_seed ^ (s->synth_first + row) * 0xd1342543de82ef95ULL);
+}
+
+/* Bytes [b0, b1) of the image whose stream starts at BASE: byte b is byte
+ * b % 8, little-endian, of mix(BASE + b - b % 8), which is what dtrain's
+ * memcpy gives on little-endian hosts. Whole words take the fast path. */
+static void synth_bytes(uint8_t *out, uint64_t base, size_t b0, size_t b1)
+{
+    size_t b = b0;
+
+    for (; b < b1 && b % 8 != 0; b++, out++)
+        *out = (uint8_t)(mix(base + b - b % 8) >> (8 * (b % 8)));
+    for (; b1 - b >= 8; b += 8, out += 8) {
+        uint64_t r = mix(base + b);
+        for (int k = 0; k < 8; k++) /* compilers merge this into one store */
+            out[k] = (uint8_t)(r >> (8 * k));
+    }
+    for (; b < b1; b++, out++)
+        *out = (uint8_t)(mix(base + b - b % 8) >> (8 * (b % 8)));
+}
+
+static uint8_t synth_label(const struct split *s, uint64_t row)
+{
+    return (uint8_t)(mix(synth_row_base(s, row) ^ 0x1abe1ULL) % (uint64_t)s->num_classes);
+}
+
+/* HxWxC:CLASSES:NTRAIN[:NTEST] into D, with the messages (and limits) of
+ * dtrain's own --synthetic. */
+static void parse_synthetic(const char *spec, struct dataset *d)
+{
+    static const char sep[] = {'x', 'x', ':', ':', ':', '\0'};
+    const uint64_t max_bytes = SIZE_MAX < (1ULL << 62) ? SIZE_MAX : 1ULL << 62;
+    long v[6] = {0, 0, 0, 0, 0, 0};
+    const char *p = spec;
+    char *end;
+    int k = 0;
+    uint64_t row;
+
+    for (; k < 6; k++) {
+        errno = 0;
+        v[k] = strtol(p, &end, 10);
+        if (errno || end == p)
+            break;
+        p = end;
+        if (*p == '\0') {
+            k++;
+            break;
+        }
+        if (k == 5 || *p != sep[k])
+            break;
+        p++;
+    }
+    if ((k != 5 && k != 6) || *p != '\0')
+        die(EXIT_USAGE, "--synthetic: expected HxWxC:CLASSES:NTRAIN or HxWxC:CLASSES:NTRAIN:NTEST, "
+            "e.g. 32x32x3:10:50000:10000, found '%s'", spec);
+    if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[0] > 4096 || v[1] > 4096 || v[2] > 64)
+        die(EXIT_USAGE, "--synthetic %s: image sides must be in [1, 4096] and channels in "
+            "[1, 64], found %ldx%ldx%ld", spec, v[0], v[1], v[2]);
+    if (v[3] < 2 || v[3] > MAX_CLASSES)
+        die(EXIT_USAGE, "--synthetic %s: expected 2 to 256 classes (uint8 labels), found %ld",
+            spec, v[3]);
+    if (v[4] < 1 || v[4] > (1L << 40))
+        die(EXIT_USAGE, "--synthetic %s: expected 1 to 2^40 training samples, found %ld",
+            spec, v[4]);
+    if (k == 6 && (v[5] < 1 || v[5] > (1L << 40)))
+        die(EXIT_USAGE, "--synthetic %s: expected 1 to 2^40 test samples (leave NTEST out "
+            "for no test split), found %ld", spec, v[5]);
+    row = (uint64_t)v[0] * (uint64_t)v[1] * (uint64_t)v[2];
+    if ((uint64_t)(v[4] + v[5]) > max_bytes / row)
+        die(EXIT_USAGE, "--synthetic %s: %ld samples of %llu bytes are more than the %llu bytes "
+            "that can be addressed", spec, v[4] + v[5], (unsigned long long)row,
+            (unsigned long long)max_bytes);
+
+    d->num_classes = (int)v[3];
+    d->has_test = k == 6;
+    for (int i = 0; i < 2; i++) {
+        struct split *s = i == 0 ? &d->train : &d->test;
+        s->height = (uint32_t)v[0];
+        s->width = (uint32_t)v[1];
+        s->channels = (uint32_t)v[2];
+        s->n = s->total = (size_t)v[4 + i];
+        s->synthetic = 1;
+        s->num_classes = d->num_classes;
+    }
+    d->test.synth_first = (uint64_t)v[4];
+}
+
+static void load_synthetic(struct dataset *d, const struct options *o)
+{
+    size_t len = strlen(o->synthetic) + 64;
+
+    memset(d, 0, sizeof *d);
+    d->train.name = "train";
+    d->test.name = "test";
+    parse_synthetic(o->synthetic, d);
+    d->seed = o->seed;
+    /* dtrain --synthetic's stream for --seed N (data/synthetic.c). */
+    d->train.synth_seed = d->test.synth_seed = (uint64_t)o->seed ^ 0x5f17ec0ffeeULL;
+    set_class_names(d, o);
+    d->source = xmalloc(len);
+    snprintf(d->source, len, "synthetic=%s seed=%ld", o->synthetic, o->seed);
 }
 
 /* ---- Output names -------------------------------------------------------- */
@@ -628,39 +796,107 @@ static void attr_strings(hid_t loc, const char *out, const char *name,
     free(buf);
 }
 
-static void write_u8(hid_t group, const char *out, const char *what, const char *name,
-                     int rank, const hsize_t *dims, const uint8_t *data)
+/* An uninitialised uint8 dataset of shape DIMS; write_rows fills it. */
+static hid_t create_u8(hid_t group, const char *out, const char *what, const char *name,
+                       int rank, const hsize_t *dims)
 {
     hid_t space, dcpl, dset;
 
     H5_TRY(space = H5Screate_simple(rank, dims, NULL), out, what);
     H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), out, what);
-    /* Every byte is written below, so skip HDF5's fill pass. */
+    /* Every byte is written, so skip HDF5's fill pass. */
     H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), out, what);
+    /* No timestamps: the same input and options give the same bytes. */
+    H5_TRY(H5Pset_obj_track_times(dcpl, 0), out, what);
     H5_TRY(dset = H5Dcreate2(group, name, H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
            out, what);
-    H5_TRY(H5Dwrite(dset, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), out, what);
-    H5_TRY(H5Dclose(dset), out, what);
     H5Pclose(dcpl);
     H5Sclose(space);
+    return dset;
 }
 
-/* Samples [first, first + n) of split S as /NAME/images and /NAME/labels. */
+/* DATA (shape COUNT) into the block of DSET that starts at START. */
+static void write_rows(hid_t dset, const char *out, const char *what, int rank,
+                       const hsize_t *start, const hsize_t *count, const uint8_t *data)
+{
+    hid_t fspace, mspace;
+
+    H5_TRY(fspace = H5Dget_space(dset), out, what);
+    H5_TRY(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), out, what);
+    H5_TRY(mspace = H5Screate_simple(rank, count, NULL), out, what);
+    H5_TRY(H5Dwrite(dset, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, data), out, what);
+    H5Sclose(mspace);
+    H5Sclose(fspace);
+}
+
+/* Samples [first, first + n) of split S as /NAME/images and /NAME/labels,
+ * in pieces of at most CHUNK_BYTES: whole samples, or bands of image lines
+ * when one sample is larger than that. IDX pieces point into the data read;
+ * synthetic ones are generated into BUF, which is reused. */
 static void write_split(hid_t file, const char *out, const struct split *s,
                         size_t first, size_t n)
 {
-    const size_t pixels = (size_t)s->height * s->width;
-    hsize_t idims[4] = {n, s->height, s->width, 1}, ldims[1] = {n};
-    char what[64];
-    hid_t g;
+    const size_t line = (size_t)s->width * s->channels, sample = line * s->height;
+    const size_t piece_samples = sample <= CHUNK_BYTES ? CHUNK_BYTES / sample : 1;
+    const size_t piece_lines = sample <= CHUNK_BYTES ? s->height :
+                               CHUNK_BYTES / line > 0 ? CHUNK_BYTES / line : 1;
+    hsize_t idims[4] = {n, s->height, s->width, s->channels}, ldims[1] = {n};
+    uint8_t *buf = NULL, *lbuf = NULL; /* [piece samples, piece lines, W, C], [piece samples] */
+    char iwhat[64], lwhat[64];
+    hid_t gcpl, g, images, labels;
 
-    snprintf(what, sizeof what, "group /%s", s->name);
-    H5_TRY(g = H5Gcreate2(file, s->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), out, what);
-    snprintf(what, sizeof what, "/%s/images", s->name);
-    write_u8(g, out, what, "images", 4, idims, s->images.data + first * pixels);
-    snprintf(what, sizeof what, "/%s/labels", s->name);
-    write_u8(g, out, what, "labels", 1, ldims, s->labels.data + first);
-    H5_TRY(H5Gclose(g), out, what);
+    snprintf(iwhat, sizeof iwhat, "group /%s", s->name);
+    H5_TRY(gcpl = H5Pcreate(H5P_GROUP_CREATE), out, iwhat);
+    H5_TRY(H5Pset_obj_track_times(gcpl, 0), out, iwhat);
+    H5_TRY(g = H5Gcreate2(file, s->name, H5P_DEFAULT, gcpl, H5P_DEFAULT), out, iwhat);
+    H5Pclose(gcpl);
+    snprintf(iwhat, sizeof iwhat, "/%s/images", s->name);
+    snprintf(lwhat, sizeof lwhat, "/%s/labels", s->name);
+    images = create_u8(g, out, iwhat, "images", 4, idims);
+    labels = create_u8(g, out, lwhat, "labels", 1, ldims);
+    if (s->synthetic) {
+        size_t k = piece_samples < n ? piece_samples : n;
+        buf = xmalloc(k * piece_lines * line);
+        lbuf = xmalloc(k);
+    }
+
+    for (size_t i = 0, k; i < n; i += k) {
+        hsize_t lstart[1] = {i}, lcount[1];
+        const uint8_t *lbl;
+
+        k = piece_samples < n - i ? piece_samples : n - i;
+        for (size_t l = 0, m; l < s->height; l += m) {
+            hsize_t istart[4] = {i, l, 0, 0}, icount[4] = {k, 0, s->width, s->channels};
+            const uint8_t *img;
+
+            m = piece_lines < s->height - l ? piece_lines : s->height - l;
+            icount[1] = m;
+            if (s->synthetic) {
+                for (size_t r = 0; r < k; r++)
+                    synth_bytes(buf + r * m * line, synth_row_base(s, first + i + r),
+                                l * line, (l + m) * line);
+                img = buf;
+            } else {
+                img = s->images.data + (first + i) * sample + l * line;
+            }
+            write_rows(images, out, iwhat, 4, istart, icount, img);
+        }
+        if (s->synthetic) {
+            for (size_t r = 0; r < k; r++)
+                lbuf[r] = synth_label(s, first + i + r);
+            lbl = lbuf;
+        } else {
+            lbl = s->labels.data + first + i;
+        }
+        lcount[0] = k;
+        write_rows(labels, out, lwhat, 1, lstart, lcount, lbl);
+    }
+
+    free(buf);
+    free(lbuf);
+    H5_TRY(H5Dclose(images), out, iwhat);
+    H5_TRY(H5Dclose(labels), out, lwhat);
+    H5_TRY(H5Gclose(g), out, lwhat);
 }
 
 /* Shard I of K gets a contiguous slice: the first TOTAL % K shards one more. */
@@ -741,19 +977,36 @@ static void write_outputs(const char **names, int count, int sharded, const stru
 
 /* ---- Summary ------------------------------------------------------------------ */
 
-static void print_split_line(const struct split *s)
+static void print_split_line(const struct split *s, long seed)
 {
-    printf("  %-5s %zu samples of %ux%ux1", s->name, s->n, s->height, s->width);
+    printf("  %-5s %zu samples of %ux%ux%u", s->name, s->n, s->height, s->width, s->channels);
     if (s->n < s->total)
         printf(" (first %zu of %zu)", s->n, s->total);
-    printf("  from %s\n", s->images_path);
+    if (s->synthetic)
+        printf("  generated with seed %ld\n", seed);
+    else
+        printf("  from %s\n", s->images_path);
 }
 
+/* Synthetic data exist to measure I/O, so their summary says how fast they
+ * were written (WRITE_S: creating, generating, writing and renaming). */
 static void print_summary(const char *const *names, int count, int sharded, const struct dataset *d,
-                          double seconds)
+                          double seconds, double write_s)
 {
+    char rate[96] = "";
+
+    if (d->train.synthetic) {
+        double bytes = 0;
+        for (int i = 0; i < count; i++) {
+            struct stat st;
+            if (stat(names[i], &st) == 0)
+                bytes += (double)st.st_size;
+        }
+        snprintf(rate, sizeof rate, ": %.1f MB at %.0f MB/s", bytes / 1e6,
+                 bytes / 1e6 / (write_s > 1e-9 ? write_s : 1e-9));
+    }
     if (sharded) {
-        printf(PROG ": wrote %d shards in %.2f s\n", count, seconds);
+        printf(PROG ": wrote %d shards in %.2f s%s\n", count, seconds, rate);
         for (int i = 0; i < count; i++) {
             size_t first, tr, te = 0;
             shard_slice(d->train.n, count, i, &first, &tr);
@@ -762,11 +1015,11 @@ static void print_summary(const char *const *names, int count, int sharded, cons
             printf("  %s  train %zu  test %zu\n", names[i], tr, te);
         }
     } else {
-        printf(PROG ": wrote %s in %.2f s\n", names[0], seconds);
+        printf(PROG ": wrote %s in %.2f s%s\n", names[0], seconds, rate);
     }
-    print_split_line(&d->train);
+    print_split_line(&d->train, d->seed);
     if (d->has_test)
-        print_split_line(&d->test);
+        print_split_line(&d->test, d->seed);
     else
         printf("  test  none\n");
     printf("  classes %d", d->num_classes);
@@ -781,13 +1034,17 @@ int main(int argc, char **argv)
     struct dataset d;
     const char **names;
     int count;
-    double t0 = now_s();
+    double t0 = now_s(), t_write;
 
     parse_args(argc, argv, &o);
     names = output_names(&o, &count);
     check_outputs(names, count, o.force);
-    resolve_inputs(&o);
-    load_dataset(&d, &o);
+    if (o.synthetic) {
+        load_synthetic(&d, &o);
+    } else {
+        resolve_inputs(&o);
+        load_dataset(&d, &o);
+    }
     if (o.shards > 0 && (size_t)o.shards > d.train.n)
         die(EXIT_USAGE, "--shards %ld: more shards than the %zu training samples "
             "(each shard needs at least one)", o.shards, d.train.n);
@@ -795,13 +1052,19 @@ int main(int argc, char **argv)
         die(EXIT_USAGE, "--shards %ld: more shards than the %zu test samples "
             "(each shard needs at least one)", o.shards, d.test.n);
 
+    /* After a failed write HDF5's exit handler would flush the still-open
+     * file again (and can crash doing so); die() has removed it already. */
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* h5_fail prints one clear line */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
+    /* Past a file-size limit, write(2) then fails with EFBIG and we clean up. */
+    signal(SIGXFSZ, SIG_IGN);
+    t_write = now_s();
     write_outputs(names, count, o.shards > 0, &d);
 
     if (!o.quiet)
-        print_summary(names, count, o.shards > 0, &d, now_s() - t0);
+        print_summary(names, count, o.shards > 0, &d, now_s() - t0, now_s() - t_write);
     return 0;
 }
