@@ -4,10 +4,9 @@
 
 static uint64_t splitmix64(uint64_t *x)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    uint64_t z = *x;
+    *x += 0x9e3779b97f4a7c15ULL;
+    return dt_mix64(z);
 }
 
 void dt_rng_seed(dt_rng *r, uint64_t seed, uint64_t stream)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "data/augment.h"
+#include "rng.h"
 
 int dt_augment_parse(const char *spec, struct dt_augment *a, dt_status *st)
 {
@@ -30,18 +31,10 @@ bad:
                    "e.g. flip,crop:4, found '%s'", spec);
 }
 
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 void dt_augment_draw(const struct dt_augment *a, uint64_t seed, int64_t epoch, int64_t index, int *flip,
                      int *dy, int *dx)
 {
-    uint64_t r = mix(mix(seed ^ 0xa06e7ULL) ^ mix((uint64_t)epoch * 0x100000001b3ULL + (uint64_t)index));
+    uint64_t r = dt_mix64(dt_mix64(seed ^ 0xa06e7ULL) ^ dt_mix64((uint64_t)epoch * 0x100000001b3ULL + (uint64_t)index));
     uint64_t span = 2 * (uint64_t)a->pad + 1;
     *flip = a->flip ? (int)(r & 1) : 0;
     *dy = a->pad ? (int)((r >> 8) % span) - a->pad : 0;

@@ -7,6 +7,7 @@
 
 #include "checks.h"
 #include "data/synthetic.h"
+#include "rng.h"
 
 int dt_synthetic_parse(const char *spec, struct dt_synthetic *s, dt_status *st)
 {
@@ -57,25 +58,17 @@ void dt_dataset_open_synthetic(struct dt_dataset *ds, const struct dt_synthetic 
     ds->split[DT_TEST].file_start = dt_xcalloc(2, sizeof(int64_t));
 }
 
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 void dt_synthetic_rows(const struct dt_dataset *ds, const int64_t *idx, int n, uint8_t *images, uint8_t *labels)
 {
     size_t row = dt_shape_size(ds->shape);
     for (int i = 0; i < n; i++) {
-        uint64_t base = mix(ds->synth_seed ^ (uint64_t)idx[i] * 0xd1342543de82ef95ULL);
+        uint64_t base = dt_mix64(ds->synth_seed ^ (uint64_t)idx[i] * 0xd1342543de82ef95ULL);
         uint8_t *img = images + (size_t)i * row;
         for (size_t j = 0; j < row; j += 8) {
-            uint64_t r = mix(base + j);
+            uint64_t r = dt_mix64(base + j);
             size_t k = row - j < 8 ? row - j : 8;
             memcpy(img + j, &r, k);
         }
-        labels[i] = (uint8_t)(mix(base ^ 0x1abe1ULL) % (uint64_t)ds->classes);
+        labels[i] = (uint8_t)(dt_mix64(base ^ 0x1abe1ULL) % (uint64_t)ds->classes);
     }
 }

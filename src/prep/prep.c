@@ -43,6 +43,7 @@
 #include <hdf5.h>
 
 #include "prep/idx.h"
+#include "rng.h"
 
 enum { EXIT_WRITE = 1, EXIT_USAGE = 2, EXIT_DATA = 3 };
 
@@ -543,41 +544,32 @@ static void load_dataset(struct dataset *d, const struct options *o)
 
 /* ---- Synthetic data ------------------------------------------------------ */
 
-/* splitmix64's finaliser, as data/synthetic.c. */
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static uint64_t synth_row_base(const struct split *s, uint64_t row)
 {
-    return mix(s->synth_seed ^ (s->synth_first + row) * 0xd1342543de82ef95ULL);
+    return dt_mix64(s->synth_seed ^ (s->synth_first + row) * 0xd1342543de82ef95ULL);
 }
 
 /* Bytes [b0, b1) of the image whose stream starts at BASE: byte b is byte
- * b % 8, little-endian, of mix(BASE + b - b % 8), which is what dtrain's
+ * b % 8, little-endian, of dt_mix64(BASE + b - b % 8), which is what dtrain's
  * memcpy gives on little-endian hosts. Whole words take the fast path. */
 static void synth_bytes(uint8_t *out, uint64_t base, size_t b0, size_t b1)
 {
     size_t b = b0;
 
     for (; b < b1 && b % 8 != 0; b++, out++)
-        *out = (uint8_t)(mix(base + b - b % 8) >> (8 * (b % 8)));
+        *out = (uint8_t)(dt_mix64(base + b - b % 8) >> (8 * (b % 8)));
     for (; b1 - b >= 8; b += 8, out += 8) {
-        uint64_t r = mix(base + b);
+        uint64_t r = dt_mix64(base + b);
         for (int k = 0; k < 8; k++) /* compilers merge this into one store */
             out[k] = (uint8_t)(r >> (8 * k));
     }
     for (; b < b1; b++, out++)
-        *out = (uint8_t)(mix(base + b - b % 8) >> (8 * (b % 8)));
+        *out = (uint8_t)(dt_mix64(base + b - b % 8) >> (8 * (b % 8)));
 }
 
 static uint8_t synth_label(const struct split *s, uint64_t row)
 {
-    return (uint8_t)(mix(synth_row_base(s, row) ^ 0x1abe1ULL) % (uint64_t)s->num_classes);
+    return (uint8_t)(dt_mix64(synth_row_base(s, row) ^ 0x1abe1ULL) % (uint64_t)s->num_classes);
 }
 
 /* HxWxC:CLASSES:NTRAIN[:NTEST] into D, with the messages (and limits) of
