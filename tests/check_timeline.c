@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mpi_check.h"
 #include "metrics/timeline.h"
 
 static int rank, nranks;
@@ -303,18 +304,7 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided); /* as dtrain does */
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    const char *tmp = getenv("TEST_TMP");
-    snprintf(dir, sizeof dir, "%s/timeline.%d", tmp ? tmp : "/tmp", nranks);
-    if (rank == 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "cannot create %s\n", dir);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    mpi_check_init(&argc, &argv, "timeline", &rank, &nranks, dir, sizeof dir);
 
     Suite *s = suite_create("timeline");
     TCase *tc = tcase_create("timeline");
@@ -325,13 +315,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_write_error_fails_finish);
     tcase_add_test(tc, test_overhead);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */
-    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr), any;
-    srunner_free(sr);
-    /* A failure on any rank fails the test program on every rank. */
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+    return mpi_check_run(s, rank);
 }

@@ -1,0 +1,46 @@
+/* mpi_check.h: the start and the end every MPI Check test program shares.
+ *
+ * mpi_check_init: MPI at dtrain's thread level, this rank and the count, and
+ * a scratch directory TEST_TMP/NAME.NRANKS made by rank 0 before anyone uses
+ * it. mpi_check_run: runs the suite without fork() (MPI cannot survive it),
+ * prints from rank 0 only, and fails the program on every rank when any rank
+ * failed a check. */
+#ifndef DT_MPI_CHECK_H
+#define DT_MPI_CHECK_H
+
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static inline void mpi_check_init(int *argc, char ***argv, const char *name, int *rank, int *nranks, char *dir,
+                                  size_t dirlen)
+{
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided); /* as dtrain does */
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, nranks);
+    const char *tmp = getenv("TEST_TMP");
+    snprintf(dir, dirlen, "%s/%s.%d", tmp ? tmp : "/tmp", name, *nranks);
+    if (*rank == 0) {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "cannot create %s\n", dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static inline int mpi_check_run(Suite *s, int rank)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */
+    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr), any;
+    srunner_free(sr);
+    /* A failure on any rank fails the test program on every rank. */
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#endif
