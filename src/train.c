@@ -334,8 +334,8 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         }
         const int first = (s - s0) % K == 0, last = (s - s0) % K == K - 1 || s + 1 == steps;
         if (first) { /* the update's samples over all replicas: its loss is their mean */
-            group_global = 0;
-            for (int64_t u = s; u < s + K && u < steps; u++) {
+            group_global = t->slot_global[k];
+            for (int64_t u = s + 1; u < s + K && u < steps; u++) { /* the later micro-batches' (K > 1) */
                 int64_t g;
                 dt_shard_step(&t->plan, u, t->idx_scratch, &g);
                 group_global += g;
