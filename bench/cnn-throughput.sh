@@ -55,6 +55,8 @@ EOF
 
 die() { echo "$prog: $*" >&2; exit 2; }
 say() { echo "$prog: $*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
 positive() { # FLAG VALUE
     [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
@@ -93,19 +95,7 @@ else
     dtrain=$PWD/dtrain
 fi
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (build it, or point --build at the build directory)"
-dtrain_prep=$(dirname "$dtrain")/dtrain-prep
-
-if [[ -z $data ]]; then
-    data=$repo/data/fashion-mnist.h5
-    if [[ ! -e $data ]]; then
-        [[ -x $dtrain_prep ]] || die "$data is missing and there is no $dtrain_prep to make it (or pass --data FILE)"
-        say "making $data with dtrain-prep"
-        mkdir -p "$(dirname "$data")"
-        "$dtrain_prep" --quiet "$data" || die "dtrain-prep failed to make $data"
-    fi
-fi
-[[ -r $data ]] || die "--data $data: no such readable file"
-data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data")
+bench_default_data "$dtrain"
 
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
@@ -179,20 +169,8 @@ py_version() { # PYTHON CODE
 }
 dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version=""
 [[ -n $dtrain_version ]] || dtrain_version="dtrain (version unknown)"
-git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || git_rev="no commit"
-if git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then
-    git_rev+=" (modified)"
-fi
-# Other work on the machine skews every figure; say how busy it was just
-# before the start (measured over 2 s: the load average lags by a minute).
-cpu_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
-read -r busy0 all0 < <(cpu_jiffies)
-sleep 2
-read -r busy1 all1 < <(cpu_jiffies)
-busy_cores=$(awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) -v n="$(nproc)" 'BEGIN { printf "%.2f", (a > 0 ? n * b / a : 0) }')
-if awk -v c="$busy_cores" 'BEGIN { exit !(c > 0.25) }'; then
-    say "warning: other work kept $busy_cores cores busy just before starting; every figure will show it"
-fi
+bench_git_rev
+bench_busy_cores "$(nproc)"
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 meta=(
     "cnn-throughput: seed CNN, batch 64, Adam 1e-3, one thread per process"

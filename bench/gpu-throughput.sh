@@ -62,6 +62,8 @@ EOF
 
 die() { echo "$prog: $*" >&2; exit 2; }
 say() { echo "$prog: $*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
 positive() { # FLAG VALUE
     [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
@@ -112,18 +114,7 @@ done
 [[ -d $build ]] || die "--build $build: not a directory"
 dtrain=$(cd "$build" && pwd)/dtrain
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (point --build at a --with-cuda build directory)"
-dtrain_prep=$(dirname "$dtrain")/dtrain-prep
-if [[ -z $data ]]; then
-    data=$repo/data/fashion-mnist.h5
-    if [[ ! -e $data ]]; then
-        [[ -x $dtrain_prep ]] || die "$data is missing and there is no $dtrain_prep to make it (or pass --data FILE)"
-        say "making $data with dtrain-prep"
-        mkdir -p "$(dirname "$data")"
-        "$dtrain_prep" --quiet "$data" || die "dtrain-prep failed to make $data"
-    fi
-fi
-[[ -r $data ]] || die "--data $data: no such readable file"
-data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data")
+bench_default_data "$dtrain"
 
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
@@ -180,10 +171,7 @@ trap 'exit 130' INT TERM
 
 # ---- Metadata ------------------------------------------------------------------------
 dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version=""
-git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || git_rev="no commit"
-if [[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
-    git_rev+=" (modified)"
-fi
+bench_git_rev
 smi="nvidia-smi not found"
 if command -v nvidia-smi >/dev/null; then
     smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -n 1)

@@ -48,6 +48,8 @@ EOF
 
 die() { echo "$prog: $*" >&2; exit 2; }
 say() { echo "$prog: $*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
 whole() { # FLAG VALUE MIN
     if [[ ! $2 =~ ^[0-9]+$ ]] || (($2 < $3)); then die "$1: expected a whole number >= $3, found '$2'"; fi
@@ -116,20 +118,8 @@ if ! "$mpirun" "${mpi_flags[@]}" "$dtrain" "$data" --precision bf16 --epochs 1 -
 fi
 
 dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version="dtrain (version unknown)"
-git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || git_rev="no commit"
-if git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then
-    git_rev+=" (modified)"
-fi
-# Other work on the machine skews every figure; say how busy it was just
-# before the start (measured over 2 s: the load average lags by a minute).
-cpu_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
-read -r busy0 all0 < <(cpu_jiffies)
-sleep 2
-read -r busy1 all1 < <(cpu_jiffies)
-busy_cores=$(awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) -v n="$ncpu" 'BEGIN { printf "%.2f", (a > 0 ? n * b / a : 0) }')
-if awk -v c="$busy_cores" 'BEGIN { exit !(c > 0.25) }'; then
-    say "warning: other work kept $busy_cores cores busy just before starting; every figure will show it"
-fi
+bench_git_rev
+bench_busy_cores "$ncpu"
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 bf16_flags=$(grep -o -w 'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | paste -s -d ' ')
 meta=(

@@ -1,0 +1,49 @@
+# shellcheck shell=bash
+# lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh,
+# gpu-throughput.sh and precision.sh, which define say and die first).
+#
+# bench_default_data DTRAIN    sets data (if empty) to $repo/data/fashion-mnist.h5,
+#                              making it with the dtrain-prep beside DTRAIN when
+#                              missing, and makes the path absolute
+# bench_git_rev                sets git_rev: the commit, "(modified)" if dirty
+# bench_busy_cores NCPU        sets busy_cores: cores other work kept busy over
+#                              2 s, with a warning above a quarter of a core
+
+# repo, data, say and die come from the sourcing script.
+# shellcheck disable=SC2154
+bench_default_data() {
+    local prep
+    prep=$(dirname "$1")/dtrain-prep
+    if [[ -z $data ]]; then
+        data=$repo/data/fashion-mnist.h5
+        if [[ ! -e $data ]]; then
+            [[ -x $prep ]] || die "$data is missing and there is no $prep to make it (or pass --data FILE)"
+            say "making $data with dtrain-prep"
+            mkdir -p "$(dirname "$data")"
+            "$prep" --quiet "$data" || die "dtrain-prep failed to make $data"
+        fi
+    fi
+    [[ -r $data ]] || die "--data $data: no such readable file"
+    data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data")
+}
+
+bench_git_rev() {
+    git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || git_rev="no commit"
+    if git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then
+        git_rev+=" (modified)"
+    fi
+}
+
+# Other work on the machine skews every figure; say how busy it was just
+# before the start (measured over 2 s: the load average lags by a minute).
+bench_busy_cores() {
+    local busy0 all0 busy1 all1
+    cpu_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
+    read -r busy0 all0 < <(cpu_jiffies)
+    sleep 2
+    read -r busy1 all1 < <(cpu_jiffies)
+    busy_cores=$(awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) -v n="$1" 'BEGIN { printf "%.2f", (a > 0 ? n * b / a : 0) }')
+    if awk -v c="$busy_cores" 'BEGIN { exit !(c > 0.25) }'; then
+        say "warning: other work kept $busy_cores cores busy just before starting; every figure will show it"
+    fi
+}
