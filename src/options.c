@@ -52,6 +52,12 @@ void dt_options_usage(FILE *out)
         "                           e.g. 32x32x3:10 (N = 51200 samples by default)\n"
         "      --shard-policy P     auto (default), data or file: how samples are dealt\n"
         "                           to ranks (file: whole shard files per rank)\n"
+        "      --prefetch N         a thread reads up to N batches ahead of the step\n"
+        "                           (default 2); 0 reads each batch in the training loop\n"
+        "      --cache              keep the training samples a rank reads in memory:\n"
+        "                           later epochs read them from there\n"
+        "      --cache-limit MIB    the cache's size per rank (default: a quarter of the\n"
+        "                           node's memory over its ranks); beyond it, from disk\n"
         "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
         "\n"
         "Device and precision:\n"
@@ -163,7 +169,8 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
-       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT };
+       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT,
+       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -188,6 +195,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"synthetic", required_argument, 0, OPT_SYNTHETIC},
         {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
         {"augment", required_argument, 0, OPT_AUGMENT},
+        {"prefetch", required_argument, 0, OPT_PREFETCH},
+        {"cache", no_argument, 0, OPT_CACHE},
+        {"cache-limit", required_argument, 0, OPT_CACHE_LIMIT},
         {"threads", required_argument, 0, 't'},
         {"strategy", required_argument, 0, OPT_STRATEGY},
         {"num-ps", required_argument, 0, OPT_NUM_PS},
@@ -240,7 +250,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                               .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
                               .device = "cpu", .precision = DT_PREC_FP32,
                               .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
-                              .lr_factor = 0.1f, .grad_accum = 1};
+                              .lr_factor = 0.1f, .grad_accum = 1, .prefetch = 2};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
     optind = 1;
@@ -393,6 +403,11 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             cfg->augment = optarg;
             break;
         }
+        case OPT_PREFETCH: rc = dt_parse_long("--prefetch", optarg, 0, 64, &v, st); cfg->prefetch = (int)v; break;
+        case OPT_CACHE: cfg->cache = 1; break;
+        case OPT_CACHE_LIMIT:
+            rc = dt_parse_long("--cache-limit", optarg, 1, 1L << 30, &cfg->cache_limit_mib, st);
+            break;
         case OPT_SYNTHETIC: {
             struct dt_synthetic sy;
             rc = dt_synthetic_parse(optarg, &sy, st);
@@ -491,6 +506,8 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         return dt_fail(st, DT_EUSAGE, "--lr-min: only with --lr-schedule cosine");
     if (cfg->metrics_every && !cfg->metrics)
         return dt_fail(st, DT_EUSAGE, "--metrics-every: needs --metrics FILE");
+    if (cfg->cache_limit_mib && !cfg->cache)
+        return dt_fail(st, DT_EUSAGE, "--cache-limit: needs --cache");
     if (cfg->min_delta > 0 && cfg->patience < 0)
         return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
     {   /* the command line, for checkpoints */

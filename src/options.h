@@ -15,6 +15,9 @@ struct dt_config {
     char **inputs;          /* HDF5 files (one file, or shard files) */
     const char *synthetic;  /* --synthetic HxWxC:CLASSES[:N] instead of files; NULL */
     const char *augment;    /* --augment flip,crop[:PAD]; NULL */
+    int prefetch;           /* --prefetch: batches read ahead by a thread (2); 0 = in the step */
+    int cache;              /* --cache: keep read samples in memory */
+    long cache_limit_mib;   /* --cache-limit MIB per rank; 0 = the default (data/loader.h) */
     int ninputs;
     int epochs;             /* 10 */
     int batch_size;         /* per replica: 64; global = batch_size * ranks */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "checkpoint/keras.h"
 #include "checks.h"
@@ -78,6 +79,34 @@ static int setup_schedule(struct dt_trainer *t, dt_status *st)
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
     if (s->optim.ops) s->optim.cfg.lr = dt_lr_at(sc, t->global_step); /* the parameter server's constant rate */
     return DT_OK;
+}
+
+/* --cache-limit's default: a quarter of the node's memory, shared by its ranks. */
+static size_t default_cache_bytes(const struct dt_trainer *t)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t node = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)4 << 30;
+    int local = t->coll.topo.local_size > 0 ? t->coll.topo.local_size : 1;
+    return node / 4 / (size_t)local;
+}
+
+/* The training batches (data/loader.h), after the plan. DTRAIN_TEST_READ_ERROR
+ * = "RANK:N" (tests only) makes the N-th batch read on rank RANK fail. */
+static void open_loader(struct dt_trainer *t)
+{
+    const struct dt_config *cfg = t->cfg;
+    struct dt_loader_config lc = {.batch = cfg->batch_size, .prefetch = cfg->prefetch, .augment = t->augment,
+                                  .seed = cfg->seed};
+    if (cfg->cache) lc.cache_bytes = cfg->cache_limit_mib ? (size_t)cfg->cache_limit_mib << 20 : default_cache_bytes(t);
+    const char *hook = getenv("DTRAIN_TEST_READ_ERROR");
+    int hook_rank = -1;
+    long hook_n = 0;
+    if (hook && sscanf(hook, "%d:%ld", &hook_rank, &hook_n) == 2 && hook_rank == t->rank) lc.fail_at = hook_n;
+    char note[1100];
+    dt_loader_open(&t->loader, &lc, &t->data, &t->plan, t->be, note, sizeof note);
+    if (note[0] && t->rank == 0 && cfg->verbose >= 1)
+        fprintf(stderr, "dtrain: note: --prefetch %d: %s, so its rows are read through HDF5, which is not "
+                "thread-safe here; batches are read in the training loop instead\n", cfg->prefetch, note);
 }
 
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
@@ -180,53 +209,54 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     free(per_file);
 
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
-    for (int k = 0; k < 2; k++) { /* two slots: the next batch is read while this one computes */
-        t->idx[k] = dt_xmalloc(sizeof(int64_t) * B);
-        t->host_images[k] = t->be->host_alloc(row * B); /* pinned on the GPU: asynchronous uploads */
-        t->host_labels[k] = t->be->host_alloc(B);
-    }
+    if (cfg->augment) dt_augment_parse(cfg->augment, &t->augment, st); /* checked by the options */
+    open_loader(t);
     t->overflow_steps = parse_steps(cfg->inject_overflow, &t->noverflow);
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
     if (setup_schedule(t, st) != DT_OK) return st->code; /* needs the plan's steps per epoch */
     t->idx_scratch = dt_xmalloc(sizeof(int64_t) * B);
-    if (cfg->augment) {
-        dt_augment_parse(cfg->augment, &t->augment, st); /* checked by the options */
-        t->aug_scratch = dt_xmalloc(row);
-    }
     if (cfg->grad_accum > 1) t->accum = t->be->alloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
     return DT_OK;
 }
 
-/* Put n samples (already in slot k's host buffers) into the model's input.
- * On the GPU the copies are asynchronous (pinned memory): the slot is not
- * written again before the step's end, which waits for the device. */
-static void load_batch(struct dt_trainer *t, int k, int n)
+/* Put batch b's n samples into the model's input. On the GPU the copies
+ * are asynchronous (pinned memory): the loader does not write b's slot again
+ * before the next step's batch is asked for, after this step's end, which
+ * waits for the device. */
+static void load_batch(struct dt_trainer *t, const struct dt_batch *b, int n)
 {
     size_t bytes = dt_shape_size(t->data.shape) * (size_t)n;
     if (n == 0) return;
-    t->be->upload(t->dev_images, t->host_images[k], bytes);
-    t->be->upload(t->dev_labels, t->host_labels[k], (size_t)n);
+    t->be->upload(t->dev_images, b->images, bytes);
+    t->be->upload(t->dev_labels, b->labels, (size_t)n);
     t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
 }
 
-/* Step s's samples into slot k (their count and the step's global count),
- * augmented when asked. */
-static int read_step(struct dt_trainer *t, int64_t s, int k, dt_status *st)
+/* Step s's batch from the loader, the wait counted as data time and shown
+ * on the timeline as "read batch". */
+static const struct dt_batch *next_batch(struct dt_trainer *t, int64_t s, double *data_seconds)
 {
-    t->slot_n[k] = dt_shard_step(&t->plan, s, t->idx[k], &t->slot_global[k]);
-    if (dt_dataset_read(&t->data, DT_TRAIN, t->idx[k], t->slot_n[k], t->host_images[k], t->host_labels[k], st) != DT_OK)
-        return st->code;
-    if (t->augment.flip || t->augment.pad) {
-        const struct dt_shape sh = t->data.shape;
-        size_t row = dt_shape_size(sh);
-        for (int i = 0; i < t->slot_n[k]; i++) {
-            int flip, dy, dx;
-            dt_augment_draw(&t->augment, t->cfg->seed, t->cur_epoch, t->idx[k][i], &flip, &dy, &dx);
-            dt_augment_image(t->host_images[k] + (size_t)i * row, sh.h, sh.w, sh.c, flip, dy, dx, t->aug_scratch);
-        }
-    }
-    return DT_OK;
+    double tr = MPI_Wtime();
+    DT_TL_BEGIN(tl_read);
+    const struct dt_batch *b = dt_loader_get(&t->loader, s);
+    DT_TL_END(tl_read, DT_TL_DATA, "read batch", NULL);
+    *data_seconds += MPI_Wtime() - tr;
+    return b;
+}
+
+/* Collective, on every rank once any rank's loss sum came out non-finite: a
+ * rank whose loader failed sends NaN in its statistics (data/loader.h: it
+ * trains on empty batches meanwhile), so the failure reaches every rank
+ * through the step's own reduction, at no cost while nothing fails. Returns
+ * the read error (naming the file) if any rank has one, else DT_OK: the loss
+ * really is not finite. */
+static int data_failure(struct dt_trainer *t, dt_status *st)
+{
+    const dt_status *err = dt_loader_error(&t->loader);
+    if (err) *st = *err;
+    else st->code = DT_OK;
+    return dt_status_agree(st, t->comm);
 }
 
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
@@ -238,12 +268,13 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     int64_t q = sp->n / t->nranks, rem = sp->n % t->nranks;
     int64_t begin = t->rank * q + (t->rank < rem ? t->rank : rem), end = begin + q + (t->rank < rem);
     double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
+    struct dt_batch *b = dt_loader_spare(&t->loader); /* no epoch runs now */
     for (int64_t at = begin; at < end; at += t->cfg->batch_size) {
         int n = (int)(end - at < t->cfg->batch_size ? end - at : t->cfg->batch_size);
-        for (int i = 0; i < n; i++) t->idx[0][i] = at + i;
-        if (dt_dataset_read(&t->data, DT_TEST, t->idx[0], n, t->host_images[0], t->host_labels[0], &st) != DT_OK)
+        for (int i = 0; i < n; i++) b->idx[i] = at + i;
+        if (dt_dataset_read(&t->data, DT_TEST, b->idx, n, b->images, b->labels, &st) != DT_OK)
             DT_DIE("%s", st.msg);
-        load_batch(t, 0, n);
+        load_batch(t, b, n);
         dt_model_forward(&t->model, n, 0, NULL);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
         sums[0] += r.loss_sum;
@@ -300,7 +331,6 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     double sums[2] = {0.0, 0.0}, epoch_sums[2] = {0.0, 0.0};
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < steps) steps = cfg->steps_per_epoch;
     dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
-    t->cur_epoch = epoch;
     dt_reducer_stats_reset(&t->strategy.reducer);
     struct dt_strategy *strat = &t->strategy;
     const int replica = strat->replica >= 0, per_step = !strat->local_stats;
@@ -313,11 +343,8 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         es->samples = (int64_t)t->start_progress[2];
     }
     const int ps = strat->ops == &dt_strategy_parameter_server; /* checkpoints at epoch ends only */
-    double data_seconds = 0.0, tr = MPI_Wtime();
-    DT_TL_BEGIN(tl_read0);
-    if (replica && s0 < steps && read_step(t, s0, (int)(s0 & 1), st) != DT_OK) return st->code;
-    DT_TL_END(tl_read0, DT_TL_DATA, "read batch", NULL);
-    data_seconds += MPI_Wtime() - tr;
+    double data_seconds = 0.0;
+    if (replica) dt_loader_start(&t->loader, epoch, s0, steps); /* the epoch's order is drawn */
     dt_report_epoch_begin(&t->report, epoch, steps);
     /* --grad-accum K: K micro-batches (steps of the data plan) make one
      * update; their gradients are summed in t->accum and reduced once. */
@@ -325,16 +352,16 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     int64_t group_global = 0, updates = 0;
     float group_stats[DT_STATS] = {0.0f, 0.0f};
     for (int64_t s = s0; s < steps; s++) {
-        const int k = (int)(s & 1);
         int64_t global;
         if (!replica) { /* a parameter server's server: it serves in epoch_end */
-            dt_shard_step(&t->plan, s, t->idx[0], &global);
+            dt_shard_step(&t->plan, s, t->idx_scratch, &global);
             es->samples += global;
             continue;
         }
+        const struct dt_batch *b = next_batch(t, s, &data_seconds);
         const int first = (s - s0) % K == 0, last = (s - s0) % K == K - 1 || s + 1 == steps;
         if (first) { /* the update's samples over all replicas: its loss is their mean */
-            group_global = t->slot_global[k];
+            group_global = b->global;
             for (int64_t u = s + 1; u < s + K && u < steps; u++) { /* the later micro-batches' (K > 1) */
                 int64_t g;
                 dt_shard_step(&t->plan, u, t->idx_scratch, &g);
@@ -342,24 +369,26 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             }
             group_stats[0] = group_stats[1] = 0.0f;
         }
-        int n = t->slot_n[k];
-        global = t->slot_global[k];
+        int n = b->n;
+        global = b->global;
         es->samples += global;
-        load_batch(t, k, n);
+        load_batch(t, b, n);
         if (strat->ops->pull && first) strat->ops->pull(strat);
         dt_model_forward(&t->model, n, 1, &t->dropout_rng);
-        /* While a GPU runs the forward pass, the CPU reads the next batch. */
-        tr = MPI_Wtime();
-        DT_TL_BEGIN(tl_read);
-        if (s + 1 < steps && read_step(t, s + 1, k ^ 1, st) != DT_OK) return st->code;
-        DT_TL_END(tl_read, DT_TL_DATA, "read batch", NULL);
-        data_seconds += MPI_Wtime() - tr;
+        if (!t->loader.threaded) { /* while a GPU runs the forward pass, the CPU reads the next batch */
+            double tr = MPI_Wtime();
+            DT_TL_BEGIN(tl_read);
+            dt_loader_ahead(&t->loader, s + 1);
+            DT_TL_END(tl_read, DT_TL_DATA, "read batch", NULL);
+            data_seconds += MPI_Wtime() - tr;
+        }
         float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)group_global;
         DT_TL_BEGIN(tl_loss);
         struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
         DT_TL_END(tl_loss, DT_TL_COMPUTE, "loss", NULL);
         group_stats[0] += (float)r.loss_sum;
         group_stats[1] += (float)r.correct;
+        if (b->failed) group_stats[0] = NAN; /* tells every rank: see data_failure */
         if (!last) { /* a micro-batch: its gradient joins the sum, nothing is reduced yet */
             dt_model_backward(&t->model, n, &t->dropout_rng);
             if (first) t->be->copy(t->accum, t->model.grads, sizeof(float) * t->model.nparams);
@@ -388,6 +417,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
 
         sums[0] = (double)stats[0]; /* float: ~7 digits of a batch's sum, plenty for a log */
         sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
+        if (per_step && !isfinite(sums[0]) && data_failure(t, st) != DT_OK) return st->code;
         epoch_sums[0] += sums[0];
         epoch_sums[1] += sums[1];
         dt_report_step(&t->report, s + 1, steps, epoch_sums[0], epoch_sums[1], es->samples, t->global_step);
@@ -410,6 +440,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)steps);
     if (!per_step) {
         dt_allreduce_sum_f64(epoch_sums, 2, t->comm);
+        if (!isfinite(epoch_sums[0]) && data_failure(t, st) != DT_OK) return st->code;
         if (!isfinite(epoch_sums[0]))
             return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", epoch + 1, epoch_sums[0]);
     }
@@ -532,7 +563,9 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
     for (int e = t->start_epoch; e < cfg->epochs; e++) {
         struct dt_epoch_stats *es = &t->history[e];
         memset(es, 0, sizeof *es);
-        if (train_epoch(t, e, out, es, st) != DT_OK) return st->code;
+        int rc = train_epoch(t, e, out, es, st);
+        dt_loader_stop(&t->loader); /* nothing reads while validation and checkpoints run */
+        if (rc != DT_OK) return rc;
         if (validate) {
             double tv = MPI_Wtime();
             dt_trainer_evaluate(t, &es->val_loss, &es->val_accuracy);
@@ -563,6 +596,19 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
     return DT_OK;
 }
 
+/* Collective: --cache's figures over all ranks, one summary line from rank 0. */
+static void report_cache(struct dt_trainer *t, FILE *out)
+{
+    const struct dt_cache *c = &t->loader.cache;
+    double counts[2] = {(double)c->hits, (double)(c->hits + c->misses)}, held = (double)dt_cache_bytes(c), most = 0.0;
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_DOUBLE, MPI_SUM, t->comm));
+    DT_MPI_CHECK(MPI_Allreduce(&held, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm));
+    if (t->rank == 0 && t->cfg->verbose >= 1)
+        fprintf(out, "  data cache           %.2f MiB held per rank (largest; limit %.2f MiB), %.1f%% of sample "
+                "reads from memory\n", most / 1048576.0, (double)c->limit / 1048576.0,
+                counts[1] > 0 ? 100.0 * counts[0] / counts[1] : 0.0);
+}
+
 int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
 {
     int rc = fit(t, out, st);
@@ -572,6 +618,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         double mine = (double)ru.ru_maxrss / 1024.0, peak = 0.0;
         DT_MPI_CHECK(MPI_Allreduce(&mine, &peak, 1, MPI_DOUBLE, MPI_MAX, t->comm));
         dt_report_summary(&t->report, t->epochs_done - t->start_epoch, peak);
+        if (t->cfg->cache) report_cache(t, out);
     }
     /* The timeline is written even when training failed: it shows where. */
     dt_status tst = {0};
@@ -615,20 +662,15 @@ void dt_trainer_free(struct dt_trainer *t)
     if (!t->cfg) return;
     dt_strategy_free(&t->strategy);
     dt_model_free(&t->model);
+    dt_loader_close(&t->loader); /* before the data and the backend it uses */
     dt_shard_free(&t->plan);
     dt_dataset_close(&t->data);
     if (t->be) {
         if (t->dev_images) t->be->free(t->dev_images);
         if (t->dev_labels) t->be->free(t->dev_labels);
     }
-    for (int k = 0; k < 2; k++) {
-        free(t->idx[k]);
-        if (t->be && t->host_images[k]) t->be->host_free(t->host_images[k]);
-        if (t->be && t->host_labels[k]) t->be->host_free(t->host_labels[k]);
-    }
     free(t->overflow_steps);
     free(t->idx_scratch);
-    free(t->aug_scratch);
     if (t->accum && t->be) t->be->free(t->accum);
     free(t->best_params);
     free(t->history);

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "data/augment.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "device.h"
 #include "metrics/report.h"
 #include "data/shard.h"
@@ -37,10 +38,7 @@ struct dt_trainer {
     int policy;                     /* resolved --shard-policy */
     struct dt_model model;
     dt_rng dropout_rng;             /* per rank */
-    int64_t *idx[2];                /* [batch] per slot: this step's and the next one's */
-    uint8_t *host_images[2], *host_labels[2]; /* per slot (pinned on the GPU) */
-    int slot_n[2];                  /* samples in each slot */
-    int64_t slot_global[2];         /* the slot's step's samples over all replicas */
+    struct dt_loader loader;        /* the training batches, read ahead (--prefetch, --cache) */
     uint8_t *dev_images, *dev_labels;
     int epochs_done;
     long global_step;               /* steps taken in this run */
@@ -66,9 +64,7 @@ struct dt_trainer {
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
     float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
     int64_t *idx_scratch;           /* [batch]: counting an update's samples ahead */
-    struct dt_augment augment;      /* --augment */
-    uint8_t *aug_scratch;           /* one image */
-    int cur_epoch;                  /* the epoch being trained (augmentation draws) */
+    struct dt_augment augment;      /* --augment (applied by the loader) */
     struct dt_layer_spec specs[256]; /* a --model file's layers (checked before building) */
     int nspecs;
     struct dt_epoch_stats *history; /* [cfg->epochs] */

@@ -1,0 +1,195 @@
+/* rowmap.c: file offsets of a split's rows, and pread() of them (see rowmap.h).
+ *
+ * Addresses that HDF5 reports are relative to the file's base address, which
+ * is the user block's size (0 unless the file was made with one). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checks.h"
+#include "data/rowmap.h"
+#include "data/shard.h"
+
+static const char *split_name[2] = {"train", "test"};
+
+/* Fill d for one dataset of rows rows of row_bytes; or say why not. */
+static int map_dset(struct dt_rowmap_dset *d, hid_t dset, hsize_t userblock, int64_t rows, size_t row_bytes,
+                    const char *path, const char *name, dt_status *st)
+{
+    memset(d, 0, sizeof *d);
+    d->row_bytes = row_bytes;
+    d->rows = rows;
+    hid_t dcpl = H5Dget_create_plist(dset);
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    int rc = DT_OK;
+    if (layout == H5D_CONTIGUOUS) {
+        haddr_t a = H5Dget_offset(dset);
+        if (H5Pget_external_count(dcpl) > 0)
+            rc = dt_fail(st, DT_EINPUT, "%s: %s is stored in external files", path, name);
+        else if (rows > 0 && a == HADDR_UNDEF)
+            rc = dt_fail(st, DT_EINPUT, "%s: %s has no storage allocated", path, name);
+        else
+            d->base = (uint64_t)a + (uint64_t)userblock;
+    } else if (layout == H5D_CHUNKED) {
+#if H5_VERSION_GE(1, 10, 5)
+        hsize_t cdims[8] = {0}, dims[8] = {0};
+        hid_t space = H5Dget_space(dset);
+        int nd = H5Sget_simple_extent_ndims(space);
+        H5Sget_simple_extent_dims(space, dims, NULL);
+        H5Sclose(space);
+        int cnd = H5Pget_chunk(dcpl, 8, cdims);
+        int whole_rows = cnd == nd && cdims[0] > 0;
+        for (int k = 1; k < nd && whole_rows; k++) whole_rows = cdims[k] == dims[k];
+        if (H5Pget_nfilters(dcpl) > 0)
+            rc = dt_fail(st, DT_EINPUT, "%s: %s is chunked with filters (compressed)", path, name);
+        else if (!whole_rows)
+            rc = dt_fail(st, DT_EINPUT, "%s: %s has chunks that split its rows", path, name);
+        else {
+            d->chunk_rows = (int64_t)cdims[0];
+            int64_t nchunks = (rows + d->chunk_rows - 1) / d->chunk_rows;
+            d->chunk = dt_xcalloc((size_t)(nchunks ? nchunks : 1), sizeof(uint64_t));
+            for (int64_t c = 0; c < nchunks && rc == DT_OK; c++) {
+                hsize_t at[8] = {(hsize_t)(c * d->chunk_rows)}, size = 0;
+                haddr_t a = HADDR_UNDEF;
+                unsigned mask = 0;
+                /* by coordinate: a B-tree lookup, where H5Dget_chunk_info walks the index each time */
+                if (H5Dget_chunk_info_by_coord(dset, at, &mask, &a, &size) < 0 || a == HADDR_UNDEF)
+                    rc = dt_fail(st, DT_EINPUT, "%s: %s has a chunk at row %lld that was never written",
+                                 path, name, (long long)at[0]);
+                else if (mask != 0 || size != (hsize_t)d->chunk_rows * row_bytes)
+                    rc = dt_fail(st, DT_EINPUT, "%s: %s has a chunk at row %lld stored filtered", path, name,
+                                 (long long)at[0]);
+                else
+                    d->chunk[c] = (uint64_t)a + (uint64_t)userblock;
+            }
+        }
+#else
+        rc = dt_fail(st, DT_EINPUT, "%s: %s is chunked, and chunk addresses need HDF5 1.10.5 or later", path, name);
+#endif
+    } else {
+        rc = dt_fail(st, DT_EINPUT, "%s: %s has %s storage", path, name,
+                     layout == H5D_COMPACT ? "compact (in the object header)" : "virtual or unknown");
+    }
+    H5Pclose(dcpl);
+    if (rc != DT_OK) {
+        free(d->chunk);
+        d->chunk = NULL;
+    }
+    return rc;
+}
+
+int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, dt_status *st)
+{
+    const struct dt_split *sp = &ds->split[split];
+    memset(m, 0, sizeof *m);
+    if (ds->synthetic) return dt_fail(st, DT_EINPUT, "--synthetic: generated rows have no file");
+    m->nfiles = ds->nfiles;
+    m->file_start = sp->file_start;
+    m->paths = ds->paths;
+    m->row = dt_shape_size(ds->shape);
+    m->fd = dt_xcalloc((size_t)ds->nfiles, sizeof(int));
+    m->images = dt_xcalloc((size_t)ds->nfiles, sizeof *m->images);
+    m->labels = dt_xcalloc((size_t)ds->nfiles, sizeof *m->labels);
+    for (int f = 0; f < ds->nfiles; f++) m->fd[f] = -1;
+    int rc = DT_OK;
+    for (int f = 0; f < ds->nfiles && rc == DT_OK; f++) {
+        int64_t rows = sp->file_start[f + 1] - sp->file_start[f];
+        char iname[32], lname[32];
+        hsize_t userblock = 0;
+        hid_t fcpl = H5Fget_create_plist(ds->files[f]);
+        DT_H5_CHECK(H5Pget_userblock(fcpl, &userblock));
+        H5Pclose(fcpl);
+        snprintf(iname, sizeof iname, "/%s/images", split_name[split]);
+        snprintf(lname, sizeof lname, "/%s/labels", split_name[split]);
+        rc = map_dset(&m->images[f], sp->images[f], userblock, rows, m->row, ds->paths[f], iname, st);
+        if (rc == DT_OK) rc = map_dset(&m->labels[f], sp->labels[f], userblock, rows, 1, ds->paths[f], lname, st);
+        if (rc == DT_OK && (m->fd[f] = open(ds->paths[f], O_RDONLY | O_CLOEXEC)) < 0)
+            rc = dt_fail(st, DT_EINPUT, "%s: cannot open for reading: %s", ds->paths[f], strerror(errno));
+    }
+    if (rc != DT_OK) dt_rowmap_close(m);
+    return rc;
+}
+
+static uint64_t row_offset(const struct dt_rowmap_dset *d, int64_t r)
+{
+    if (!d->chunk_rows) return d->base + (uint64_t)r * d->row_bytes;
+    return d->chunk[r / d->chunk_rows] + (uint64_t)(r % d->chunk_rows) * d->row_bytes;
+}
+
+/* Rows r and r+1 are adjacent in the file (same chunk, or contiguous). */
+static int adjacent(const struct dt_rowmap_dset *d, int64_t r)
+{
+    return !d->chunk_rows || (r + 1) % d->chunk_rows != 0;
+}
+
+static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *path, dt_status *st)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = pread(fd, buf + done, len - done, (off_t)(off + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0)
+            return dt_fail(st, DT_ERUNTIME, "%s: reading %zu bytes at offset %llu: %s", path, len,
+                           (unsigned long long)off, strerror(errno));
+        if (k == 0)
+            return dt_fail(st, DT_ERUNTIME, "%s: reading %zu bytes at offset %llu: the file ends at %llu "
+                           "(truncated while training?)", path, len, (unsigned long long)off,
+                           (unsigned long long)(off + done));
+        done += (size_t)k;
+    }
+    return DT_OK;
+}
+
+struct pos { int64_t g; int at; };
+
+static int by_g(const void *a, const void *b)
+{
+    int64_t x = ((const struct pos *)a)->g, y = ((const struct pos *)b)->g;
+    return (x > y) - (x < y);
+}
+
+size_t dt_rowmap_scratch_bytes(int n)
+{
+    return (size_t)(n > 0 ? n : 1) * sizeof(struct pos);
+}
+
+int dt_rowmap_read(const struct dt_rowmap *m, const int64_t *idx, int n, uint8_t *images, uint8_t *labels,
+                   void *scratch, dt_status *st)
+{
+    struct pos *p = scratch;
+    for (int i = 0; i < n; i++) p[i] = (struct pos){idx[i], i};
+    qsort(p, (size_t)n, sizeof *p, by_g); /* file order: fewer seeks, and runs to merge */
+    for (int i = 0; i < n;) {
+        int64_t r;
+        int f = dt_shard_locate(m->file_start, m->nfiles, p[i].g, &r);
+        /* A run: consecutive rows of one file that go to consecutive places. */
+        int j = i + 1;
+        while (j < n && p[j].g == p[j - 1].g + 1 && p[j].at == p[j - 1].at + 1 && p[j].g < m->file_start[f + 1] &&
+               adjacent(&m->images[f], r + (j - 1 - i)) && adjacent(&m->labels[f], r + (j - 1 - i)))
+            j++;
+        size_t k = (size_t)(j - i);
+        if (pread_full(m->fd[f], images + (size_t)p[i].at * m->row, k * m->row, row_offset(&m->images[f], r),
+                       m->paths[f], st) != DT_OK ||
+            pread_full(m->fd[f], labels + p[i].at, k, row_offset(&m->labels[f], r), m->paths[f], st) != DT_OK)
+            return st->code;
+        i = j;
+    }
+    return DT_OK;
+}
+
+void dt_rowmap_close(struct dt_rowmap *m)
+{
+    for (int f = 0; f < m->nfiles; f++) {
+        if (m->fd && m->fd[f] >= 0) close(m->fd[f]);
+        if (m->images) free(m->images[f].chunk);
+        if (m->labels) free(m->labels[f].chunk);
+    }
+    free(m->fd);
+    free(m->images);
+    free(m->labels);
+    memset(m, 0, sizeof *m);
+}
