@@ -44,6 +44,11 @@ expect_fail 2 "--compress-cross-only: needs --grad-compression" 2 "$good" --comp
 expect_fail 2 "--allreduce mpi: MPI_Allreduce cannot carry 16-bit gradients" 2 "$good" --allreduce mpi --grad-compression bf16
 expect_fail 2 "--ranks-per-node: 3 is more than the 2 ranks of the job" 2 "$good" --ranks-per-node 3
 expect_fail 2 "--bucket-mb: expected a number in \[0, 65536\], found -1" 2 "$good" --bucket-mb -1
+expect_fail 2 "--prefetch: expected an integer in \[0, 64\], found -1" 2 "$good" --prefetch -1
+expect_fail 2 "--prefetch: expected an integer, found 'two'" 2 "$good" --prefetch two
+expect_fail 2 "--cache-limit: expected an integer in \[1, .*found 0" 2 "$good" --cache --cache-limit 0
+expect_fail 2 "--cache-limit: expected an integer, found '1G'" 2 "$good" --cache --cache-limit 1G
+expect_fail 2 "--cache-limit: needs --cache" 2 "$good" --cache-limit 64
 expect_fail 2 "--allreduce-table: cannot open $T/none.table: No such file" 2 "$good" --allreduce-table "$T/none.table"
 printf '0 0 0 mpi\n0 0 oops hier\n' >"$T/bad.table"
 expect_fail 2 "$T/bad.table:2: expected 'NODES RANKS_PER_NODE MIN_BYTES ALGORITHM'" 2 "$good" --allreduce-table "$T/bad.table"
@@ -68,7 +73,7 @@ run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --grad-accum --model --dropout --optimizer --lr --momentum \
            --lr-schedule --lr-steps --lr-factor --lr-min --warmup-epochs --lr-scale \
-           --seed --no-validation --shard-policy --synthetic --augment --threads --device --gpus-per-node --devices \
+           --seed --no-validation --shard-policy --synthetic --augment --prefetch --cache --cache-limit --threads --device --gpus-per-node --devices \
            --precision --loss-scale --checkpoint-dir --checkpoint-every --checkpoint-seconds --keep \
            --resume --save-best --monitor --early-stopping --min-delta --restore-best --export-keras \
            --progress --metrics --metrics-every --logdir --timeline --strategy --num-ps --ps-mode --staleness \
