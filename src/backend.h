@@ -119,6 +119,22 @@ struct dt_backend {
 
     /* dst += src, element-wise (gradient accumulation over micro-batches). */
     void (*accumulate)(float *dst, const float *src, size_t n);
+
+    /* Per-channel arithmetic over [rows][c] tensors (NHWC with rows = n*h*w),
+     * for batch normalization. The per-channel vectors (s1, s2, p, q, r) are
+     * host memory: c values, against rows * c in the tensors.
+     * channel_sums: s1[j] = sum of a, s2[j] = sum of a * b (b == a gives the
+     * sum of squares), accumulated in double; both overwritten. */
+    void (*channel_sums)(double *s1, double *s2, const float *a, const float *b, size_t rows, int c);
+    /* out = p[j] * a + q[j] * b + r[j] for channel j (b == NULL: no b term),
+     * then max(0, .) when relu. out may be a. */
+    void (*channel_affine)(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
+                           const float *q, const float *r, int relu);
+    /* Average pooling over 'valid' windows (kh x kw, stride); every window is
+     * whole, so each output is the plain mean of kh * kw inputs. backward
+     * overwrites dinp. */
+    void (*avgpool_forward)(const struct dt_conv_shape *s, int n, float *out, const float *inp);
+    void (*avgpool_backward)(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
 };
 
 extern const struct dt_backend dt_backend_cpu;

@@ -32,6 +32,8 @@ void dt_options_usage(FILE *out)
         "  -m, --model NAME|FILE    cnn (the reference CNN, default), mlp, or a model\n"
         "                           file (inputs/NAME.cfg: [conv2d], [maxpool], [dense], ...)\n"
         "      --dropout RATE       dropout rate of the CNN, in [0, 1) (default 0.5)\n"
+        "      --sync-bn            batch normalization over the global batch: its\n"
+        "                           statistics summed over all replicas each step\n"
         "  -o, --optimizer NAME     adam (default) or sgd\n"
         "      --lr RATE            learning rate (default 0.001 adam, 0.01 sgd)\n"
         "      --momentum M         SGD momentum, in [0, 1) (default 0)\n"
@@ -170,7 +172,7 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
        OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT,
-       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT };
+       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -194,6 +196,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"shard-policy", required_argument, 0, OPT_SHARD},
         {"synthetic", required_argument, 0, OPT_SYNTHETIC},
         {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
+        {"sync-bn", no_argument, 0, OPT_SYNC_BN},
         {"augment", required_argument, 0, OPT_AUGMENT},
         {"prefetch", required_argument, 0, OPT_PREFETCH},
         {"cache", no_argument, 0, OPT_CACHE},
@@ -396,6 +399,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                 rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
                              "*.weights.h5, found '%s'", optarg);
             break;
+        case OPT_SYNC_BN: cfg->sync_bn = 1; break;
         case OPT_GRAD_ACCUM: rc = dt_parse_long("--grad-accum", optarg, 1, 1 << 20, &v, st); cfg->grad_accum = (int)v; break;
         case OPT_AUGMENT: {
             struct dt_augment a;
@@ -508,6 +512,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         return dt_fail(st, DT_EUSAGE, "--metrics-every: needs --metrics FILE");
     if (cfg->cache_limit_mib && !cfg->cache)
         return dt_fail(st, DT_EUSAGE, "--cache-limit: needs --cache");
+    if (cfg->sync_bn && cfg->overlap == 1)
+        return dt_fail(st, DT_EUSAGE, "--sync-bn: cannot run with --overlap (batch normalization's reductions "
+                       "happen during backward, where the overlap thread owns MPI); drop --overlap");
     if (cfg->min_delta > 0 && cfg->patience < 0)
         return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
     {   /* the command line, for checkpoints */

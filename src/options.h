@@ -26,6 +26,7 @@ struct dt_config {
     const char *optimizer;  /* adam | sgd */
     float momentum;         /* sgd */
     int grad_accum;         /* micro-batches per update: 1 */
+    int sync_bn;            /* --sync-bn: batchnorm statistics over all replicas */
     int lr_schedule;        /* enum dt_lr_kind (optim/schedule.h) */
     int lr_boundaries[16];  /* --lr-steps: epochs (1-based starts) */
     int n_lr_boundaries;

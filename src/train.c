@@ -71,6 +71,10 @@ static int setup_schedule(struct dt_trainer *t, dt_status *st)
     if (s->ops == &dt_strategy_parameter_server && cfg->grad_accum > 1)
         dt_fail(st, DT_EUSAGE, "--grad-accum %d: the parameter server applies each worker's push as it comes; use a "
                 "synchronous strategy (or a larger --batch-size)", cfg->grad_accum);
+    else if (s->ops == &dt_strategy_parameter_server && cfg->sync_bn)
+        dt_fail(st, DT_EUSAGE, "--sync-bn: the parameter server's workers do not step together; use a synchronous "
+                "strategy (without --sync-bn, batch normalization's moving statistics are averaged over the "
+                "workers at each epoch's end)");
     else if (s->ops == &dt_strategy_parameter_server && (sc->kind != DT_LR_CONSTANT || sc->warmup > 0))
         dt_fail(st, DT_EUSAGE, "--lr-schedule/--warmup-epochs: the parameter server applies gradients as they arrive, "
                 "not in steps; use a constant rate (with --lr-scale if you like) or a synchronous strategy");
@@ -108,6 +112,8 @@ static void open_loader(struct dt_trainer *t)
         fprintf(stderr, "dtrain: note: --prefetch %d: %s, so its rows are read through HDF5, which is not "
                 "thread-safe here; batches are read in the training loop instead\n", cfg->prefetch, note);
 }
+
+static void sync_bn_reduce(void *arg, double *buf, int n);
 
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
@@ -149,6 +155,15 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         dt_fail(st, DT_EINPUT, "%s: %dx%dx%d images do not fit model %s: %s", cfg->inputs[0],
                 t->data.shape.h, t->data.shape.w, t->data.shape.c, cfg->model, why.msg);
     }
+    if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
+    if (st->code == DT_OK && dt_model_is_graph(&t->model)) { /* refused now, not after training */
+        const char *keras = cfg->export_keras ? cfg->export_keras
+                            : cfg->save_best && strstr(cfg->save_best, ".weights.h5") ? cfg->save_best : NULL;
+        if (keras)
+            dt_fail(st, DT_EUSAGE, "%s %s: model %s has add or route layers, and the export writes Keras Sequential "
+                    "models only; save a checkpoint (--checkpoint-dir) instead",
+                    keras == cfg->export_keras ? "--export-keras" : "--save-best", keras, t->model.name);
+    }
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
 
     t->history = dt_xcalloc((size_t)cfg->epochs, sizeof *t->history);
@@ -161,12 +176,23 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         return dt_status_agree(st, t->comm);
     }
     dt_model_create(&t->model, t->be, cfg->batch_size);
+    if (cfg->sync_bn) { /* batchnorm sums its statistics over the replicas */
+        DT_MPI_CHECK(MPI_Comm_dup(t->comm, &t->bn_comm));
+        t->model.reduce = sync_bn_reduce;
+        t->model.reduce_arg = t;
+    }
     if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
     {   /* through host memory: the parameters may live on a GPU */
         float *host = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
         if (t->rank == 0) t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
         DT_MPI_CHECK(MPI_Bcast(host, (int)t->model.nparams, MPI_FLOAT, 0, t->comm));
         t->be->upload(t->model.params, host, sizeof(float) * t->model.nparams);
+        free(host);
+        /* and the buffers (batchnorm's moving statistics: zeros and ones) */
+        host = dt_xmalloc(sizeof(float) * (t->model.nbuffers + 1));
+        if (t->rank == 0) t->be->download(host, t->model.buffers, sizeof(float) * t->model.nbuffers);
+        DT_MPI_CHECK(MPI_Bcast(host, (int)t->model.nbuffers, MPI_FLOAT, 0, t->comm));
+        t->be->upload(t->model.buffers, host, sizeof(float) * t->model.nbuffers);
         free(host);
     }
 
@@ -285,6 +311,34 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     DT_TL_END(tl_eval, DT_TL_COMPUTE, "evaluate", NULL);
     *loss = sums[2] > 0 ? sums[0] / sums[2] : (double)NAN;
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
+}
+
+/* --sync-bn: the model's reduction (nn/layer.h), on a communicator of its own. */
+static void sync_bn_reduce(void *arg, double *buf, int n)
+{
+    struct dt_trainer *t = arg;
+    DT_TL_BEGIN(tl0);
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, t->bn_comm));
+    DT_TL_END(tl0, DT_TL_COMM, "sync-bn", NULL);
+}
+
+/* Batch normalization's moving statistics without --sync-bn: each replica
+ * moves them by its own batch; here they become the replicas' mean (what
+ * tf.distribute's MEAN aggregation of these variables gives), so every
+ * rank evaluates and checkpoints the same model. Servers of a parameter
+ * server hold no statistics of their own and count for nothing. */
+static void average_buffers(struct dt_trainer *t)
+{
+    struct dt_model *m = &t->model;
+    if (!m->nbuffers || t->cfg->sync_bn) return;
+    float *host = dt_xmalloc(sizeof(float) * m->nbuffers);
+    t->be->download(host, m->buffers, sizeof(float) * m->nbuffers);
+    if (t->strategy.replica < 0) memset(host, 0, sizeof(float) * m->nbuffers);
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host, (int)m->nbuffers, MPI_FLOAT, MPI_SUM, t->comm));
+    float inv = 1.0f / (float)t->strategy.nreplicas;
+    for (size_t i = 0; i < m->nbuffers; i++) host[i] *= inv;
+    t->be->upload(m->buffers, host, sizeof(float) * m->nbuffers);
+    free(host);
 }
 
 static void grads_ready(void *ctx, size_t offset)
@@ -413,6 +467,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         long skipped = strat->loss_scale.skipped;
         if (strat->optim.ops) strat->optim.cfg.lr = dt_lr_at(&t->sched, t->global_step - 1);
         t->strategy.ops->finish(&t->strategy, stats);
+        if (!ps) average_buffers(t); /* the replicas step together: each step, as TF does */
         skipped = strat->loss_scale.skipped - skipped;
 
         sums[0] = (double)stats[0]; /* float: ~7 digits of a batch's sum, plenty for a log */
@@ -438,6 +493,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             return st->code;
     }
     if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)steps);
+    if (ps) average_buffers(t); /* workers step on their own: at the epoch's end */
     if (!per_step) {
         dt_allreduce_sum_f64(epoch_sums, 2, t->comm);
         if (!isfinite(epoch_sums[0]) && data_failure(t, st) != DT_OK) return st->code;
@@ -481,9 +537,10 @@ static int export_keras(struct dt_trainer *t, const char *path, dt_status *st)
 {
     st->code = DT_OK;
     if (t->rank == 0) {
-        float *host = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
+        float *host = dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1));
         t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
-        dt_keras_export(path, &t->model, host, st);
+        t->be->download(host + t->model.nparams, t->model.buffers, sizeof(float) * t->model.nbuffers);
+        dt_keras_export(path, &t->model, host, host + t->model.nparams, st);
         free(host);
     }
     return dt_status_agree(st, t->comm);
@@ -515,8 +572,9 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
     }
     if (cfg->patience >= 0) {
         if (dt_monitor_update(&t->stopper, e, v) && cfg->restore_best) {
-            if (!t->best_params) t->best_params = dt_xmalloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
+            if (!t->best_params) t->best_params = dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1));
             t->be->download(t->best_params, t->model.params, sizeof(float) * t->model.nparams);
+            t->be->download(t->best_params + t->model.nparams, t->model.buffers, sizeof(float) * t->model.nbuffers);
             /* On disk too, so a restart can still restore them (DIR/best). */
             char best[4096];
             if (cfg->checkpoint_dir && snprintf(best, sizeof best, "%s/best", cfg->checkpoint_dir) < (int)sizeof best &&
@@ -583,6 +641,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
     }
     if (cfg->restore_best && t->best_params && t->stopper.best_epoch >= 0) {
         dt_trainer_set_params(t, t->best_params);
+        t->be->upload(t->model.buffers, t->best_params + t->model.nparams, sizeof(float) * t->model.nbuffers);
         if (cfg->verbose >= 1 && t->rank == 0)
             fprintf(out, "Restoring model weights from the end of the best epoch: %d.\n", t->stopper.best_epoch + 1);
         if (validate) {
@@ -662,6 +721,7 @@ void dt_trainer_free(struct dt_trainer *t)
     if (!t->cfg) return;
     dt_strategy_free(&t->strategy);
     dt_model_free(&t->model);
+    if (t->bn_comm != 0 && t->bn_comm != MPI_COMM_NULL) MPI_Comm_free(&t->bn_comm);
     dt_loader_close(&t->loader); /* before the data and the backend it uses */
     dt_shard_free(&t->plan);
     dt_dataset_close(&t->data);

@@ -68,6 +68,7 @@ struct dt_trainer {
     struct dt_layer_spec specs[256]; /* a --model file's layers (checked before building) */
     int nspecs;
     struct dt_epoch_stats *history; /* [cfg->epochs] */
+    MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
 };
 
 /* Collective over comm. Returns DT_OK or a user error agreed on by all ranks. */

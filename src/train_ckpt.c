@@ -21,10 +21,18 @@
 #include "checks.h"
 #include "train.h"
 
-/* The parts of the flat parameter block the checkpoint names per layer. */
-static struct dt_ckpt_layer *layer_table(const struct dt_model *m)
+/* The parts of the flat parameter block the checkpoint names per layer,
+ * then the buffers (batchnorm's moving statistics), which the checkpoint
+ * sees after the parameters: a batchnorm layer's gamma and beta are its
+ * "kernel" and "bias", and an entry "<layer>.moving" holds its moving mean
+ * (kernel) and variance (bias). *count receives the number of entries. */
+static struct dt_ckpt_layer *layer_table(const struct dt_model *m, int *count)
 {
-    struct dt_ckpt_layer *L = dt_xcalloc((size_t)m->nlayers + 1, sizeof *L);
+    int nbn = 0;
+    for (int i = 0; i < m->nlayers; i++) nbn += m->layers[i].nbuffers > 0;
+    struct dt_ckpt_layer *L = dt_xcalloc((size_t)(m->nlayers + nbn) + 1, sizeof *L + 48);
+    char *names = (char *)(L + m->nlayers + nbn + 1);
+    int k = m->nlayers;
     for (int i = 0; i < m->nlayers; i++) {
         const struct dt_layer *l = &m->layers[i];
         L[i].name = l->name;
@@ -39,13 +47,29 @@ static struct dt_ckpt_layer *layer_table(const struct dt_model *m)
             L[i].kernel_dims[3] = l->out.c;
             L[i].bias_len = l->out.c;
         }
+        else if (l->ops == &dt_batchnorm_ops) { /* gamma, beta */
+            L[i].kernel_rank = 1;
+            L[i].kernel_dims[0] = l->out.c;
+            L[i].bias_len = l->out.c;
+        }
         else { /* dense: [in][units] */
             L[i].kernel_rank = 2;
             L[i].kernel_dims[0] = (int64_t)dt_shape_size(l->in);
             L[i].kernel_dims[1] = units;
             L[i].bias_len = units;
         }
+        if (l->nbuffers) { /* moving mean, moving variance */
+            char *name = names + 48 * (size_t)(k - m->nlayers);
+            snprintf(name, 48, "%s.moving", l->name);
+            L[k].name = name;
+            L[k].offset = m->nparams + l->buffer_offset;
+            L[k].kernel_rank = 1;
+            L[k].kernel_dims[0] = (int64_t)l->nbuffers / 2;
+            L[k].bias_len = (int64_t)l->nbuffers / 2;
+            k++;
+        }
     }
+    *count = k;
     return L;
 }
 
@@ -180,11 +204,12 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
     c.command_line = t->cfg->command_line ? t->cfg->command_line : "";
     c.data_checksum = t->data_checksum;
     c.nparams = m->nparams;
-    c.nlayers = m->nlayers;
-    struct dt_ckpt_layer *layers = layer_table(m);
+    c.nbuffers = m->nbuffers;
+    struct dt_ckpt_layer *layers = layer_table(m, &c.nlayers);
     c.layers = layers;
-    c.params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    c.params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
     t->be->download(c.params, m->params, sizeof(float) * m->nparams);
+    t->be->download(c.params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
     c.optimizer = s->optim_cfg.name;
     c.lr = s->optim_cfg.lr;
     c.beta1 = s->optim_cfg.beta1;
@@ -246,11 +271,11 @@ void dt_trainer_set_params(struct dt_trainer *t, const float *host) { place_para
 static struct dt_ckpt_layer *read_setup(const struct dt_model *m, struct dt_ckpt *c)
 {
     memset(c, 0, sizeof *c);
-    struct dt_ckpt_layer *layers = layer_table(m);
+    struct dt_ckpt_layer *layers = layer_table(m, &c->nlayers);
     c->nparams = m->nparams;
-    c->nlayers = m->nlayers;
+    c->nbuffers = m->nbuffers;
     c->layers = layers;
-    c->params = dt_xmalloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    c->params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
     return layers;
 }
 
@@ -304,6 +329,7 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
         return dt_status_agree(st, t->comm);
     }
     t->be->upload(m->params, c.params, sizeof(float) * m->nparams); /* the model's own block, before placement */
+    t->be->upload(m->buffers, c.params + m->nparams, sizeof(float) * m->nbuffers);
     t->start_epoch = c.epoch;
     t->start_step = c.step;
     t->global_step = c.global_step;

@@ -48,7 +48,7 @@ bad() { # bad CODE PATTERN CONTENT
   printf '%s\n' "$3" >"$T/bad.cfg"
   expect_fail "$1" "$2" 2 $args --model "$T/bad.cfg"
 }
-bad 2 "bad.cfg:2: unknown section \[conv3d\] (expected conv2d, maxpool, dense, relu or dropout)" "# x
+bad 2 "bad.cfg:2: unknown section \[conv3d\] (expected conv2d, maxpool, avgpool, global_avgpool, dense, relu, dropout, batchnorm, add, route, flatten or reshape)" "# x
 [conv3d]"
 bad 2 "bad.cfg:3: \[dense\] has no key 'filters' (expected: units activation)" "[dense]
 units = 10
@@ -73,6 +73,38 @@ kernel = 40
 units = classes"
 bad 3 "images do not fit model .*bad.cfg: model bad.cfg: last layer gives 5 outputs, the data has 10 classes" "[dense]
 units = 5"
+# the graph layers: offsets, shapes, batchnorm's numbers
+bad 2 "bad.cfg:1: \[add\] needs from (required: from)" "[add]
+[dense]
+units = classes"
+bad 2 "bad.cfg:2: from: expected a negative layer offset (-1 = the previous layer), found '0'" "[route]
+from = 0"
+bad 2 "bad.cfg:2: from: expected a negative layer offset (-1 = the previous layer), found '-x'" "[add]
+from = -x"
+bad 2 "bad.cfg:2: shape: expected HxWxC (e.g. 7x7x64), found '7x7'" "[reshape]
+shape = 7x7"
+bad 2 "bad.cfg:2: momentum: expected a number in \[0, 1), found '1.5'" "[batchnorm]
+momentum = 1.5"
+bad 2 "bad.cfg:2: epsilon: expected a number in (0, 1), found '0'" "[batchnorm]
+epsilon = 0"
+bad 2 "bad.cfg:5: from = -3: this is layer 2, so -2 (the model's input) is the farthest back" "[conv2d]
+filters = 4
+kernel = 3
+[add]
+from = -3
+[dense]
+units = classes"
+bad 3 "images do not fit model .*bad.cfg: model bad.cfg: add: adds the model input's 28x28x1 output to a 26x26x4 input" "[conv2d]
+filters = 4
+kernel = 3
+[add]
+from = -2
+[dense]
+units = classes"
+bad 3 "images do not fit model .*bad.cfg: reshape: cannot reshape 28x28x1 (784 values) into 10x10x10" "[reshape]
+shape = 10x10x10
+[dense]
+units = classes"
 expect_fail 2 "--model $T/none.cfg: cannot open it: No such file or directory" 2 $args --model "$T/none.cfg"
 expect_fail 2 "--dropout: sets the built-in cnn's rate; the model file" 2 $args --model "$TOP_SRCDIR/inputs/cnn.cfg" --dropout 0.2
 rm -rf "$T"

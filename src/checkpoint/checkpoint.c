@@ -416,14 +416,14 @@ static int view_check(const struct view *v, const char *dir, dt_status *st)
             if (has_params(&v->layers[k]) && !strcmp(v->layers[k].name, L->name))
                 return dt_fail(st, DT_ERUNTIME, "checkpoint %s: two layers are named %s", dir, L->name);
         int64_t n = kernel_count(L) + L->bias_len;
-        if ((int64_t)L->offset + n > (int64_t)m->nparams)
+        if ((int64_t)L->offset + n > (int64_t)(m->nparams + m->nbuffers))
             return dt_fail(st, DT_ERUNTIME, "checkpoint %s: layer %s ends at %lld, past the %zu parameters", dir,
-                           L->name, (long long)((int64_t)L->offset + n), m->nparams);
+                           L->name, (long long)((int64_t)L->offset + n), m->nparams + m->nbuffers);
         total += n;
     }
-    if (total != (int64_t)m->nparams)
+    if (total != (int64_t)(m->nparams + m->nbuffers))
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: the layers hold %lld parameters, the block %zu", dir,
-                       (long long)total, m->nparams);
+                       (long long)total, m->nparams + m->nbuffers);
     for (int s = 0; s < m->nslots; s++)
         if (bad_name(v->slot_names[s]) || (s == 1 && !strcmp(v->slot_names[0], v->slot_names[1])))
             return dt_fail(st, DT_ERUNTIME, "checkpoint %s: bad optimizer slot name \"%s\"", dir,
@@ -520,7 +520,7 @@ static int mkdirs(const char *dir)
 static void size_bounds(const struct view *v, int size, uint64_t *low, uint64_t *high)
 {
     const struct dt_ckpt *m = &v->m;
-    uint64_t data = 4 * (uint64_t)m->nparams * (1 + (uint64_t)m->nslots) + 32 * (uint64_t)size +
+    uint64_t data = 4 * (uint64_t)m->nparams * (1 + (uint64_t)m->nslots) + 4 * (uint64_t)m->nbuffers + 32 * (uint64_t)size +
                     8 * DT_CKPT_HIST * (uint64_t)m->nhistory;
     uint64_t text = strlen(m->command_line), objects = 2 * (uint64_t)m->nlayers + (uint64_t)m->nslots + 10;
     for (int i = 0; i < m->nconfig; i++) text += strlen(v->keys[i]) + strlen(v->values[i]);
@@ -1430,18 +1430,18 @@ static int check_layout(const struct dlist *dl, const struct dt_ckpt *c, const c
         if (bias->dims[0] != (hsize_t)L->bias_len)
             return dt_fail(st, DT_EINPUT, "checkpoint %s: layer %s: bias shape [%llu] in the file, [%lld] in the "
                            "model", path, L->name, (unsigned long long)bias->dims[0], (long long)L->bias_len);
-        if ((int64_t)L->offset + kernel_count(L) + L->bias_len > (int64_t)c->nparams)
+        if ((int64_t)L->offset + kernel_count(L) + L->bias_len > (int64_t)(c->nparams + c->nbuffers))
             return dt_fail(st, DT_ERUNTIME, "checkpoint %s: layer %s ends past the model's %zu parameters", path,
-                           L->name, c->nparams);
+                           L->name, c->nparams + c->nbuffers);
         total += kernel_count(L) + L->bias_len;
         k += 2;
     }
     if (k / 2 != dl->nlayers)
         return dt_fail(st, DT_EINPUT, "checkpoint %s: the file has %d layers with parameters, the model %d (the "
                        "file's %s is not in the model)", path, dl->nlayers, nmine, dl->d[k].name);
-    if (total != (int64_t)c->nparams)
+    if (total != (int64_t)(c->nparams + c->nbuffers))
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: the model's layers hold %lld parameters, its block %zu",
-                       path, (long long)total, c->nparams);
+                       path, (long long)total, c->nparams + c->nbuffers);
     for (int j = 0; j < dl->n; j++)
         if (dl->d[j].kind == D_SLOT) {
             size_t n = strlen(slotlist);
@@ -1699,7 +1699,7 @@ static int read_data(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int ran
         }
     }
     if (agree(st, comm) != DT_OK) return st->code;
-    if (c->nparams) bcast_big(c->params, c->nparams, MPI_FLOAT, sizeof(float), comm);
+    if (c->nparams + c->nbuffers) bcast_big(c->params, c->nparams + c->nbuffers, MPI_FLOAT, sizeof(float), comm);
 
     /* Slots: each rank its own part, collectively. */
     struct part mine = {c->off, c->len, (uint64_t)c->nslots}, *all = dt_xmalloc((size_t)size * sizeof *all);

@@ -63,7 +63,9 @@ struct dt_ckpt {
     size_t nparams;
     int nlayers;
     const struct dt_ckpt_layer *layers;
-    float *params;                  /* [nparams]: written from / read into */
+    float *params;                  /* [nparams + nbuffers]: written from / read into */
+    size_t nbuffers;                /* non-trained state after the parameters (batchnorm's moving
+                                       statistics): layers tile [0, nparams + nbuffers), slots [0, nparams) */
     /* optimizer: slots are flat [nparams]; this rank's part is [off, off+len) */
     const char *optimizer;
     long opt_step;

@@ -39,7 +39,7 @@ static herr_t write_var(hid_t g, const char *name, int rank, const hsize_t *dims
     return rc;
 }
 
-static herr_t write_all(hid_t f, const struct dt_model *m, const float *params)
+static herr_t write_all(hid_t f, const struct dt_model *m, const float *params, const float *buffers)
 {
     hid_t layers = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (layers < 0) return -1;
@@ -67,6 +67,16 @@ static herr_t write_all(hid_t f, const struct dt_model *m, const float *params)
             const float *w = params + l->param_offset;
             hsize_t kd[4], bd[1];
             int kr;
+            if (l->ops == &dt_batchnorm_ops) { /* gamma, beta, moving mean, moving variance */
+                hsize_t c[1] = {(hsize_t)l->out.c};
+                const float *b = buffers + l->buffer_offset;
+                if (write_var(g, "0", 1, c, w) < 0 || write_var(g, "1", 1, c, w + c[0]) < 0 ||
+                    write_var(g, "2", 1, c, b) < 0 || write_var(g, "3", 1, c, b + c[0]) < 0)
+                    rc = -1;
+                H5Gclose(g);
+                H5Gclose(lg);
+                continue;
+            }
             if (l->ops == &dt_conv2d_ops) {
                 kr = 4;
                 kd[0] = kd[1] = (hsize_t)l->spec.kernel;
@@ -95,10 +105,14 @@ static herr_t write_all(hid_t f, const struct dt_model *m, const float *params)
     return rc;
 }
 
-int dt_keras_export(const char *path, const struct dt_model *m, const float *params, dt_status *st)
+int dt_keras_export(const char *path, const struct dt_model *m, const float *params, const float *buffers,
+                    dt_status *st)
 {
     char tmp[4096];
     st->code = DT_OK;
+    if (dt_model_is_graph(m))
+        return dt_fail(st, DT_EUSAGE, "--export-keras %s: model %s has add or route layers, and the export writes "
+                       "Keras Sequential models only; save a checkpoint (--checkpoint-dir) instead", path, m->name);
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return dt_fail(st, DT_EUSAGE, "--export-keras %s: path too long", path);
     H5E_auto2_t fn;
@@ -106,7 +120,7 @@ int dt_keras_export(const char *path, const struct dt_model *m, const float *par
     H5Eget_auto2(H5E_DEFAULT, &fn, &data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our message, not HDF5's stack */
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = f < 0 ? -1 : write_all(f, m, params);
+    herr_t rc = f < 0 ? -1 : write_all(f, m, params, buffers);
     if (f >= 0 && H5Fclose(f) < 0) rc = -1;
     H5Eset_auto2(H5E_DEFAULT, fn, data);
     if (f < 0 || rc < 0) {

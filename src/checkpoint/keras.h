@@ -15,8 +15,13 @@
 #include "nn/model.h"
 #include "status.h"
 
-/* Serial (one rank). params: host [m->nparams]. Written to a temporary name
- * and renamed, so a failed export leaves no half-written file. */
-int dt_keras_export(const char *path, const struct dt_model *m, const float *params, dt_status *st);
+/* Serial (one rank). params: host [m->nparams]; buffers: host
+ * [m->nbuffers] (a BatchNormalization's vars are gamma, beta, moving_mean,
+ * moving_variance). Sequential models only: one with add or route layers is
+ * refused (its Keras form would be a functional model whose layer names
+ * depend on how it was built). Written to a temporary name and renamed, so
+ * a failed export leaves no half-written file. */
+int dt_keras_export(const char *path, const struct dt_model *m, const float *params, const float *buffers,
+                    dt_status *st);
 
 #endif

@@ -47,4 +47,8 @@ const struct dt_backend dt_backend_cpu = {
     .sgd_update = cpu_sgd_update,
     .unscale_check = cpu_unscale_check,
     .accumulate = cpu_accumulate,
+    .channel_sums = cpu_channel_sums,
+    .channel_affine = cpu_channel_affine,
+    .avgpool_forward = cpu_avgpool_forward,
+    .avgpool_backward = cpu_avgpool_backward,
 };

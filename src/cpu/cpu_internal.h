@@ -68,6 +68,13 @@ void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, 
 int cpu_setup(int nthreads, int precision, char *why, size_t whylen);
 int cpu_unscale_check(float *grad, size_t n, float inv_scale);
 void cpu_accumulate(float *dst, const float *src, size_t n);
+
+/* cpu_norm.c: batch normalization's per-channel sums and maps, average pooling */
+void cpu_channel_sums(double *s1, double *s2, const float *a, const float *b, size_t rows, int c);
+void cpu_channel_affine(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
+                        const float *q, const float *r, int relu);
+void cpu_avgpool_forward(const struct dt_conv_shape *s, int n, float *out, const float *inp);
+void cpu_avgpool_backward(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
 /* The precision setup() chose (enum dt_precision), and whether this CPU has
  * bf16 dot-product instructions. */
 extern int cpu_precision;

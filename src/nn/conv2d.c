@@ -23,8 +23,12 @@ static int conv2d_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_s
     if (sp->same) {
         cs.oh = (cs.h + s - 1) / s;
         cs.ow = (cs.w + s - 1) / s;
-        int ph = (cs.oh - 1) * s + k - cs.h;
+        int ph = (cs.oh - 1) * s + k - cs.h, pw = (cs.ow - 1) * s + k - cs.w;
         cs.pad = ph > 0 ? ph / 2 : 0; /* the odd pixel goes bottom/right, as in TF */
+        if ((pw > 0 ? pw / 2 : 0) != cs.pad)
+            return dt_fail(st, DT_EUSAGE, "%s: 'same' padding of a %dx%d input pads %d rows but %d columns at the "
+                           "top/left; one padding for both is supported (use a square input or 'valid')",
+                           l->name, cs.h, cs.w, cs.pad, pw > 0 ? pw / 2 : 0);
     } else {
         if (cs.h < k || cs.w < k)
             return dt_fail(st, DT_EUSAGE, "%s: %dx%d kernel does not fit a %dx%d input",

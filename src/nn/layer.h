@@ -22,13 +22,19 @@ enum dt_activation { DT_ACT_NONE = 0, DT_ACT_RELU = 1 };
 
 /* What a layer is asked to be; each type reads the fields it needs. */
 struct dt_layer_spec {
-    const char *type;   /* "conv2d", "maxpool", "dense", "relu", "dropout" */
+    const char *type;   /* "conv2d", "maxpool", "avgpool", "global_avgpool", "dense", "relu",
+                           "dropout", "batchnorm", "add", "route", "flatten", "reshape" */
     int filters;        /* conv2d: output channels; dense: units */
     int kernel;         /* conv2d/maxpool window size */
     int stride;         /* 0 = default (1 for conv2d, the window for maxpool) */
     int same;           /* conv2d: 'same' padding instead of 'valid' */
     int activation;     /* conv2d, dense: fused activation */
     float rate;         /* dropout */
+    float momentum;     /* batchnorm: moving-average momentum (0 = Keras's 0.99) */
+    float epsilon;      /* batchnorm: added to the variance (0 = Keras's 1e-3) */
+    int from;           /* add, route: the output of the layer `from` places back (-1 = the
+                           previous layer's, which is also this layer's input) */
+    struct dt_shape shape; /* reshape: the output shape */
 };
 
 struct dt_layer;
@@ -37,8 +43,13 @@ struct dt_layer;
 struct dt_ctx {
     const struct dt_backend *be;
     int n;            /* samples in this batch (may be 0) */
-    int train;        /* dropout active, pool keeps argmax */
+    int train;        /* dropout active, pool keeps argmax, batchnorm uses batch statistics */
     dt_rng *rng;      /* the replica's dropout stream */
+    float *const *act; /* the model's activations: act[0] input, act[i+1] layer i's output */
+    /* --sync-bn: sums n doubles over all replicas in place (NULL: this
+     * replica's batch alone). Every replica calls it at the same layers. */
+    void (*reduce)(void *arg, double *buf, int n);
+    void *reduce_arg;
 };
 
 struct dt_layer_ops {
@@ -51,6 +62,11 @@ struct dt_layer_ops {
     /* Keras's default initialisers into host memory: Glorot-uniform kernels,
      * zero biases. NULL for layers without parameters. */
     void (*init)(struct dt_layer *l, float *params, dt_rng *rng);
+    /* Non-trained state (batchnorm's moving statistics) into host memory;
+     * NULL for layers without any (nbuffers == 0). */
+    void (*init_buffers)(struct dt_layer *l, float *buffers);
+    /* Whether the backend has what this layer needs (NULL: always). */
+    int (*supported)(const struct dt_backend *be);
     void (*forward)(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
                     const float *params);
     /* dout may be overwritten (activations are undone in place). dinp is NULL
@@ -65,6 +81,10 @@ struct dt_layer {
     struct dt_shape in, out;
     size_t param_offset;    /* into the model's flat parameter block */
     size_t nparams;
+    size_t buffer_offset;   /* into the model's buffer block (moving statistics) */
+    size_t nbuffers;
+    float *buffers;         /* this layer's part of it (device), set by dt_model_create */
+    int src;                /* add, route: index into act of the other input; -1 otherwise */
     struct dt_layer_spec spec;
     /* Fusion set up by the model: a ReLU's backward done by the next layer
      * (a max pool applies it on its smaller output, bit for bit the same). */
@@ -74,7 +94,8 @@ struct dt_layer {
 };
 
 extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt_relu_ops,
-    dt_dropout_ops;
+    dt_dropout_ops, dt_avgpool_ops, dt_global_avgpool_ops, dt_batchnorm_ops, dt_add_ops, dt_route_ops,
+    dt_flatten_ops, dt_reshape_ops;
 
 /* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
 void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng);

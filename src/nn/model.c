@@ -20,6 +20,13 @@ static const struct {
     {"dense", &dt_dense_ops, "dense"},
     {"relu", &dt_relu_ops, "re_lu"},
     {"dropout", &dt_dropout_ops, "dropout"},
+    {"avgpool", &dt_avgpool_ops, "average_pooling2d"},
+    {"global_avgpool", &dt_global_avgpool_ops, "global_average_pooling2d"},
+    {"batchnorm", &dt_batchnorm_ops, "batch_normalization"},
+    {"add", &dt_add_ops, "add"},
+    {"route", &dt_route_ops, "route"},
+    {"flatten", &dt_flatten_ops, "flatten"},
+    {"reshape", &dt_reshape_ops, "reshape"},
 };
 #define NTYPES ((int)(sizeof layer_types / sizeof *layer_types))
 
@@ -51,18 +58,38 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
         else snprintf(l->name, sizeof l->name, "%s", layer_types[t].keras);
         l->in = shape;
         l->param_offset = m->nparams;
+        l->buffer_offset = m->nbuffers;
+        l->src = -1;
+        if (l->ops == &dt_add_ops || l->ops == &dt_route_ops) {
+            /* from = -k: the output of the layer k places back, act[i + 1 - k]. */
+            int src = i + 1 + specs[i].from;
+            if (specs[i].from > -1 || src < 0)
+                return dt_fail(st, DT_EUSAGE, "model %s: %s: from = %d: expected -1 (the previous layer) to "
+                               "-%d (the model's input)", name, l->name, specs[i].from, i + 1);
+            struct dt_shape other = src == 0 ? input : m->layers[src - 1].out;
+            l->src = src;
+            if (l->ops == &dt_route_ops) l->out = other;
+            else if (other.h != shape.h || other.w != shape.w || other.c != shape.c)
+                return dt_fail(st, DT_EUSAGE, "model %s: %s: adds %s's %dx%dx%d output to a %dx%dx%d input", name,
+                               l->name, src == 0 ? "the model input" : m->layers[src - 1].name, other.h, other.w,
+                               other.c, shape.h, shape.w, shape.c);
+        }
         if (l->ops->setup(l, &specs[i], st) != DT_OK) return st->code;
         m->nparams += l->nparams;
+        m->nbuffers += l->nbuffers;
         shape = l->out;
     }
     /* A max pool right after a fused ReLU applies the ReLU's backward on its
      * own (4x smaller) output: max(relu(x)) > 0 exactly where the chosen
      * input passed the ReLU. */
-    for (int i = 0; i + 1 < nspecs; i++)
-        if (m->layers[i].spec.activation == DT_ACT_RELU && m->layers[i + 1].ops == &dt_maxpool_ops) {
+    for (int i = 0; i + 1 < nspecs; i++) {
+        int branched = 0; /* an add or route also reads this output: its gradient joins before the ReLU's */
+        for (int k = 0; k < nspecs; k++) branched |= m->layers[k].src == i + 1;
+        if (m->layers[i].spec.activation == DT_ACT_RELU && m->layers[i + 1].ops == &dt_maxpool_ops && !branched) {
             m->layers[i].relu_bwd_by_next = 1;
             m->layers[i + 1].relu_bwd_of_prev = 1;
         }
+    }
     if (dt_shape_size(shape) != (size_t)classes)
         return dt_fail(st, DT_EUSAGE, "model %s: last layer gives %zu outputs, the data has %d classes",
                        name, dt_shape_size(shape), classes);
@@ -97,6 +124,24 @@ int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, 
     return dt_fail(st, DT_EUSAGE, "--model: expected cnn, mlp or a model file (.cfg), found '%s'", name);
 }
 
+int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be, dt_status *st)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        if (l->ops->supported && !l->ops->supported(be))
+            return dt_fail(st, DT_EUSAGE, "model %s: layer %s (%s) is not implemented on the %s backend yet; run "
+                           "it with --device cpu", m->name, l->name, l->ops->type, be->name);
+    }
+    return DT_OK;
+}
+
+int dt_model_is_graph(const struct dt_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].src >= 0) return 1;
+    return 0;
+}
+
 int dt_model_is_file(const char *name)
 {
     size_t n = strlen(name);
@@ -110,6 +155,8 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     be->zero(m->grads, sizeof(float) * m->nparams);
+    m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].buffers = m->buffers + m->layers[i].buffer_offset;
     m->act = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act);
     m->dact = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact);
     for (int i = 0; i <= m->nlayers; i++) {
@@ -133,6 +180,13 @@ void dt_model_init_params(struct dt_model *m, uint64_t seed)
     }
     m->be->upload(m->params, host, sizeof(float) * m->nparams);
     free(host);
+    host = dt_xcalloc(m->nbuffers ? m->nbuffers : 1, sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) {
+        struct dt_layer *l = &m->layers[i];
+        if (l->ops->init_buffers) l->ops->init_buffers(l, host + l->buffer_offset);
+    }
+    m->be->upload(m->buffers, host, sizeof(float) * m->nbuffers);
+    free(host);
 }
 
 void dt_model_free(struct dt_model *m)
@@ -150,6 +204,7 @@ void dt_model_free(struct dt_model *m)
         }
         if (!m->params_borrowed) m->be->free(m->params);
         if (!m->grads_borrowed) m->be->free(m->grads);
+        m->be->free(m->buffers);
     }
     free(m->act);
     free(m->dact);
@@ -159,7 +214,8 @@ void dt_model_free(struct dt_model *m)
 
 void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
 {
-    struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng};
+    struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng, .act = m->act, .reduce = m->reduce,
+                       .reduce_arg = m->reduce_arg};
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
         DT_TL_BEGIN(tl0);
@@ -177,12 +233,18 @@ struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, i
 void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
                               void (*done)(void *ctx, size_t offset), void *ctx)
 {
-    struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng};
+    struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng, .act = m->act, .reduce = m->reduce,
+                       .reduce_arg = m->reduce_arg};
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct dt_layer *l = &m->layers[i];
         DT_TL_BEGIN(tl0);
         l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1],
                          m->params + l->param_offset, m->grads + l->param_offset);
+        /* act[i] also fed adds and routes further on: their output gradients
+         * (final by now: backward ran past them) join its gradient. */
+        for (int k = i; k < m->nlayers && m->dact[i] && n > 0; k++)
+            if (m->layers[k].src == i)
+                m->be->accumulate(m->dact[i], m->dact[k + 1], dt_shape_size(m->layers[i - 1].out) * (size_t)n);
         DT_TL_END2(tl0, DT_TL_COMPUTE, "backward", l->name, NULL);
         if (done && l->nparams) done(ctx, l->param_offset);
     }
@@ -199,8 +261,10 @@ void dt_model_summary(const struct dt_model *m, FILE *out)
             m->input.c, m->classes);
     for (int i = 0; i < m->nlayers; i++) {
         const struct dt_layer *l = &m->layers[i];
-        fprintf(out, "  %-18s %-8s -> %4d x %4d x %4d  %10zu params\n", l->name, l->ops->type,
-                l->out.h, l->out.w, l->out.c, l->nparams);
+        char from[48] = "";
+        if (l->src >= 0) snprintf(from, sizeof from, "  (with %s)", l->src ? m->layers[l->src - 1].name : "input");
+        fprintf(out, "  %-26s %-14s -> %4d x %4d x %4d  %10zu params%s\n", l->name, l->ops->type,
+                l->out.h, l->out.w, l->out.c, l->nparams, from);
     }
     fprintf(out, "  total parameters: %zu\n", m->nparams);
 }

@@ -28,6 +28,11 @@ struct dt_model {
     int max_n;       /* largest batch the buffers hold */
     float **act;     /* [nlayers+1][max_n * shape] */
     float **dact;    /* gradients of act; dact[0] is NULL (no one needs d input) */
+    size_t nbuffers; /* non-trained state (batchnorm's moving statistics) */
+    float *buffers;  /* [nbuffers], device; each rank its own (see dt_model_has_batchnorm) */
+    /* --sync-bn: how batchnorm sums its statistics over the replicas (layer.h) */
+    void (*reduce)(void *arg, double *buf, int n);
+    void *reduce_arg;
 };
 
 /* The built-in models: "cnn" (the seed's Keras CNN) and "mlp", or a model
@@ -41,9 +46,13 @@ int dt_model_is_file(const char *name);
 /* Build from an explicit layer list (used by tests and built-ins). */
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);
+/* Whether every layer can run on be; if not, st names the first that cannot. */
+int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be, dt_status *st);
+/* Whether the model has add or route layers (it is not a Keras Sequential). */
+int dt_model_is_graph(const struct dt_model *m);
 /* Allocate device buffers for batches of up to max_n samples. */
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n);
-/* Keras's initialisers, drawn from seed (host RNG), uploaded. */
+/* Keras's initialisers, drawn from seed (host RNG), uploaded; buffers too. */
 void dt_model_init_params(struct dt_model *m, uint64_t seed);
 void dt_model_free(struct dt_model *m);
 

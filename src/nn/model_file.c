@@ -20,6 +20,13 @@ static const struct section {
     {"dense", "units activation", "units"},
     {"relu", "", ""},
     {"dropout", "rate", "rate"},
+    {"avgpool", "size stride", ""},
+    {"global_avgpool", "", ""},
+    {"batchnorm", "momentum epsilon activation", ""},
+    {"add", "from activation", "from"},
+    {"route", "from", "from"},
+    {"flatten", "", ""},
+    {"reshape", "shape", "shape"},
 };
 enum { NSECTIONS = sizeof sections / sizeof *sections };
 
@@ -93,13 +100,14 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
                 for (int i = 0; i < NSECTIONS; i++)
                     if (!strcmp(name, sections[i].name)) sec = &sections[i];
                 if (rc == DT_OK && !sec)
-                    rc = dt_fail(st, DT_EUSAGE, "%s:%d: unknown section [%s] (expected conv2d, maxpool, dense, relu "
-                                 "or dropout)", path, line, name);
+                    rc = dt_fail(st, DT_EUSAGE, "%s:%d: unknown section [%s] (expected conv2d, maxpool, avgpool, "
+                                 "global_avgpool, dense, relu, dropout, batchnorm, add, route, flatten or reshape)",
+                                 path, line, name);
                 else if (rc == DT_OK && nl == DT_MAX_LAYERS)
                     rc = dt_fail(st, DT_EUSAGE, "%s:%d: more than %d layers", path, line, DT_MAX_LAYERS);
                 else if (rc == DT_OK) {
                     specs[nl] = (struct dt_layer_spec){.type = sec->name};
-                    if (!strcmp(sec->name, "maxpool")) specs[nl].kernel = 2;
+                    if (!strcmp(sec->name, "maxpool") || !strcmp(sec->name, "avgpool")) specs[nl].kernel = 2;
                     nl++;
                     set = 0;
                     sec_line = line;
@@ -146,6 +154,35 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
             if (!strcmp(val, "relu")) sp->activation = DT_ACT_RELU;
             else if (strcmp(val, "none") && strcmp(val, "linear"))
                 rc = dt_fail(st, DT_EUSAGE, "%s:%d: activation: expected relu or none, found '%s'", path, line, val);
+        }
+        else if (!strcmp(key, "from")) {
+            char *end;
+            errno = 0;
+            long x = strtol(val, &end, 10);
+            if (errno || end == val || *end || x > -1 || x < -DT_MAX_LAYERS)
+                rc = dt_fail(st, DT_EUSAGE, "%s:%d: from: expected a negative layer offset (-1 = the previous layer), "
+                             "found '%s'", path, line, val);
+            else if (x < -nl)
+                rc = dt_fail(st, DT_EUSAGE, "%s:%d: from = %ld: this is layer %d, so -%d (the model's input) is the "
+                             "farthest back", path, line, x, nl, nl);
+            sp->from = (int)x;
+        }
+        else if (!strcmp(key, "shape")) {
+            int h, w, c, used = 0;
+            if (sscanf(val, "%dx%dx%d%n", &h, &w, &c, &used) != 3 || val[used] || h < 1 || w < 1 || c < 1)
+                rc = dt_fail(st, DT_EUSAGE, "%s:%d: shape: expected HxWxC (e.g. 7x7x64), found '%s'", path, line, val);
+            else sp->shape = (struct dt_shape){h, w, c};
+        }
+        else if (!strcmp(key, "momentum") || !strcmp(key, "epsilon")) {
+            char *end;
+            errno = 0;
+            double x = strtod(val, &end);
+            int mom = key[0] == 'm';
+            if (errno || end == val || *end || (mom ? !(x >= 0.0 && x < 1.0) : !(x > 0.0 && x < 1.0)))
+                rc = dt_fail(st, DT_EUSAGE, "%s:%d: %s: expected a number in %s, found '%s'", path, line, key,
+                             mom ? "[0, 1)" : "(0, 1)", val);
+            else if (mom) sp->momentum = x == 0.0 ? 1e-30f : (float)x; /* 0 in the spec means the default */
+            else sp->epsilon = (float)x;
         }
         else if (!strcmp(key, "rate")) {
             char *end;

@@ -9,6 +9,13 @@
  *   [dense]       units = N | classes (the data's class count), activation
  *   [relu]
  *   [dropout]     rate = 0.5
+ *   [avgpool]     size = 2, stride = size
+ *   [global_avgpool]            the mean over h x w: 1x1xC
+ *   [batchnorm]   momentum = 0.99, epsilon = 0.001, activation = none|relu
+ *   [add]         from = -k (the output k layers back), activation: a residual
+ *   [route]       from = -k: continue from the output k layers back (a branch)
+ *   [flatten]
+ *   [reshape]     shape = HxWxC
  *
  * Errors name the file and line: an unknown section or key, a bad value, a
  * missing required key. Shapes are checked when the model is built against

@@ -1,0 +1,79 @@
+/* merge.c: the layers that make a model more than a chain, darknet-style.
+ *
+ *   add    out = input + (output of the layer `from` places back), then the
+ *          optional ReLU: a residual connection (Keras Add + Activation).
+ *   route  out = output of the layer `from` places back: the next layers
+ *          branch off an earlier tensor (a ResNet's projection shortcut).
+ *
+ * The model (model.c) resolves `from` to l->src, an index into act, and
+ * hands the second input's gradient back: after the backward of layer src,
+ * it adds this layer's output gradient into dact[src]. So backward here only
+ * passes the gradient to the chain input: add passes it through (after the
+ * ReLU's backward, in place, which is also what the shortcut receives);
+ * route's chain input does not reach its output and gets zero. */
+#include "config.h"
+
+#include "nn/layer.h"
+
+static int add_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
+{
+    (void)sp;
+    (void)st;
+    l->out = l->in; /* the model checks that the other input has this shape */
+    return DT_OK;
+}
+
+static void add_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+                        const float *params)
+{
+    size_t n = dt_shape_size(l->out) * (size_t)c->n;
+    (void)params;
+    c->be->copy(out, inp, sizeof(float) * n);
+    c->be->accumulate(out, c->act[l->src], n);
+    if (l->spec.activation == DT_ACT_RELU) c->be->relu_forward(out, out, n);
+}
+
+static void add_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout, const float *inp,
+                         const float *out, const float *params, float *dparams)
+{
+    size_t n = dt_shape_size(l->out) * (size_t)c->n;
+    (void)inp; (void)params; (void)dparams;
+    if (l->spec.activation == DT_ACT_RELU) c->be->relu_backward(dout, dout, out, n);
+    if (dinp) c->be->copy(dinp, dout, sizeof(float) * n);
+}
+
+const struct dt_layer_ops dt_add_ops = {
+    .type = "add",
+    .setup = add_setup,
+    .forward = add_forward,
+    .backward = add_backward,
+};
+
+static int route_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
+{
+    (void)sp;
+    (void)st;
+    (void)l; /* l->out is the routed tensor's shape, set by the model */
+    return DT_OK;
+}
+
+static void route_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+                          const float *params)
+{
+    (void)inp; (void)params;
+    c->be->copy(out, c->act[l->src], sizeof(float) * dt_shape_size(l->out) * (size_t)c->n);
+}
+
+static void route_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout, const float *inp,
+                           const float *out, const float *params, float *dparams)
+{
+    (void)dout; (void)out; (void)params; (void)dparams; (void)inp;
+    if (dinp) c->be->zero(dinp, sizeof(float) * dt_shape_size(l->in) * (size_t)c->n);
+}
+
+const struct dt_layer_ops dt_route_ops = {
+    .type = "route",
+    .setup = route_setup,
+    .forward = route_forward,
+    .backward = route_backward,
+};
