@@ -1,0 +1,429 @@
+/* main.c (dtrain-predict): step time, throughput and scaling efficiency of a
+ * model on 1 to 1024 nodes, for each all-reduce algorithm and bucket size,
+ * from the alpha-beta model in commmodel.h and a measured (or given)
+ * compute time per step. With --compare, the model's prediction for each
+ * run of a scaling study (jobscripts/scaling-study's summary CSV) beside
+ * what was measured, and the error.
+ *
+ * The model's gradient (its parameter count, layer boundaries for buckets,
+ * and an estimate of each layer's backward work for when buckets become
+ * ready) comes from building it exactly as dtrain does (nn/model.h); no MPI
+ * and no backend are needed. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "collectives/reducer.h"
+#include "nn/model.h"
+#include "predict/commmodel.h"
+#include "status.h"
+
+#define MAXN 64
+
+struct opts {
+    const char *model, *input, *cluster, *metrics, *compare, *csv;
+    int batch, q, overlap, nbucket, nnodes, algos[DT_CM_NALGOS], nalgo, half;
+    double compute_ms, data_ms, fwd_frac, threshold;
+    double bucket_mb[MAXN];
+    int nodes[MAXN];
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: dtrain-predict [OPTIONS]\n"
+        "Predict dtrain's step time, throughput and weak-scaling efficiency on 1 to\n"
+        "1024 nodes from an alpha-beta model of each all-reduce algorithm.\n"
+        "\n"
+        "The model and its step:\n"
+        "  -m, --model NAME|FILE   cnn (default), mlp or a model file (inputs/*.cfg)\n"
+        "      --input HxWxC:K     image shape and classes (default 28x28x1:10;\n"
+        "                          32x32x3:10 for a model file named resnet*)\n"
+        "  -b, --batch B           samples per replica per step (default 64)\n"
+        "      --compute-ms T      one replica's forward + backward + update at batch B\n"
+        "      --metrics FILE.csv  ... or take it from a 1-rank dtrain --metrics file\n"
+        "                          (its last epoch: step time less data wait)\n"
+        "      --data-ms D         data wait per step (default 0, or the metrics file's)\n"
+        "      --forward-fraction F  forward's share of the compute (default 0.33)\n"
+        "\n"
+        "The machine and the exchange:\n"
+        "      --cluster NAME|FILE this-machine, hdr200-cpu (default), dgx-h100, or a\n"
+        "                          file: ranks_per_node, alpha_intra_us, bw_intra_gbs,\n"
+        "                          alpha_inter_us, bw_inter_gbs (GB/s = 1e9 bytes/s)\n"
+        "      --ranks-per-node Q  override the cluster's\n"
+        "  -a, --algorithms LIST   from ring, mpi, hier (default: all three)\n"
+        "      --bucket-mb LIST    gradient bucket sizes in MiB (default 1,4,16;\n"
+        "                          0 = one bucket for the whole gradient)\n"
+        "      --no-overlap        buckets reduced after backward (default: during)\n"
+        "      --grad-compression C  none (default), fp16 or bf16: half the bytes\n"
+        "      --nodes LIST        node counts (default 1,2,4,...,1024)\n"
+        "      --threshold E       the efficiency whose limit is reported (default 0.9)\n"
+        "\n"
+        "Output:\n"
+        "      --csv FILE          every prediction as CSV\n"
+        "      --compare FILE      a scaling study's summary CSV: predicted against\n"
+        "                          measured step time, per run of this model\n"
+        "  -h, --help              this help;  -V, --version\n");
+}
+
+static int parse_list_d(const char *flag, const char *s, double *v, int *n, double lo, dt_status *st)
+{
+    char buf[512], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        errno = 0;
+        double x = strtod(t, &end);
+        if (errno || end == t || *end || !(x >= lo) || !isfinite(x) || *n == MAXN)
+            return dt_fail(st, DT_EUSAGE, "%s: expected a comma-separated list of numbers >= %g, found '%s'", flag, lo, t);
+        v[(*n)++] = x;
+    }
+    if (!*n) return dt_fail(st, DT_EUSAGE, "%s: empty list", flag);
+    return DT_OK;
+}
+
+static int parse_number(const char *flag, const char *s, double lo, double hi, double *out, dt_status *st)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || end == s || *end || !(x >= lo && x <= hi))
+        return dt_fail(st, DT_EUSAGE, "%s: expected a number in [%g, %g], found '%s'", flag, lo, hi, s);
+    *out = x;
+    return DT_OK;
+}
+
+/* The last epoch row of a dtrain --metrics CSV: its step time (seconds over
+ * steps) less the data wait and the exposed communication. */
+static int read_metrics(const char *path, double *compute_ms, double *data_ms, dt_status *st)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return dt_fail(st, DT_EUSAGE, "--metrics %s: %s", path, strerror(errno));
+    enum { K_KIND, K_STEP, K_SECONDS, K_WAIT, K_DATA, NK };
+    static const char *const names[NK] = {"kind", "step", "seconds", "wait_ms", "data_ms"};
+    int col[NK] = {-1, -1, -1, -1, -1}, k = 0;
+    char line[4096], last[4096] = "";
+    char *save = NULL;
+    if (fgets(line, sizeof line, f))
+        for (char *t = strtok_r(line, ",\r\n", &save); t; t = strtok_r(NULL, ",\r\n", &save), k++)
+            for (int j = 0; j < NK; j++)
+                if (!strcmp(t, names[j])) col[j] = k;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "epoch,", 6)) memcpy(last, line, sizeof last);
+    fclose(f);
+    if (col[K_KIND] < 0 || col[K_STEP] < 0 || col[K_SECONDS] < 0 || !last[0])
+        return dt_fail(st, DT_EINPUT, "--metrics %s: expected a dtrain --metrics CSV (kind, step, seconds, ... "
+                       "columns) with at least one epoch row", path);
+    double v[64] = {0};
+    k = 0;
+    save = NULL;
+    for (char *t = strtok_r(last, ",\r\n", &save); t && k < 64; t = strtok_r(NULL, ",\r\n", &save)) v[k++] = atof(t);
+    double step_ms = v[col[K_STEP]] > 0 ? 1e3 * v[col[K_SECONDS]] / v[col[K_STEP]] : 0.0;
+    *data_ms = col[K_DATA] >= 0 ? v[col[K_DATA]] : 0.0;
+    *compute_ms = step_ms - *data_ms - (col[K_WAIT] >= 0 ? v[col[K_WAIT]] : 0.0);
+    if (!(*compute_ms > 0.0))
+        return dt_fail(st, DT_EINPUT, "--metrics %s: the last epoch's step time is %g ms", path, step_ms);
+    return DT_OK;
+}
+
+/* A rough count of each layer's backward work (multiply-adds), so buckets
+ * become ready as backward really progresses: convolutions dominate where
+ * parameters are few. */
+static double layer_work(const struct dt_layer *l)
+{
+    if (l->ops == &dt_conv2d_ops)
+        return 2.0 * l->out.h * l->out.w * (double)l->nparams;
+    if (l->ops == &dt_dense_ops) return 2.0 * (double)l->nparams;
+    return 4.0 * (double)dt_shape_size(l->out);
+}
+
+/* The model's gradient buckets at bucket_mb (0: one), in backward order,
+ * with the fraction of backward done when each is ready. */
+static int buckets(const struct dt_model *m, double bucket_mb, double bytes_per_value, double *bytes, double *ready)
+{
+    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t)), *start;
+    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
+    size_t bb = bucket_mb > 0.0 ? (size_t)(bucket_mb * 1048576.0) : 0;
+    int nb = dt_buckets_cut(m->nparams, bounds, m->nlayers, bb, &start);
+    free(bounds);
+    double total = 0.0;
+    for (int i = 0; i < m->nlayers; i++) total += layer_work(&m->layers[i]);
+    for (int b = 0; b < nb; b++) { /* bucket b is [start[b+1], start[b]) */
+        bytes[b] = (double)(start[b] - start[b + 1]) * bytes_per_value;
+        double done = 0.0; /* backward has finished every layer at or after start[b+1] */
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].param_offset >= start[b + 1]) done += layer_work(&m->layers[i]);
+        ready[b] = total > 0.0 ? done / total : 1.0;
+    }
+    free(start);
+    return nb;
+}
+
+/* The summary CSV's columns this reads, by name. */
+static int compare(const struct opts *o, const struct dt_model *m, const struct dt_cluster *c, dt_status *st)
+{
+    FILE *f = fopen(o->compare, "r");
+    if (!f) return dt_fail(st, DT_EUSAGE, "--compare %s: %s", o->compare, strerror(errno));
+    char line[4096];
+    enum { C_MODEL, C_ALGO, C_RANKS, C_NODES, C_BATCH, C_STEP, C_COMPUTE, C_DATA, C_COMM, C_SCALING, NC };
+    static const char *const want[NC] = {"model", "allreduce", "ranks", "nodes", "batch_per_replica", "step_ms",
+                                         "compute_ms", "data_ms", "comm_ms", "scaling"};
+    int col[NC];
+    for (int k = 0; k < NC; k++) col[k] = -1;
+    if (!fgets(line, sizeof line, f)) {
+        fclose(f);
+        return dt_fail(st, DT_EINPUT, "--compare %s: empty", o->compare);
+    }
+    char *save = NULL;
+    int k = 0;
+    for (char *t = strtok_r(line, ",\r\n", &save); t; t = strtok_r(NULL, ",\r\n", &save), k++)
+        for (int j = 0; j < NC; j++)
+            if (!strcmp(t, want[j])) col[j] = k;
+    for (int j = 0; j < NC; j++)
+        if (col[j] < 0 && j != C_SCALING && j != C_ALGO && j != C_NODES) {
+            fclose(f);
+            return dt_fail(st, DT_EINPUT, "--compare %s: no column %s (expected jobscripts/scaling-study's summary CSV)",
+                           o->compare, want[j]);
+        }
+    const char *base = strrchr(o->model, '/');
+    base = base ? base + 1 : o->model;
+    printf("\ncompare: %s against the model (compute and data wait per replica as measured at the smallest rank "
+           "count of each series)\n", o->compare);
+    printf("%-10s %-6s %-6s %5s %5s %6s %10s %10s %10s %8s\n", "model", "scale", "algo", "ranks", "nodes", "batch",
+           "meas. ms", "pred. ms", "comm pred", "error");
+    double base_compute = -1.0, base_data = 0.0, sum_err = 0.0, max_err = 0.0;
+    int nrows = 0;
+    char series[256] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *cell[64] = {0};
+        k = 0;
+        save = NULL;
+        for (char *t = strtok_r(line, ",\r\n", &save); t && k < 64; t = strtok_r(NULL, ",\r\n", &save)) cell[k++] = t;
+        if (col[C_MODEL] >= k || !cell[col[C_MODEL]]) continue;
+        const char *mb = strrchr(cell[col[C_MODEL]], '/');
+        mb = mb ? mb + 1 : cell[col[C_MODEL]];
+        if (strcmp(mb, base) != 0) continue;
+        const char *algo_s = col[C_ALGO] >= 0 && col[C_ALGO] < k ? cell[col[C_ALGO]] : "auto";
+        const char *scal = col[C_SCALING] >= 0 && col[C_SCALING] < k ? cell[col[C_SCALING]] : "weak";
+        int ranks = atoi(cell[col[C_RANKS]]), nodes = col[C_NODES] >= 0 && col[C_NODES] < k ? atoi(cell[col[C_NODES]]) : 1;
+        int batch = atoi(cell[col[C_BATCH]]);
+        double step = atof(cell[col[C_STEP]]), comp = atof(cell[col[C_COMPUTE]]), data = atof(cell[col[C_DATA]]);
+        char key[256];
+        snprintf(key, sizeof key, "%s/%s/%s", mb, scal, algo_s);
+        if (strcmp(key, series) != 0) { /* a new series: its first row is the baseline */
+            snprintf(series, sizeof series, "%s", key);
+            base_compute = comp * 64.0 / (batch > 0 ? batch : 64);
+            base_data = data;
+        }
+        if (nodes < 1) nodes = 1;
+        int q = ranks / nodes;
+        if (q < 1 || ranks < 1 || batch < 1) continue;
+        /* "auto" here is hier on one node (the built-in table picks it from 4 KiB) */
+        int algo = dt_cm_algo_parse(algo_s);
+        if (algo < 0) algo = DT_CM_HIER;
+        double bytes[4096], ready[4096];
+        int nb = buckets(m, o->nbucket ? o->bucket_mb[0] : 1.0, o->half ? 2.0 : 4.0, bytes, ready);
+        double cms = base_compute * batch / 64.0; /* strong scaling: the batch shrinks */
+        struct dt_cm_step s = {.forward_s = o->fwd_frac * cms * 1e-3, .backward_s = (1.0 - o->fwd_frac) * cms * 1e-3,
+                               .data_s = base_data * 1e-3, .nbuckets = nb, .bucket_bytes = bytes,
+                               .bucket_ready = ready, .overlap = o->overlap};
+        struct dt_cm_result r = dt_cm_predict(c, algo, nodes, q, &s);
+        double err = step > 0.0 ? (1e3 * r.step_s - step) / step : (double)NAN;
+        printf("%-10.10s %-6.6s %-6.6s %5d %5d %6d %10.2f %10.2f %10.3f %+7.1f%%\n", mb, scal, algo_s, ranks, nodes,
+               batch, step, 1e3 * r.step_s, 1e3 * r.comm_s, 100.0 * err);
+        if (ranks > 1 && isfinite(err)) {
+            sum_err += fabs(err);
+            max_err = fabs(err) > max_err ? fabs(err) : max_err;
+            nrows++;
+        }
+    }
+    fclose(f);
+    if (!nrows) return dt_fail(st, DT_EINPUT, "--compare %s: no multi-rank rows for model %s", o->compare, base);
+    printf("mean |error| over %d multi-rank run%s: %.1f%%, largest %.1f%%\n", nrows, nrows == 1 ? "" : "s",
+           100.0 * sum_err / nrows, 100.0 * max_err);
+    return DT_OK;
+}
+
+static int run(struct opts *o, dt_status *st)
+{
+    struct dt_cluster c;
+    if (dt_cm_cluster_load(o->cluster, &c, st) != DT_OK) return st->code;
+    if (o->q > 0) c.ranks_per_node = o->q;
+    struct dt_shape in;
+    int classes;
+    if (sscanf(o->input, "%dx%dx%d:%d", &in.h, &in.w, &in.c, &classes) != 4 || in.h < 1 || in.w < 1 || in.c < 1 ||
+        classes < 2 || classes > 256)
+        return dt_fail(st, DT_EUSAGE, "--input: expected HxWxC:CLASSES (e.g. 32x32x3:10, 2..256 classes), found '%s'",
+                       o->input);
+    struct dt_model m;
+    if (dt_model_build(&m, o->model, in, classes, 0.5f, st) != DT_OK) {
+        dt_model_free(&m);
+        return st->code;
+    }
+    if (o->metrics && read_metrics(o->metrics, &o->compute_ms, &o->data_ms, st) != DT_OK) return st->code;
+    if (!(o->compute_ms > 0.0) && !o->compare) {
+        dt_model_free(&m);
+        return dt_fail(st, DT_EUSAGE, "give the compute time per step: --compute-ms T or --metrics FILE.csv");
+    }
+    FILE *csv = NULL;
+    if (o->csv && !(csv = fopen(o->csv, "w"))) {
+        dt_model_free(&m);
+        return dt_fail(st, DT_EUSAGE, "--csv %s: %s", o->csv, strerror(errno));
+    }
+    double grad_mib = (double)m.nparams * (o->half ? 2.0 : 4.0) / 1048576.0;
+    printf("model %s: %zu parameters, gradient %.2f MiB%s; batch %d per replica\n", m.name, m.nparams, grad_mib,
+           o->half ? " (16-bit transport)" : "", o->batch);
+    printf("cluster %s: %d ranks per node; inside a node %.1f us + %.1f GB/s, between nodes %.1f us + %.1f GB/s\n  (%s)\n",
+           c.name, c.ranks_per_node, c.alpha_intra * 1e6, 1e-9 / c.beta_intra, c.alpha_inter * 1e6,
+           1e-9 / c.beta_inter, c.about);
+    if (o->compute_ms > 0.0) {
+        printf("compute %.2f ms per step (forward %.0f%%), data wait %.2f ms; buckets %s\n", o->compute_ms,
+               100.0 * o->fwd_frac, o->data_ms, o->overlap ? "reduced during backward" : "after backward");
+        if (csv)
+            fprintf(csv, "model,cluster,algorithm,bucket_mb,overlap,nodes,ranks_per_node,ranks,comm_ms,exposed_ms,"
+                    "step_ms,samples_per_s,efficiency\n");
+        printf("\nweak-scaling efficiency (step at 1 rank / step at N nodes x %d ranks):\n", c.ranks_per_node);
+        printf("%-5s %7s", "algo", "bucket");
+        for (int i = 0; i < o->nnodes; i++) printf(" %6d", o->nodes[i]);
+        printf("   %.0f%% up to\n", 100.0 * o->threshold);
+        static double bytes[1 << 16], ready[1 << 16];
+        for (int ai = 0; ai < o->nalgo; ai++)
+            for (int bi = 0; bi < o->nbucket; bi++) {
+                int algo = o->algos[ai];
+                int nb = buckets(&m, o->bucket_mb[bi], o->half ? 2.0 : 4.0, bytes, ready);
+                double cs = o->compute_ms * 1e-3;
+                struct dt_cm_step s = {.forward_s = o->fwd_frac * cs, .backward_s = (1.0 - o->fwd_frac) * cs,
+                                       .data_s = o->data_ms * 1e-3, .nbuckets = nb, .bucket_bytes = bytes,
+                                       .bucket_ready = ready, .overlap = o->overlap};
+                double one = cs + s.data_s;
+                int limit = 0;
+                printf("%-5s %6.3g%s", dt_cm_algo_name(algo), o->bucket_mb[bi], o->bucket_mb[bi] > 0 ? "M" : "all");
+                for (int i = 0; i < o->nnodes; i++) {
+                    struct dt_cm_result r = dt_cm_predict(&c, algo, o->nodes[i], c.ranks_per_node, &s);
+                    double eff = one / r.step_s;
+                    int ranks = o->nodes[i] * c.ranks_per_node;
+                    if (eff >= o->threshold && o->nodes[i] > limit) limit = o->nodes[i];
+                    printf(" %6.3f", eff);
+                    if (csv)
+                        fprintf(csv, "%s,%s,%s,%g,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.1f,%.5f\n", m.name, c.name,
+                                dt_cm_algo_name(algo), o->bucket_mb[bi], o->overlap, o->nodes[i], c.ranks_per_node,
+                                ranks, 1e3 * r.comm_s, 1e3 * r.exposed_s, 1e3 * r.step_s,
+                                ranks * o->batch / r.step_s, eff);
+                }
+                if (limit) printf("   %d node%s\n", limit, limit == 1 ? "" : "s");
+                else printf("   none\n");
+            }
+    }
+    if (csv) fclose(csv);
+    int rc = o->compare ? compare(o, &m, &c, st) : DT_OK;
+    dt_model_free(&m);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.model = "cnn", .input = NULL, .cluster = "hdr200-cpu", .batch = 64, .overlap = 1,
+                     .fwd_frac = 1.0 / 3.0, .threshold = 0.9};
+    dt_status st = {0};
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, 'm'},       {"input", required_argument, 0, 'I'},
+        {"batch", required_argument, 0, 'b'},       {"compute-ms", required_argument, 0, 'C'},
+        {"metrics", required_argument, 0, 'M'},     {"data-ms", required_argument, 0, 'D'},
+        {"forward-fraction", required_argument, 0, 'F'}, {"cluster", required_argument, 0, 'c'},
+        {"ranks-per-node", required_argument, 0, 'q'}, {"algorithms", required_argument, 0, 'a'},
+        {"bucket-mb", required_argument, 0, 'B'},   {"no-overlap", no_argument, 0, 'O'},
+        {"grad-compression", required_argument, 0, 'G'}, {"nodes", required_argument, 0, 'N'},
+        {"threshold", required_argument, 0, 'T'},   {"csv", required_argument, 0, 'S'},
+        {"compare", required_argument, 0, 'P'},     {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
+    int opt, rc = DT_OK;
+    double v[MAXN];
+    int n;
+    opterr = 0;
+    while (rc == DT_OK && (opt = getopt_long(argc, argv, ":m:b:a:hV", longopts, NULL)) != -1) {
+        double x;
+        switch (opt) {
+        case 'm': o.model = optarg; break;
+        case 'I': o.input = optarg; break;
+        case 'b':
+            if ((rc = parse_number("--batch", optarg, 1, 1 << 20, &x, &st)) == DT_OK) o.batch = (int)x;
+            break;
+        case 'C': rc = parse_number("--compute-ms", optarg, 1e-6, 1e9, &o.compute_ms, &st); break;
+        case 'M': o.metrics = optarg; break;
+        case 'D': rc = parse_number("--data-ms", optarg, 0, 1e9, &o.data_ms, &st); break;
+        case 'F': rc = parse_number("--forward-fraction", optarg, 0, 1, &o.fwd_frac, &st); break;
+        case 'c': o.cluster = optarg; break;
+        case 'q':
+            if ((rc = parse_number("--ranks-per-node", optarg, 1, 1 << 16, &x, &st)) == DT_OK) o.q = (int)x;
+            break;
+        case 'a': {
+            char buf[256], *save = NULL;
+            snprintf(buf, sizeof buf, "%s", optarg);
+            o.nalgo = 0;
+            for (char *t = strtok_r(buf, ",", &save); t && rc == DT_OK; t = strtok_r(NULL, ",", &save)) {
+                int a = dt_cm_algo_parse(t);
+                if (a < 0 || o.nalgo == DT_CM_NALGOS)
+                    rc = dt_fail(&st, DT_EUSAGE, "--algorithms: expected ring, mpi or hier, found '%s'", t);
+                else o.algos[o.nalgo++] = a;
+            }
+            break;
+        }
+        case 'B': rc = parse_list_d("--bucket-mb", optarg, o.bucket_mb, &o.nbucket, 0.0, &st); break;
+        case 'O': o.overlap = 0; break;
+        case 'G':
+            if (!strcmp(optarg, "fp16") || !strcmp(optarg, "bf16")) o.half = 1;
+            else if (!strcmp(optarg, "none")) o.half = 0;
+            else rc = dt_fail(&st, DT_EUSAGE, "--grad-compression: expected none, fp16 or bf16, found '%s'", optarg);
+            break;
+        case 'N':
+            if ((rc = parse_list_d("--nodes", optarg, v, &n, 1.0, &st)) == DT_OK) {
+                o.nnodes = n;
+                for (int i = 0; i < n; i++) o.nodes[i] = (int)v[i];
+            }
+            break;
+        case 'T': rc = parse_number("--threshold", optarg, 0.01, 1, &o.threshold, &st); break;
+        case 'S': o.csv = optarg; break;
+        case 'P': o.compare = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("dtrain-predict %s\n", PACKAGE_VERSION); return 0;
+        case ':': rc = dt_fail(&st, DT_EUSAGE, "%s: needs a value", argv[optind - 1]); break;
+        default: rc = dt_fail(&st, DT_EUSAGE, "unknown option '%s' (see dtrain-predict --help)", argv[optind - 1]);
+        }
+    }
+    if (rc == DT_OK && optind < argc)
+        rc = dt_fail(&st, DT_EUSAGE, "unexpected argument '%s' (see dtrain-predict --help)", argv[optind]);
+    if (rc == DT_OK && o.metrics && o.compute_ms > 0.0)
+        rc = dt_fail(&st, DT_EUSAGE, "--metrics and --compute-ms: give one of them");
+    if (rc == DT_OK) {
+        if (!o.input) {
+            const char *b = strrchr(o.model, '/');
+            o.input = !strncmp(b ? b + 1 : o.model, "resnet", 6) ? "32x32x3:10" : "28x28x1:10";
+        }
+        if (!o.nalgo) {
+            o.nalgo = DT_CM_NALGOS;
+            for (int a = 0; a < DT_CM_NALGOS; a++) o.algos[a] = a;
+        }
+        if (!o.nbucket) {
+            o.nbucket = 3;
+            o.bucket_mb[0] = 1;
+            o.bucket_mb[1] = 4;
+            o.bucket_mb[2] = 16;
+        }
+        if (!o.nnodes)
+            for (int k = 1; k <= 1024; k *= 2) o.nodes[o.nnodes++] = k;
+        rc = run(&o, &st);
+    }
+    if (rc != DT_OK) {
+        fprintf(stderr, "dtrain-predict: error: %s\n", st.msg);
+        return st.code;
+    }
+    return 0;
+}

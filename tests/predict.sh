@@ -1,0 +1,94 @@
+#!/bin/sh
+# predict.sh: dtrain-predict end to end.
+#
+# The model's gradient is the one dtrain builds (parameter counts of the
+# shipped models); the efficiency table and CSV have a row per algorithm and
+# bucket size and a column per node count; one rank alone is exactly 100%
+# efficient; a 1-rank dtrain --metrics file gives the compute time; --compare
+# reads a scaling study's summary and prints the error; bad options, bad
+# cluster files and bad input files get one clear message and exit 2 or 3.
+. "$TOP_SRCDIR/tests/common.sh"
+P=${DTRAIN_PREDICT:-$TOP_BUILDDIR/dtrain-predict}
+T=$TEST_TMP/predict.$$
+mkdir -p "$T"
+expect_p() { # expect_p CODE PATTERN ARGS...
+  code=$1 pattern=$2; shift 2
+  "$P" "$@" >"$T/out" 2>"$T/err"; rc=$?
+  if [ "$rc" = "$code" ] && [ "$(grep -c '^dtrain-predict: error: ' "$T/err")" = 1 ] && grep -q -- "$pattern" "$T/err"; then
+    pass "dtrain-predict $* -> $code: $(cat "$T/err")"
+  else fail "dtrain-predict $*: exit $rc, expected $code with '$pattern'"; cat "$T/err" >&2; fi
+}
+
+"$P" --model cnn --compute-ms 20 >"$T/cnn" 2>&1; rc=$?
+rows=$(grep -cE '^(ring|mpi|hier) ' "$T/cnn")
+if [ "$rc" = 0 ] && grep -q '^model cnn: 225034 parameters' "$T/cnn" && [ "$rows" = 9 ] &&
+   grep -q '^algo .* 1024   90% up to$' "$T/cnn"; then
+  pass "cnn on hdr200-cpu: 225034 parameters, 9 rows (3 algorithms x 3 bucket sizes), 1..1024 nodes"
+else fail "cnn table (rc=$rc, $rows rows)"; cat "$T/cnn" >&2; fi
+
+"$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --compute-ms 120 --cluster dgx-h100 --bucket-mb 0,4 \
+  --algorithms hier,ring --csv "$T/r.csv" >"$T/res" 2>&1; rc=$?
+n=$(($(wc -l <"$T/r.csv") - 1))
+if [ "$rc" = 0 ] && grep -q '^model resnet20.cfg: 273258 parameters' "$T/res" && [ "$n" = 44 ] &&
+   head -1 "$T/r.csv" | grep -q '^model,cluster,algorithm,bucket_mb,overlap,nodes,ranks_per_node,ranks,comm_ms,exposed_ms,step_ms,samples_per_s,efficiency$' &&
+   awk -F, 'NR > 1 && ($13 <= 0 || $13 > 1 || $11 < 120) { bad++ } END { exit bad > 0 }' "$T/r.csv"; then
+  pass "resnet20 on dgx-h100 --csv: 44 rows (2 algorithms x 2 buckets x 11 node counts), 0 < efficiency <= 1, step >= compute"
+else fail "resnet20 csv (rc=$rc, $n rows)"; cat "$T/res" >&2; head -3 "$T/r.csv" >&2; fi
+
+# One rank alone: no communication, efficiency exactly 1.
+"$P" --compute-ms 10 --ranks-per-node 1 --nodes 1 --algorithms ring --bucket-mb 1 --csv "$T/one.csv" >/dev/null 2>&1
+if [ "$(tail -1 "$T/one.csv" | cut -d, -f9,13)" = "0.000000,1.00000" ]; then pass "one rank: 0 ms of communication, efficiency 1"
+else fail "one rank: $(tail -1 "$T/one.csv")"; fi
+
+# More latency, lower efficiency: the model moves the way it should.
+printf 'name = slow\nranks_per_node = 4\nalpha_intra_us = 1\nbw_intra_gbs = 10\nalpha_inter_us = 500\nbw_inter_gbs = 1\n' >"$T/slow.conf"
+"$P" --compute-ms 10 --cluster "$T/slow.conf" --nodes 64 --algorithms ring --bucket-mb 1 --csv "$T/slow.csv" >/dev/null 2>&1
+"$P" --compute-ms 10 --cluster hdr200-cpu --ranks-per-node 4 --nodes 64 --algorithms ring --bucket-mb 1 --csv "$T/fast.csv" >/dev/null 2>&1
+es=$(tail -1 "$T/slow.csv" | cut -d, -f13); ef=$(tail -1 "$T/fast.csv" | cut -d, -f13)
+if awk -v s="$es" -v f="$ef" 'BEGIN { exit !(s + 0 < f + 0 && s + 0 > 0) }'; then
+  pass "a slow network (500 us, 1 GB/s) is less efficient at 64 nodes: $es against $ef"
+else fail "slow network efficiency $es, fast $ef"; fi
+
+# The compute time from a measured 1-rank run.
+fm=$(fm_small) || exit $?
+run_np 1 "$fm" --model mlp --epochs 2 --batch-size 64 --metrics "$T/one-rank.csv"
+"$P" --model mlp --metrics "$T/one-rank.csv" --nodes 1,4 >"$T/m" 2>&1; prc=$?
+if [ "$rc" = 0 ] && [ "$prc" = 0 ] && grep -qE '^compute [0-9]+\.[0-9]+ ms per step' "$T/m"; then
+  pass "--metrics: $(grep '^compute' "$T/m")"
+else fail "--metrics (dtrain rc=$rc, predict rc=$prc)"; cat "$T/m" "$err" >&2; fi
+
+# --compare: a summary CSV as jobscripts/scaling-study writes it.
+cat >"$T/summary.csv" <<'CSV'
+model,strategy,allreduce,scaling,ranks,nodes,batch_per_replica,global_batch,samples_per_s,step_ms,comm_ms,wait_ms,data_ms,compute_ms,speedup,efficiency
+cnn,mirrored,auto,weak,1,1,64,64,3200,20.0,0,0,0.1,19.9,1,1
+cnn,mirrored,auto,weak,2,1,64,128,6000,21.3,0.3,0.3,0.1,20.9,1.875,0.94
+mlp,mirrored,auto,weak,1,1,64,64,1,1,0,0,0,1,1,1
+CSV
+"$P" --model cnn --cluster this-machine --compare "$T/summary.csv" >"$T/cmp" 2>&1; rc=$?
+if [ "$rc" = 0 ] && grep -qE '^cnn +weak +auto +2 +1 +64 +21\.30 +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%$' "$T/cmp" &&
+   grep -q '^mean |error| over 1 multi-rank run: ' "$T/cmp" && ! grep -q '^mlp' "$T/cmp"; then
+  pass "--compare: $(grep '^cnn .* 2 ' "$T/cmp" | tr -s ' '); $(grep '^mean' "$T/cmp")"
+else fail "--compare (rc=$rc)"; cat "$T/cmp" >&2; fi
+
+expect_p 2 "unknown option '--bogus'" --bogus
+expect_p 2 "give the compute time per step: --compute-ms T or --metrics FILE.csv" --model cnn
+expect_p 2 "--metrics and --compute-ms: give one of them" --compute-ms 3 --metrics "$T/one-rank.csv"
+expect_p 2 "--algorithms: expected ring, mpi or hier, found 'nccl'" --compute-ms 3 --algorithms ring,nccl
+expect_p 2 "--bucket-mb: expected a comma-separated list of numbers >= 0, found 'x'" --compute-ms 3 --bucket-mb 1,x
+expect_p 2 "--cluster nowhere: neither a built-in cluster (this-machine, hdr200-cpu, dgx-h100) nor a readable file" \
+  --compute-ms 3 --cluster nowhere
+printf 'ranks_per_node = 4\nalpha_intra_us = -1\n' >"$T/bad.conf"
+expect_p 2 "bad.conf:2: alpha_intra_us: expected a positive number, found '-1'" --compute-ms 3 --cluster "$T/bad.conf"
+expect_p 2 "--input: expected HxWxC:CLASSES" --compute-ms 3 --input 28x28
+expect_p 2 "--model: expected cnn, mlp or a model file" --compute-ms 3 --model vgg
+printf 'a,b\n1,2\n' >"$T/bad.csv"
+expect_p 3 "--compare $T/bad.csv: no column model" --compare "$T/bad.csv"
+expect_p 3 "--metrics $T/bad.csv: expected a dtrain --metrics CSV (kind, step, seconds, ... columns)" --metrics "$T/bad.csv"
+"$P" --help >"$T/h" 2>&1
+for opt in --model --input --batch --compute-ms --metrics --data-ms --forward-fraction --cluster --ranks-per-node \
+           --algorithms --bucket-mb --no-overlap --grad-compression --nodes --threshold --csv --compare --help --version; do
+  grep -q -- "$opt" "$T/h" || fail "--help does not document $opt"
+  grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain-predict.1" || fail "dtrain-predict.1 does not document $opt"
+done
+rm -rf "$T"
+finish
