@@ -6,6 +6,7 @@
  * is never written, and the thread is at most prefetch batches ahead. */
 #include "config.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,7 +151,14 @@ void dt_loader_start(struct dt_loader *ld, int64_t epoch, int64_t s0, int64_t en
     ld->filled = s0;
     ld->taken = s0 - 1;
     ld->stop = ld->done = 0;
-    if (pthread_create(&ld->thread, NULL, run, ld) != 0) DT_DIE("cannot start the data loader's thread");
+    /* Signals (SIGUSR1/SIGTERM: checkpoint and exit) go to the main thread:
+     * the new thread starts with all of them blocked. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&ld->thread, NULL, run, ld);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) DT_DIE("cannot start the data loader's thread");
     ld->running = 1;
 }
 
