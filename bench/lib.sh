@@ -29,7 +29,8 @@ bench_default_data() {
 
 bench_git_rev() {
     git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || git_rev="no commit"
-    if git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then
+    # (not "| grep -q .": under pipefail git's SIGPIPE would fail the test)
+    if [[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
         git_rev+=" (modified)"
     fi
 }
