@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# resnet.sh: dtrain against PyTorch training the same ResNet-20 on synthetic
+# 32x32x3 data, at 1 and 2 data-parallel ranks, in one invocation.
+#
+# The design decision a reader must know: the machines this runs on are shared
+# and noisy, so the baseline is never taken from an earlier run. Each round
+# runs dtrain -np 1, PyTorch 1 process, dtrain -np 2 and PyTorch 2 processes
+# (DDP over gloo) back to back (even rounds put PyTorch first within each rank
+# count, so a slow drift favours neither), every run is a fresh process that
+# trains E epochs, and only the last epoch is quoted (the first pays one-off
+# costs: primitive creation, cold caches). The figures to quote are the
+# medians over the rounds of each round's own ratios (dtrain/PyTorch at a rank
+# count, np2/np1 for one framework), which cancel what a round's neighbours
+# did to both sides.
+#
+# Usage: bench/resnet.sh [--build DIR] [--repeats R] [--epochs E] [--samples N]
+#            [--batch-size B] [--no-torch] [--out CSV]
+# See bench/README-resnet.md for how to read the report.
+set -euo pipefail
+
+prog=resnet.sh
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+usage() {
+    cat <<EOF
+Usage: bench/$prog [OPTIONS]
+
+Trains ResNet-20 (inputs/resnet20.cfg, 273,258 parameters; Adam 1e-3, one
+thread per rank) on N synthetic 32x32x3 images with dtrain and with PyTorch
+(bench/torch_resnet.py), at 1 and 2 ranks, R rounds interleaved, and reports
+min/median/max global samples/s of the last epoch of each run, the median
+per-round ratios dtrain/PyTorch, and each framework's 2-rank scaling.
+
+Options:
+  --build DIR       directory holding dtrain (default: $repo/build)
+  --repeats R       rounds (default: 3)
+  --epochs E        epochs per run; the last one is quoted (default: 2)
+  --samples N       synthetic samples, all ranks together (default: 12800)
+  --batch-size B    samples per rank per step (default: 64)
+  --no-torch        skip PyTorch (dtrain at 1 and 2 ranks only)
+  --out CSV         raw numbers, one row per epoch of every run (default:
+                    $repo/bench/results/resnet-DATE.csv); every run's output
+                    goes to the same name ending .log
+  -h, --help        show this help
+
+Environment:
+  MPIRUN          launcher (default: mpirun)
+  MPIRUN_FLAGS    extra launcher flags, e.g. "--mca pml ob1 --mca btl self,vader"
+  TORCH_PYTHON    interpreter that has torch with gloo (default: /usr/bin/python3)
+EOF
+}
+
+die() { echo "$prog: $*" >&2; exit 2; }
+say() { echo "$prog: $*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
+
+positive() { # FLAG VALUE
+    [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
+}
+
+build=$repo/build repeats=3 epochs=2 samples=12800 batch=64 out="" want_torch=1
+while (($#)); do
+    case $1 in
+        --build) (($# > 1)) || die "--build needs a directory"; build=$2; shift 2 ;;
+        --build=*) build=${1#*=}; shift ;;
+        --repeats) (($# > 1)) || die "--repeats needs a number"; repeats=$2; shift 2 ;;
+        --repeats=*) repeats=${1#*=}; shift ;;
+        --epochs) (($# > 1)) || die "--epochs needs a number"; epochs=$2; shift 2 ;;
+        --epochs=*) epochs=${1#*=}; shift ;;
+        --samples) (($# > 1)) || die "--samples needs a number"; samples=$2; shift 2 ;;
+        --samples=*) samples=${1#*=}; shift ;;
+        --batch-size) (($# > 1)) || die "--batch-size needs a number"; batch=$2; shift 2 ;;
+        --batch-size=*) batch=${1#*=}; shift ;;
+        --out) (($# > 1)) || die "--out needs a file name"; out=$2; shift 2 ;;
+        --out=*) out=${1#*=}; shift ;;
+        --no-torch) want_torch=0; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) echo "$prog: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+positive --repeats "$repeats"
+positive --epochs "$epochs"
+positive --samples "$samples"
+positive --batch-size "$batch"
+((samples >= 2)) || die "--samples $samples: the 2-rank runs need at least 2"
+
+# ---- What to run ---------------------------------------------------------------
+[[ -d $build ]] || die "--build $build: not a directory"
+build=$(cd "$build" && pwd)
+dtrain=$build/dtrain
+[[ -x $dtrain ]] || die "no dtrain executable at $dtrain (build it, or point --build at the build directory)"
+# Not "dtrain --help | grep -q": under pipefail grep's early exit fails the pipe.
+dtrain_help=$("$dtrain" --help 2>&1) || true
+[[ $dtrain_help == *--synthetic* ]] ||
+    die "$dtrain has no --synthetic (built before it existed? rebuild it, or point --build elsewhere)"
+model=$repo/inputs/resnet20.cfg
+[[ -r $model ]] || die "no model file $model"
+
+mpirun=${MPIRUN:-mpirun}
+command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
+mpi_flags=()
+# Open MPI refuses to start as root unless told; CI and containers run as root.
+# --oversubscribe lets -np 2 start on a one-CPU container (binding still holds
+# where there are enough cores).
+if [[ $(id -u) == 0 ]] && "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then
+    mpi_flags+=(--allow-run-as-root --oversubscribe)
+fi
+read -r -a extra_flags <<<"${MPIRUN_FLAGS:-}"
+mpi_flags+=("${extra_flags[@]}")
+
+torch_python=${TORCH_PYTHON:-/usr/bin/python3}
+if ((want_torch)) && ! "$torch_python" -c 'import numpy, torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+    die "$torch_python cannot import numpy and torch with gloo (Debian: apt-get install python3-torch; or set TORCH_PYTHON, or pass --no-torch)"
+fi
+
+ncpu=$(nproc) # before OMP_NUM_THREADS is set: GNU nproc reports that instead
+((ncpu >= 2)) || say "warning: only $ncpu CPU: the 2-rank runs share it and their figures mean little"
+
+stamp=$(date +%Y%m%d-%H%M%S)
+[[ -n $out ]] || out=$repo/bench/results/resnet-$stamp.csv
+mkdir -p "$(dirname "$out")"
+log=${out%.csv}.log
+: >"$log"
+rundir=$(mktemp -d "${TMPDIR:-/tmp}/resnet.XXXXXX")
+trap 'rm -rf "$rundir"' EXIT
+trap 'exit 130' INT TERM
+
+# The build directory may be rebuilt by someone else while this runs; every
+# round must time the same binary, so time a copy (a libtool wrapper script
+# cannot be copied, and is run in place).
+if [[ $(head -c 4 "$dtrain" | od -An -c | tr -d ' ') == 177ELF ]]; then
+    cp "$dtrain" "$rundir/dtrain"
+    dtrain_run=$rundir/dtrain
+else
+    dtrain_run=$dtrain
+fi
+
+# ---- Metadata ------------------------------------------------------------------------
+dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version=""
+[[ -n $dtrain_version ]] || dtrain_version="dtrain (version unknown)"
+bench_git_rev
+bench_busy_cores "$ncpu"
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+meta=(
+    "resnet: ResNet-20 ($model), synthetic 32x32x3, 10 classes, $samples samples, batch $batch per rank, Adam 1e-3, one thread per rank"
+    "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
+    "dtrain: $dtrain_version, $dtrain, git $git_rev"
+    "mpi: $("$mpirun" --version 2>/dev/null | head -n 1) ($mpirun ${mpi_flags[*]} -np P --bind-to core)"
+)
+if ((want_torch)); then
+    meta+=("pytorch: $("$torch_python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo unknown) ($torch_python bench/torch_resnet.py, channels_last, DDP over gloo at 2 processes, process r bound to CPU r)")
+else
+    meta+=("pytorch: not run (--no-torch)")
+fi
+meta+=(
+    "rounds: $repeats; each run trains $epochs epoch(s), epoch $epochs is quoted"
+    "csv: $out"
+    "log: $log"
+)
+
+# ---- Running and parsing ---------------------------------------------------------------
+# Every run's epochs become rows "epoch seconds samples_per_s loss accuracy cpu_cores comm_ms"
+# ("-" where the program does not report the figure).
+parse_dtrain() { # FILE: dtrain's --metrics csv, its "epoch" rows, columns found by name
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+        $col["kind"] == "epoch" {
+            comm = (col["comm_ms"] && $col["comm_ms"] != "") ? $col["comm_ms"] : "-"
+            print $col["epoch"], $col["seconds"], $col["samples_per_s"], $col["loss"], $col["accuracy"], "-", comm
+        }' "$1"
+}
+parse_result() { # FILE: "RESULT framework=... epoch=K ... samples_per_s=X loss=L accuracy=A cpu_cores=C"
+    awk '$1 == "RESULT" {
+        delete f
+        for (i = 2; i <= NF; i++) { eq = index($i, "="); f[substr($i, 1, eq - 1)] = substr($i, eq + 1) }
+        if (f["samples_per_s"] != "") print f["epoch"], f["seconds"], f["samples_per_s"], f["loss"], f["accuracy"], (f["cpu_cores"] == "" ? "-" : f["cpu_cores"]), "-"
+    }' "$1"
+}
+
+{ printf '# %s\n' "${meta[@]}"; echo "round,run,np,epoch,epochs,quoted,seconds,samples_per_s,loss,accuracy,cpu_cores,comm_ms_per_step,run_cpu_cores"; } >"$out"
+
+failures=0
+declare -A sps   # "RUN ROUND" -> the quoted epoch's global samples/s
+declare -A cores # RUN -> space-separated CPU time / wall time of each whole run
+declare -A comm  # RUN -> likewise, communication ms per step
+declare -A params # framework -> trainable parameters it reported
+
+# The CPU time of this shell's finished children, in seconds. The launchers
+# (mpirun, torch.multiprocessing) wait for their ranks, so a run's ranks are
+# in it once the run has ended: one measure of starvation for both frameworks.
+hz=$(getconf CLK_TCK)
+child_cpu() {
+    awk -v hz="$hz" '{ sub(/.*\) /, ""); printf "%.2f\n", ($14 + $15) / hz }' "/proc/$$/stat"
+}
+
+# run ROUND LABEL NP PARSER RESULTFILE COMMAND...: one measurement. It counts
+# only if it exited 0 and printed its last epoch with a finite loss and
+# positive samples/s (synthetic data: nothing to learn, so no loss bound).
+run() {
+    local round=$1 label=$2 np=$3 parser=$4 result=$5 rc=0 file rows quoted why="" s l a m cpu0 t0 run_cores
+    shift 5
+    file=$rundir/$round-$label.out
+    cpu0=$(child_cpu) t0=$(date +%s.%N)
+    "$@" >"$file" 2>&1 </dev/null || rc=$?
+    run_cores=$(awk -v c0="$cpu0" -v c1="$(child_cpu)" -v t0="$t0" -v t1="$(date +%s.%N)" \
+        'BEGIN { printf "%.2f", (c1 - c0) / (t1 - t0) }')
+    { echo "==== round $round: $label (exit $rc): $*"; cat "$file"; } >>"$log"
+    rows=""
+    [[ ! -r $result ]] || rows=$("$parser" "$result")
+    quoted=$(awk -v e="$epochs" '$1 == e { print; exit }' <<<"$rows")
+    if ((rc != 0)); then
+        why="exited with status $rc"
+    elif [[ -z $quoted ]]; then
+        why="printed no throughput for epoch $epochs"
+    elif ! awk '{ exit !($3 > 0 && $4 == $4 + 0 && $4 > -1e30 && $4 < 1e30) }' <<<"$quoted"; then
+        why="epoch $epochs looks wrong: $quoted"
+    fi
+    if [[ -n $rows ]]; then
+        awk -v r="$round" -v lb="$label" -v np="$np" -v e="$epochs" -v rc="$run_cores" -v OFS=, '{
+            for (i = 6; i <= 7; i++) if ($i == "-") $i = ""
+            print r, lb, np, $1, e, ($1 == e), $2, $3, $4, $5, $6, $7, rc }' <<<"$rows" >>"$out"
+    fi
+    case $label in
+        dtrain-np1) params[dtrain]=$(sed -n 's/.*(\([0-9]*\) parameters).*/\1/p' "$file" | head -n 1) ;;
+        pytorch-np1) params[pytorch]=$(sed -n 's/.*ResNet-20, \([0-9]*\) trainable parameters.*/\1/p' "$file" | head -n 1) ;;
+    esac
+    if [[ -n $why ]]; then
+        failures=$((failures + 1))
+        say "round $round: $label $why; its last lines:"
+        tail -n 15 "$file" | sed 's/^/    /' >&2
+        return 1
+    fi
+    read -r _ _ s l a _ m <<<"$quoted"
+    sps["$label $round"]=$s
+    cores[$label]+="$run_cores "
+    [[ $m == - ]] || comm[$label]+="$m "
+    say "round $round/$repeats: $(printf '%-12s %7.0f samples/s  loss %.4f  accuracy %.4f  %s cores' "$label" "$s" "$l" "$a" "$run_cores")"
+}
+
+dtrain_case() { # ROUND NP
+    local metrics=$rundir/$1-dtrain-np$2.csv
+    run "$1" "dtrain-np$2" "$2" parse_dtrain "$metrics" \
+        "$mpirun" "${mpi_flags[@]}" -np "$2" --bind-to core "$dtrain_run" \
+        --synthetic "32x32x3:10:$samples" --model "$model" --batch-size "$batch" --epochs "$epochs" \
+        --threads 1 --no-validation --metrics "$metrics" || true
+}
+torch_case() { # ROUND NP
+    local file=$rundir/$1-pytorch-np$2.out
+    # Bound like mpirun --bind-to core binds dtrain: rank r on CPU r.
+    run "$1" "pytorch-np$2" "$2" parse_result "$file" \
+        "$torch_python" "$here/torch_resnet.py" --samples "$samples" --epochs "$epochs" \
+        --batch-size "$batch" --world-size "$2" --threads 1 --bind-to-core || true
+}
+
+# One thread everywhere, including any OpenMP/BLAS pool a library starts on its own.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+plan="dtrain -np 1"
+((want_torch)) && plan+=", PyTorch 1 process"
+plan+=", dtrain -np 2"
+((want_torch)) && plan+=", PyTorch 2 processes"
+say "$repeats round(s) of: $plan; $epochs epoch(s) of $samples samples each (output: $log)"
+for ((r = 1; r <= repeats; r++)); do
+    for np in 1 2; do
+        if ((!want_torch)); then
+            dtrain_case "$r" "$np"
+        elif ((r % 2)); then
+            dtrain_case "$r" "$np"; torch_case "$r" "$np"
+        else
+            torch_case "$r" "$np"; dtrain_case "$r" "$np"
+        fi
+    done
+done
+
+# ---- Report ------------------------------------------------------------------------------
+stats() { # numbers on stdin -> "min median max" (empty for none)
+    awk NF | sort -g | awk '
+        { v[NR] = $1 }
+        END { if (NR) printf "%s %s %s\n", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[NR] }'
+}
+median() { local s; s=$(stats); [[ -z $s ]] || { s=${s#* }; echo "${s%% *}"; }; }
+values() { # RUN -> its quoted samples/s, one per valid round
+    local r
+    for ((r = 1; r <= repeats; r++)); do [[ -z ${sps["$1 $r"]:-} ]] || echo "${sps["$1 $r"]}"; done
+}
+ratios() { # A B -> A/B of each round where both gave a figure, one per line
+    local r
+    for ((r = 1; r <= repeats; r++)); do
+        if [[ -n ${sps["$1 $r"]:-} && -n ${sps["$2 $r"]:-} ]]; then
+            awk -v a="${sps["$1 $r"]}" -v b="${sps["$2 $r"]}" 'BEGIN { printf "%.4f\n", a / b }'
+        fi
+    done
+}
+ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rounds gave one
+    local s n mn md mx
+    s=$(ratios "$2" "$3" | stats)
+    n=$(ratios "$2" "$3" | wc -l)
+    if [[ -n $s ]]; then
+        read -r mn md mx <<<"$s"
+        printf '%-36s %6.2f   (%.2f-%.2f, %d/%d rounds)\n' "$1" "$md" "$mn" "$mx" "$n" "$repeats"
+    else
+        printf '%-36s %6s   (0/%d rounds)\n' "$1" - "$repeats"
+    fi
+}
+row() { # TEXT RUN
+    local s n c m
+    s=$(values "$2" | stats)
+    n=$(values "$2" | wc -l)
+    c=$(tr ' ' '\n' <<<"${cores[$2]:-}" | median)
+    m=$(tr ' ' '\n' <<<"${comm[$2]:-}" | median)
+    [[ -z $c ]] || c=$(printf '%.2f' "$c")
+    [[ -z $m ]] || m=$(printf '%.1f' "$m")
+    if [[ -n $s ]]; then
+        read -r mn md mx <<<"$s"
+        printf '%-22s %9.0f %9.0f %9.0f %6s %6s %8s\n' "$1" "$mn" "$md" "$mx" "$n/$repeats" "${c:--}" "${m:--}"
+    else
+        printf '%-22s %9s %9s %9s %6s %6s %8s\n' "$1" - - - "0/$repeats" - -
+    fi
+}
+
+printf '# %s\n' "${meta[@]}"
+echo "#"
+echo "# global training samples/s, epoch $epochs of $epochs, over $repeats round(s); runs = rounds that gave a valid figure;"
+echo "# cores = median CPU time / wall time of the whole run, all its processes, start-up included"
+echo "#   (well under 1 at one rank or 2 at two: other work took the CPU from it);"
+echo "# comm = dtrain's median all-reduce time per step, waiting for the other rank included"
+printf '%-22s %9s %9s %9s %6s %6s %8s\n' run min median max runs cores "comm ms"
+row "dtrain -np 1" dtrain-np1
+((want_torch)) && row "pytorch 1 process" pytorch-np1
+row "dtrain -np 2" dtrain-np2
+((want_torch)) && row "pytorch 2 processes" pytorch-np2
+echo
+echo "# median over the rounds of each round's own ratio (range, rounds with both figures)"
+if ((want_torch)); then
+    ratio_row "dtrain / pytorch at 1 rank" dtrain-np1 pytorch-np1
+    ratio_row "dtrain / pytorch at 2 ranks" dtrain-np2 pytorch-np2
+fi
+ratio_row "dtrain scaling np2 / np1" dtrain-np2 dtrain-np1
+((want_torch)) && ratio_row "pytorch scaling 2 / 1 processes" pytorch-np2 pytorch-np1
+echo "# (ideal scaling on 2 idle cores: 2.00)"
+if ((want_torch)); then
+    echo
+    echo "trainable parameters: dtrain ${params[dtrain]:-?}, pytorch ${params[pytorch]:-?}"
+    if [[ -n ${params[dtrain]:-} && -n ${params[pytorch]:-} && ${params[dtrain]} != "${params[pytorch]}" ]]; then
+        say "the two models differ: dtrain has ${params[dtrain]} parameters, PyTorch ${params[pytorch]}"
+        failures=$((failures + 1))
+    fi
+fi
+
+if ((failures)); then
+    say "$failures run(s) failed or gave no valid throughput (details above and in $log)"
+    exit 1
+fi
