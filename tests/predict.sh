@@ -65,8 +65,8 @@ cnn,mirrored,auto,weak,2,1,64,128,6000,21.3,0.3,0.3,0.1,20.9,1.875,0.94
 mlp,mirrored,auto,weak,1,1,64,64,1,1,0,0,0,1,1,1
 CSV
 "$P" --model cnn --cluster this-machine --compare "$T/summary.csv" >"$T/cmp" 2>&1; rc=$?
-if [ "$rc" = 0 ] && grep -qE '^cnn +weak +auto +2 +1 +64 +21\.30 +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%$' "$T/cmp" &&
-   grep -q '^mean |error| over 1 multi-rank run: ' "$T/cmp" && ! grep -q '^mlp' "$T/cmp"; then
+if [ "$rc" = 0 ] && grep -qE '^cnn +weak +auto +2 +1 +64 +21\.30 +[0-9.]+ +[-+][0-9.]+% +0\.300 +[0-9.]+$' "$T/cmp" &&
+   grep -q '^mean |error| of the step time over 1 multi-rank run: ' "$T/cmp" && ! grep -q '^mlp' "$T/cmp"; then
   pass "--compare: $(grep '^cnn .* 2 ' "$T/cmp" | tr -s ' '); $(grep '^mean' "$T/cmp")"
 else fail "--compare (rc=$rc)"; cat "$T/cmp" >&2; fi
 
