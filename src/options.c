@@ -45,6 +45,14 @@ void dt_options_usage(FILE *out)
         "      --lr-scale linear    multiply --lr by the number of replicas (Goyal et\n"
         "                           al.); warm-up then starts from --lr\n"
         "  -s, --seed N             seed for initialisation, shuffling, dropout (default 42)\n"
+        "      --nan-policy P       abort (default) or skip: what a NaN or infinity in the\n"
+        "                           reduced gradient does (loss-scale overflows are skips)\n"
+        "      --stall-timeout S    end the job when a rank waits S seconds in a collective\n"
+        "                           for ranks that do not come, naming them (default 300;\n"
+        "                           0 = wait forever)\n"
+        "      --debug-collectives  ranks compare step, layout and call before every step\n"
+        "                           and every gradient all-reduce (default: each epoch's\n"
+        "                           start and every 100 steps)\n"
         "      --no-validation      do not evaluate on the file's /test split\n"
         "\n"
         "Data and parallelism:\n"
@@ -172,7 +180,7 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
        OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT,
-       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN };
+       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN, OPT_NAN_POLICY, OPT_STALL, OPT_DEBUG_COLL };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -197,6 +205,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"synthetic", required_argument, 0, OPT_SYNTHETIC},
         {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
         {"sync-bn", no_argument, 0, OPT_SYNC_BN},
+        {"nan-policy", required_argument, 0, OPT_NAN_POLICY},
+        {"stall-timeout", required_argument, 0, OPT_STALL},
+        {"debug-collectives", no_argument, 0, OPT_DEBUG_COLL},
         {"augment", required_argument, 0, OPT_AUGMENT},
         {"prefetch", required_argument, 0, OPT_PREFETCH},
         {"cache", no_argument, 0, OPT_CACHE},
@@ -253,10 +264,12 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                               .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
                               .device = "cpu", .precision = DT_PREC_FP32,
                               .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
-                              .lr_factor = 0.1f, .grad_accum = 1, .prefetch = 2};
+                              .lr_factor = 0.1f, .grad_accum = 1, .prefetch = 2,
+                              .stall_timeout = 300.0};
     st->code = DT_OK;
     opterr = 0; /* we print our own messages, from rank 0 only */
-    optind = 1;
+    optind = 0; /* 0, not 1: a full reset, else a "-Xq" refused mid-cluster by an earlier call leaves
+                   getopt to resume at its 'q' (found by tests/fuzz/fuzz_options) */
     while ((c = getopt_long(argc, argv, ":e:b:m:o:s:t:qvhV", longopts, NULL)) != -1) {
         const char *flag = optind > 1 ? argv[optind - 1] : "?";
         int rc = DT_OK;
@@ -400,6 +413,18 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                              "*.weights.h5, found '%s'", optarg);
             break;
         case OPT_SYNC_BN: cfg->sync_bn = 1; break;
+        case OPT_STALL: {
+            float v2;
+            rc = parse_float("--stall-timeout", optarg, 0.0, 1e7, 0, &v2, st);
+            cfg->stall_timeout = (double)v2;
+            break;
+        }
+        case OPT_DEBUG_COLL: cfg->debug_collectives = 1; break;
+        case OPT_NAN_POLICY:
+            if (!strcmp(optarg, "abort")) cfg->nan_policy = 0;
+            else if (!strcmp(optarg, "skip")) cfg->nan_policy = 1;
+            else rc = dt_fail(st, DT_EUSAGE, "--nan-policy: expected abort or skip, found '%s'", optarg);
+            break;
         case OPT_GRAD_ACCUM: rc = dt_parse_long("--grad-accum", optarg, 1, 1 << 20, &v, st); cfg->grad_accum = (int)v; break;
         case OPT_AUGMENT: {
             struct dt_augment a;

@@ -27,6 +27,9 @@ struct dt_config {
     float momentum;         /* sgd */
     int grad_accum;         /* micro-batches per update: 1 */
     int sync_bn;            /* --sync-bn: batchnorm statistics over all replicas */
+    int nan_policy;         /* --nan-policy: 0 abort (default), 1 skip the step */
+    double stall_timeout;   /* --stall-timeout: seconds in a collective before the job ends (300; 0 off) */
+    int debug_collectives;  /* --debug-collectives: ranks compare every step and every bucket call */
     int lr_schedule;        /* enum dt_lr_kind (optim/schedule.h) */
     int lr_boundaries[16];  /* --lr-steps: epochs (1-based starts) */
     int n_lr_boundaries;

@@ -10,6 +10,7 @@
 
 #include "checkpoint/keras.h"
 #include "checks.h"
+#include "consistency.h"
 #include "collectives/allreduce.h"
 #include "data/augment.h"
 #include "data/synthetic.h"
@@ -114,6 +115,7 @@ static void open_loader(struct dt_trainer *t)
 }
 
 static void sync_bn_reduce(void *arg, double *buf, int n);
+static int nan_abort(struct dt_trainer *t, int epoch, int64_t s, float local_loss, dt_status *st);
 
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
@@ -165,6 +167,19 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
                     keras == cfg->export_keras ? "--export-keras" : "--save-best", keras, t->model.name);
     }
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+    {   /* Before anything passes buffers between ranks: the same model and run everywhere. */
+        static const char *const names[] = {"parameters", "layers", "model buffers", "batch size", "epochs", "seed",
+                                            "training samples", "classes", "strategy", "optimizer", "model"};
+        const long vals[] = {(long)t->model.nparams, t->model.nlayers, (long)t->model.nbuffers, cfg->batch_size,
+                             cfg->epochs, (long)cfg->seed, (long)t->data.split[DT_TRAIN].n, t->data.classes,
+                             dt_consistency_hash(cfg->strategy), dt_consistency_hash(cfg->optimizer),
+                             dt_consistency_hash(cfg->model)};
+        const char *const text[] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cfg->strategy, cfg->optimizer,
+                                    cfg->model};
+        if (dt_consistency_check_text(t->comm, "before the first collective of training", vals, names, text, 11, st) !=
+            DT_OK)
+            return st->code;
+    }
 
     t->history = dt_xcalloc((size_t)cfg->epochs, sizeof *t->history);
     dt_monitor_init(&t->stopper, cfg->monitor, cfg->patience, cfg->min_delta);
@@ -223,6 +238,14 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         }
     }
     if (cfg->checkpoint_dir) dt_signals_install();
+    {   /* DTRAIN_TEST_STALL=RANK:UPDATE: that rank stops before that update (tests only) */
+        const char *stall = getenv("DTRAIN_TEST_STALL");
+        if (stall && sscanf(stall, "%d:%ld", &t->stall_rank, &t->stall_step) != 2) t->stall_step = 0;
+    }
+    /* Enter/leave may publish to the table only when no other thread uses MPI. */
+    if (dt_watchdog_start(&t->watchdog, t->comm, cfg->stall_timeout, !t->strategy.overlap && !t->strategy.cuda,
+                          st) != DT_OK)
+        return dt_status_agree(st, t->comm);
     t->last_ckpt_time = MPI_Wtime();
 
     int64_t *per_file = dt_xcalloc((size_t)cfg->ninputs, sizeof(int64_t));
@@ -313,12 +336,47 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
 }
 
+/* --nan-policy abort: the reduced gradient of step s holds a NaN or an
+ * infinity (every replica knows it). Where: the first such parameter's
+ * layer, from each rank's gradient block (the reduced one for the all-reduce
+ * strategies, the local one for sharded), and the ranks whose own loss was
+ * not finite. Collective; returns the agreed error. */
+static int nan_abort(struct dt_trainer *t, int epoch, int64_t s, float local_loss, dt_status *st)
+{
+    struct dt_model *m = &t->model;
+    float *g = dt_xmalloc(sizeof(float) * (m->nparams + 1));
+    t->be->download(g, m->grads, sizeof(float) * m->nparams);
+    long mine[2] = {!isfinite(local_loss), -1};
+    for (size_t i = 0; i < m->nparams && mine[1] < 0; i++)
+        if (!isfinite(g[i])) mine[1] = (long)i;
+    free(g);
+    long *all = dt_xcalloc(2 * (size_t)t->nranks, sizeof(long));
+    DT_MPI_CHECK(MPI_Allgather(mine, 2, MPI_LONG, all, 2, MPI_LONG, t->comm));
+    char layer[96] = "", ranks[256] = "";
+    long first = -1;
+    for (int r = 0; r < t->nranks; r++) {
+        if (all[2 * r + 1] >= 0 && (first < 0 || all[2 * r + 1] < first)) first = all[2 * r + 1];
+        size_t n = strlen(ranks);
+        if (all[2 * r] && n + 16 < sizeof ranks) snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", r);
+    }
+    free(all);
+    for (int i = 0; i < m->nlayers && first >= 0; i++)
+        if ((size_t)first >= m->layers[i].param_offset && (size_t)first < m->layers[i].param_offset + m->layers[i].nparams)
+            snprintf(layer, sizeof layer, " (first in layer %s, parameter %ld of the block)", m->layers[i].name, first);
+    return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the gradient holds a NaN or infinity%s; %s%s; try a smaller "
+                   "--lr, or --nan-policy skip to drop such steps", epoch + 1, (long long)s + 1, layer,
+                   ranks[0] ? "the loss was not finite on rank " : "the loss was finite on every rank (it came up in backward)",
+                   ranks);
+}
+
 /* --sync-bn: the model's reduction (nn/layer.h), on a communicator of its own. */
 static void sync_bn_reduce(void *arg, double *buf, int n)
 {
     struct dt_trainer *t = arg;
     DT_TL_BEGIN(tl0);
+    dt_watchdog_enter(&t->watchdog, "a --sync-bn reduction");
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, t->bn_comm));
+    dt_watchdog_leave(&t->watchdog);
     DT_TL_END(tl0, DT_TL_COMM, "sync-bn", NULL);
 }
 
@@ -422,6 +480,23 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
                 group_global += g;
             }
             group_stats[0] = group_stats[1] = 0.0f;
+            dt_watchdog_step(&t->watchdog, epoch + 1, s + 1);
+            /* The ranks agree on where they are before this step's first
+             * collective: each epoch's start, every 100 updates, or every
+             * step with --debug-collectives (workers and servers of a
+             * parameter server do not step together). */
+            if (!ps && (s == s0 || cfg->debug_collectives || (t->global_step + 1) % 100 == 0)) {
+                static const char *const names[] = {"epoch", "step", "update", "parameters", "gradient buckets",
+                                                    "bucket layout"};
+                const struct dt_reducer *rd = &strat->reducer;
+                const long vals[] = {epoch + 1, (long)s + 1, t->global_step + 1, (long)t->model.nparams, rd->nbuckets,
+                                     rd->start ? dt_consistency_hash_longs((const long *)rd->start, (size_t)rd->nbuckets + 1) : 0};
+                char when[64];
+                snprintf(when, sizeof when, "before epoch %d step %lld", epoch + 1, (long long)s + 1);
+                if (dt_consistency_check(t->comm, when, vals, names, 6, st) != DT_OK) return st->code;
+            }
+            if (t->stall_step && t->global_step + 1 == t->stall_step && t->rank == t->stall_rank)
+                sleep(600); /* DTRAIN_TEST_STALL: this rank stops coming (tests only) */
         }
         int n = b->n;
         global = b->global;
@@ -451,7 +526,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         }
         t->global_step++;
         updates++;
-        if (t->noverflow && injected(t, t->global_step) && t->rank == 0 && n > 0) {
+        if (t->noverflow && injected(t, t->global_step) && t->strategy.replica == 0 && n > 0) {
             const float inf = INFINITY;
             t->be->upload(t->model.dact[t->model.nlayers], &inf, sizeof inf);
         }
@@ -466,13 +541,23 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         }
         long skipped = strat->loss_scale.skipped;
         if (strat->optim.ops) strat->optim.cfg.lr = dt_lr_at(&t->sched, t->global_step - 1);
+        dt_watchdog_enter(&t->watchdog, "the gradient exchange");
         t->strategy.ops->finish(&t->strategy, stats);
+        dt_watchdog_leave(&t->watchdog);
         if (!ps) average_buffers(t); /* the replicas step together: each step, as TF does */
         skipped = strat->loss_scale.skipped - skipped;
 
         sums[0] = (double)stats[0]; /* float: ~7 digits of a batch's sum, plenty for a log */
         sums[1] = (double)stats[1]; /* a count, exact in float below 2^24 */
         if (per_step && !isfinite(sums[0]) && data_failure(t, st) != DT_OK) return st->code;
+        if (strat->nonfinite) { /* every replica saw the same reduced gradient */
+            if (strat->nan_policy == DT_NAN_ABORT) return nan_abort(t, epoch, s, group_stats[0], st);
+            es->samples -= group_global; /* the step did not happen */
+            if (cfg->verbose >= 2 && t->rank == 0)
+                fprintf(out, "step %lld/%lld - the gradient holds a NaN or infinity: step skipped (--nan-policy skip)\n",
+                        (long long)s + 1, (long long)steps);
+            continue;
+        }
         epoch_sums[0] += sums[0];
         epoch_sums[1] += sums[1];
         dt_report_step(&t->report, s + 1, steps, epoch_sums[0], epoch_sums[1], es->samples, t->global_step);
@@ -492,7 +577,9 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (cfg->checkpoint_dir && !ps && step_checkpoint(t, epoch, s + 1, steps, epoch_sums, es->samples, st) != DT_OK)
             return st->code;
     }
+    dt_watchdog_enter(&t->watchdog, "the epoch's end");
     if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)steps);
+    dt_watchdog_leave(&t->watchdog);
     if (ps) average_buffers(t); /* workers step on their own: at the epoch's end */
     if (!per_step) {
         dt_allreduce_sum_f64(epoch_sums, 2, t->comm);
@@ -504,9 +591,9 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     es->steps = replica ? updates : (steps - s0 + K - 1) / K;
     es->data_ms = es->steps ? 1e3 * data_seconds / (double)es->steps : 0.0;
     es->lr = dt_lr_at(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0); /* the epoch's last step */
-    es->skipped = strat->loss_scale.skipped - t->skipped_before;
+    es->skipped = strat->loss_scale.skipped + strat->nan_skipped - t->skipped_before;
     es->loss_scale = strat->loss_scale.on ? strat->loss_scale.scale : 0.0f;
-    t->skipped_before = strat->loss_scale.skipped;
+    t->skipped_before = strat->loss_scale.skipped + strat->nan_skipped;
     if (t->strategy.reducer.steps) {
         es->comm_ms = 1e3 * t->strategy.reducer.comm_seconds / (double)t->strategy.reducer.steps;
         es->wait_ms = 1e3 * t->strategy.reducer.wait_seconds / (double)t->strategy.reducer.steps;
@@ -719,6 +806,7 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
 void dt_trainer_free(struct dt_trainer *t)
 {
     if (!t->cfg) return;
+    dt_watchdog_stop(&t->watchdog);
     dt_strategy_free(&t->strategy);
     dt_model_free(&t->model);
     if (t->bn_comm != 0 && t->bn_comm != MPI_COMM_NULL) MPI_Comm_free(&t->bn_comm);

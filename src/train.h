@@ -24,6 +24,7 @@
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "options.h"
+#include "watchdog.h"
 
 struct dt_trainer {
     const struct dt_config *cfg;
@@ -69,6 +70,9 @@ struct dt_trainer {
     int nspecs;
     struct dt_epoch_stats *history; /* [cfg->epochs] */
     MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
+    struct dt_watchdog watchdog;    /* --stall-timeout */
+    int stall_rank;                 /* DTRAIN_TEST_STALL (tests only) */
+    long stall_step;
 };
 
 /* Collective over comm. Returns DT_OK or a user error agreed on by all ranks. */

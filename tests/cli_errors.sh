@@ -71,7 +71,7 @@ expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-r
 # --- help and version: exit 0 on every rank, printed once ---
 run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
-for opt in --epochs --batch-size --steps-per-epoch --grad-accum --model --dropout --sync-bn --optimizer --lr --momentum \
+for opt in --epochs --batch-size --steps-per-epoch --grad-accum --model --dropout --sync-bn --nan-policy --stall-timeout --debug-collectives --optimizer --lr --momentum \
            --lr-schedule --lr-steps --lr-factor --lr-min --warmup-epochs --lr-scale \
            --seed --no-validation --shard-policy --synthetic --augment --prefetch --cache --cache-limit --threads --device --gpus-per-node --devices \
            --precision --loss-scale --checkpoint-dir --checkpoint-every --checkpoint-seconds --keep \

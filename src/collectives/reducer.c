@@ -6,6 +6,7 @@
  * that order, so all ranks issue the same collectives in the same order. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,9 +20,43 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+/* --debug-collectives: before each bucket, all ranks compare which call
+ * this is, which bucket and its extent (a max/min all-reduce); a mismatch
+ * ends the job with rank 0 naming what differs. */
+static void check_call(struct dt_reducer *r, int b)
+{
+    long mine[4] = {r->calls, b, (long)r->start[b + 1], (long)r->start[b]}, both[8];
+    for (int k = 0; k < 4; k++) {
+        both[k] = mine[k];
+        both[4 + k] = -mine[k];
+    }
+    MPI_Comm comm = r->coll->topo.world;
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, both, 8, MPI_LONG, MPI_MAX, comm));
+    int same = 1;
+    for (int k = 0; k < 4; k++) same &= both[k] == -both[4 + k];
+    r->calls++;
+    if (same) return;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    long *all = dt_xmalloc(sizeof(long) * 4 * (size_t)size);
+    DT_MPI_CHECK(MPI_Allgather(mine, 4, MPI_LONG, all, 4, MPI_LONG, comm));
+    if (rank == 0) {
+        fprintf(stderr, "dtrain: error: --debug-collectives: the ranks disagree on a gradient all-reduce:");
+        for (int q = 0; q < size; q++)
+            fprintf(stderr, "%s rank %d: call %ld, bucket %ld, floats [%ld, %ld)", q ? ";" : "", q, all[4 * q],
+                    all[4 * q + 1], all[4 * q + 2], all[4 * q + 3]);
+        fprintf(stderr, "\n");
+        fflush(stderr);
+    }
+    free(all);
+    MPI_Abort(MPI_COMM_WORLD, 1); /* DT_ERUNTIME */
+}
+
 static void reduce_bucket(struct dt_reducer *r, int b)
 {
     size_t lo = r->start[b + 1], hi = r->start[b];
+    if (r->debug) check_call(r, b);
     DT_TL_BEGIN(tl0);
     double t0 = MPI_Wtime();
     dt_allreduce(r->coll, r->buf + lo, r->buf + lo, hi - lo);

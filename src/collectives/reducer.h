@@ -37,6 +37,8 @@ struct dt_reducer {
     double comm_seconds;     /* inside all-reduce calls */
     double wait_seconds;     /* the caller blocked in dt_reducer_finish */
     long steps;
+    int debug;               /* --debug-collectives: ranks compare every call first */
+    long calls;              /* bucket all-reduces so far (for debug) */
 };
 
 /* Cut [0, count) into buckets at the candidate bounds (any order), each at

@@ -161,6 +161,8 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
         if (es->loss_scale > 0.0f)
             fprintf(out, " - loss scale: %g (%ld step%s skipped)", (double)es->loss_scale, es->skipped,
                     es->skipped == 1 ? "" : "s");
+        else if (es->skipped > 0) /* --nan-policy skip */
+            fprintf(out, " - %ld non-finite step%s skipped", es->skipped, es->skipped == 1 ? "" : "s");
         if (r->nranks > 1 && (es->comm_ms > 0.0 || es->wait_ms > 0.0)) /* rank 0's view of the gradient exchange */
             fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
                     es->comm_ms > es->wait_ms ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);

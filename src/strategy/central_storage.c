@@ -49,8 +49,10 @@ static void central_finish(struct dt_strategy *s, float *stats)
     dt_reducer_finish(&s->reducer);
     /* Nobody may still be reading the parameters (a slower rank's backward)
      * while the leader writes them, nor read them before it is done. */
+    /* Every rank checks the same reduced gradient: the same verdict. */
+    int apply = dt_strategy_gradient_ok(s, m->grads, m->nparams);
     dt_shm_fence(s->coll, shm);
-    if (s->coll->topo.local_rank == 0) dt_optim_step(&s->optim, m->params, m->grads);
+    if (s->coll->topo.local_rank == 0 && apply) dt_optim_step(&s->optim, m->params, m->grads);
     dt_shm_fence(s->coll, shm);
     s->be->download(stats, m->grads + m->nparams, sizeof(float) * DT_STATS);
 }

@@ -59,6 +59,7 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
                "buckets are reduced after backward (no overlap)\n", level);
     dt_reducer_init(&s->reducer, s->coll, m->grads, m->nparams + DT_STATS, bounds, m->nlayers,
                     (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
+    s->reducer.debug = cfg->debug_collectives;
     free(bounds);
     s->shard_off = 0;
     s->shard_len = m->nparams;
@@ -114,7 +115,10 @@ void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats)
      * the same decision here. */
     struct dt_loss_scale *ls = &s->loss_scale;
     int apply = 1;
+    /* With loss scaling an overflow is routine (halve, skip); without, a
+     * NaN or infinity is an error or a skip by --nan-policy. */
     if (ls->on) apply = dt_loss_scale_update(ls, s->be->unscale_check(m->grads, m->nparams, 1.0f / ls->scale));
+    else apply = dt_strategy_gradient_ok(s, m->grads, m->nparams);
     if (apply) {
         DT_TL_BEGIN(tl0);
         dt_optim_step(&s->optim, m->params, m->grads);

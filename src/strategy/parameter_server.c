@@ -24,7 +24,10 @@
  * need osc pt2pt, which that configuration disables. */
 #include "config.h"
 
+#include <math.h>
+
 #include <sched.h>
+#include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +182,16 @@ static void ps_finish(struct dt_strategy *s, float *stats)
 {
     struct ps *p = PS(s);
     const long one = 1;
+    /* Pushes are applied as they come: a non-finite one would reach the
+     * parameters of every worker. The worker checks its own gradient and
+     * ends the job first (--nan-policy skip is refused with this strategy). */
+    if (!s->be->unscale_check(s->model->grads, s->model->nparams, 1.0f)) {
+        fprintf(stderr, "dtrain: error: rank %d (a parameter-server worker): the gradient of its push %ld holds a NaN "
+                "or infinity (its loss is %s); the job ends before a server applies it; try a smaller --lr\n",
+                s->coll->topo.rank, p->pushes + 1, isfinite(s->stats[0]) ? "finite" : "not finite");
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, DT_ERUNTIME); /* the servers and other workers do not know to stop */
+    }
     for (int k = 0; k < p->nps; k++) {
         /* My slot is free once my previous push has been applied. */
         int spins = 0;

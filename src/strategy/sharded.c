@@ -57,8 +57,13 @@ static void sharded_finish(struct dt_strategy *s, float *stats)
     struct dt_model *m = s->model;
     MPI_Comm world = s->coll->topo.world;
     DT_MPI_CHECK(MPI_Reduce_scatter(m->grads, z->shard_grads, z->counts, MPI_FLOAT, MPI_SUM, world));
+    /* Each rank sees its shard only: the verdicts are combined. */
+    int ok = s->be->unscale_check(z->shard_grads, s->shard_len, 1.0f);
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, world));
+    s->nonfinite = !ok;
+    if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
     DT_TL_BEGIN(tl0);
-    dt_optim_step(&s->optim, m->params + s->shard_off, z->shard_grads);
+    if (ok) dt_optim_step(&s->optim, m->params + s->shard_off, z->shard_grads);
     DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);
     DT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, m->params, z->counts, z->displs,
                                 MPI_FLOAT, world));

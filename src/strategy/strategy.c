@@ -21,6 +21,7 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     s->optim_cfg.momentum = cfg->momentum;
     s->cuda = strcmp(s->be->name, "cuda") == 0;
     dt_loss_scale_init(&s->loss_scale, cfg->loss_scale);
+    s->nan_policy = cfg->nan_policy;
     s->replica = coll->topo.rank;
     s->nreplicas = coll->topo.size;
 
@@ -46,9 +47,19 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     if (!allreduce && s->loss_scale.on)
         return dt_fail(st, DT_EUSAGE, "--loss-scale%s: only the mirrored and multi-worker strategies apply a "
                        "loss scale (strategy %s)", cfg->loss_scale_set ? "" : " (dynamic, for --precision fp16)", name);
+    if (s->ops == &dt_strategy_parameter_server && cfg->nan_policy == DT_NAN_SKIP)
+        return dt_fail(st, DT_EUSAGE, "--nan-policy skip: the parameter server applies each push as it comes, "
+                       "so a worker cannot take a step back; use a synchronous strategy, or abort (the default)");
     /* Every rank resolves the same name the same way, so refusals inside
      * setup are agreed on there. */
     return s->ops->setup(s, st);
+}
+
+int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n)
+{
+    s->nonfinite = !s->be->unscale_check((float *)g, n, 1.0f); /* a scale of 1 leaves g as it is */
+    if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
+    return !s->nonfinite;
 }
 
 void dt_strategy_free(struct dt_strategy *s)

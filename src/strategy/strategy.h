@@ -64,7 +64,18 @@ struct dt_strategy {
     int replica, nreplicas;      /* my index among the replicas (-1: server only), their count */
     int local_stats;             /* finish returns this replica's stats only (summed per epoch) */
     int scale_local;             /* the loss is this batch's mean, not the global batch's share */
+    int nan_policy;              /* --nan-policy: DT_NAN_ABORT or DT_NAN_SKIP */
+    int nonfinite;               /* the last step's reduced gradient held a NaN or infinity */
+    long nan_skipped;            /* steps skipped for that (--nan-policy skip), in total */
 };
+
+enum { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
+
+/* After a step's reduction, without loss scaling: whether the n values of g
+ * (the reduced gradient, the same bits on every rank that checks it) are
+ * finite; records a non-finite step in s->nonfinite (and s->nan_skipped
+ * under --nan-policy skip). Returns 1 when the optimizer may apply it. */
+int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n);
 
 extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
     dt_strategy_central_storage, dt_strategy_parameter_server;

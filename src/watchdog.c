@@ -1,0 +1,163 @@
+/* watchdog.c: the stall watchdog (see watchdog.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checks.h"
+#include "watchdog.h"
+
+#define GRACE 5.0 /* seconds other ranks give rank 0 to report first */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void put(struct dt_watchdog *w, int index, const long *vals, int n)
+{
+    if (w->rank == 0) {
+        memcpy(w->table + index, vals, sizeof(long) * (size_t)n); /* rank 0's own row */
+        return;
+    }
+    DT_MPI_CHECK(MPI_Put(vals, n, MPI_LONG, 0, (MPI_Aint)(3 * w->rank + index), n, MPI_LONG, w->win));
+    DT_MPI_CHECK(MPI_Win_flush(0, w->win));
+}
+
+/* Rank 0: which ranks are not where this rank waits. */
+static void late_ranks(const struct dt_watchdog *w, char *out, size_t len)
+{
+    volatile const long *t = w->table;
+    size_t n = 0;
+    int count = 0;
+    out[0] = '\0';
+    for (int r = 0; r < w->size; r++) {
+        long e = t[3 * r], s = t[3 * r + 1], waiting = t[3 * r + 2];
+        int behind = e < w->epoch || (e == w->epoch && s < w->step);
+        int busy = !behind && w->publish_waiting && !waiting && r != w->rank;
+        if (!behind && !busy) continue;
+        count++;
+        if (n + 80 < len) {
+            if (behind && s > 0)
+                n += (size_t)snprintf(out + n, len - n, "%srank %d (last at epoch %ld step %ld)", count > 1 ? ", " : "",
+                                      r, e, s);
+            else if (behind)
+                n += (size_t)snprintf(out + n, len - n, "%srank %d (no step yet)", count > 1 ? ", " : "", r);
+            else
+                n += (size_t)snprintf(out + n, len - n, "%srank %d (at this step, not waiting)", count > 1 ? ", " : "", r);
+        }
+    }
+    if (!count) snprintf(out, len, "every rank reached this step; one of them is stuck outside the collectives");
+}
+
+static void *watch(void *arg)
+{
+    struct dt_watchdog *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->quit) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->wake, &w->lock, &until);
+        if (w->quit || !w->what) continue;
+        double waited = now() - w->since;
+        if (waited < w->timeout + (w->rank ? GRACE : 0.0)) continue;
+        char late[1024];
+        if (w->rank == 0) late_ranks(w, late, sizeof late);
+        else snprintf(late, sizeof late, "rank 0 did not end the job first, so it may be the one stuck");
+        fprintf(stderr, "dtrain: error: rank %d waited %.0f s in %s at epoch %ld step %ld (--stall-timeout %g): "
+                "not arrived: %s; ending the job\n", w->rank, waited, w->what, w->epoch, w->step, w->timeout, late);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, DT_ERUNTIME);
+        _exit(DT_ERUNTIME);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+int dt_watchdog_start(struct dt_watchdog *w, MPI_Comm comm, double timeout, int publish_waiting, dt_status *st)
+{
+    memset(w, 0, sizeof *w);
+    if (timeout <= 0.0) return DT_OK;
+    w->on = 1;
+    w->timeout = timeout;
+    w->publish_waiting = publish_waiting;
+    DT_MPI_CHECK(MPI_Comm_dup(comm, &w->comm));
+    MPI_Comm_rank(w->comm, &w->rank);
+    MPI_Comm_size(w->comm, &w->size);
+    MPI_Aint bytes = w->rank == 0 ? (MPI_Aint)(3 * sizeof(long) * (size_t)w->size) : 0;
+    DT_MPI_CHECK(MPI_Win_allocate(bytes, sizeof(long), MPI_INFO_NULL, w->comm, &w->table, &w->win));
+    if (w->rank == 0) memset(w->table, 0, (size_t)bytes);
+    else w->table = NULL;
+    DT_MPI_CHECK(MPI_Barrier(w->comm)); /* the table is zero before anyone puts */
+    DT_MPI_CHECK(MPI_Win_lock_all(0, w->win));
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    /* The thread inherits the signal mask: SIGUSR1/SIGTERM stay with the main thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&w->thread, NULL, watch, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) return dt_fail(st, DT_ERUNTIME, "--stall-timeout: cannot start the watchdog thread: %s", strerror(rc));
+    return DT_OK;
+}
+
+void dt_watchdog_step(struct dt_watchdog *w, long epoch, long step)
+{
+    if (!w->on) return;
+    pthread_mutex_lock(&w->lock);
+    w->epoch = epoch;
+    w->step = step;
+    pthread_mutex_unlock(&w->lock);
+    const long vals[3] = {epoch, step, 0};
+    put(w, 0, vals, 3);
+}
+
+void dt_watchdog_enter(struct dt_watchdog *w, const char *what)
+{
+    if (!w->on) return;
+    pthread_mutex_lock(&w->lock);
+    w->what = what;
+    w->since = now();
+    pthread_mutex_unlock(&w->lock);
+    const long one = 1;
+    if (w->publish_waiting) put(w, 2, &one, 1);
+}
+
+void dt_watchdog_leave(struct dt_watchdog *w)
+{
+    if (!w->on) return;
+    pthread_mutex_lock(&w->lock);
+    w->what = NULL;
+    pthread_mutex_unlock(&w->lock);
+    const long zero = 0;
+    if (w->publish_waiting) put(w, 2, &zero, 1);
+}
+
+void dt_watchdog_stop(struct dt_watchdog *w)
+{
+    if (!w->on) return;
+    pthread_mutex_lock(&w->lock);
+    w->quit = 1;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->wake);
+    DT_MPI_CHECK(MPI_Win_unlock_all(w->win));
+    DT_MPI_CHECK(MPI_Win_free(&w->win));
+    DT_MPI_CHECK(MPI_Comm_free(&w->comm));
+    w->on = 0;
+}

@@ -1,0 +1,66 @@
+#!/bin/sh
+# reliability.sh: failing fast and saying why (issue 10's guards).
+#
+# --nan-policy: a NaN or infinity injected into the gradient ends the job
+# with the epoch, step and layer under every strategy (a parameter-server
+# worker ends it before a server applies the push), or is skipped and
+# counted with --nan-policy skip; --stall-timeout: a rank that stops coming
+# ends the job within the timeout, rank 0 naming it, with no rank left
+# behind; the consistency check: ranks started with different models are
+# stopped before the first collective, each value that differs named;
+# --debug-collectives changes nothing in a healthy run.
+. "$TOP_SRCDIR/tests/common.sh"
+syn="--synthetic 8x8x3:4:512 --model mlp --epochs 1 --batch-size 32"
+
+export DTRAIN_TEST_OVERFLOW_STEPS=3,5 # an infinity in the first replica's loss gradient at updates 3 and 5
+MPIEXEC_FLAGS="$MPIEXEC_FLAGS -x DTRAIN_TEST_OVERFLOW_STEPS"
+for strategy in mirrored sharded central-storage; do
+  expect_fail 1 "epoch 1 step 3: the gradient holds a NaN or infinity (first in layer dense, parameter [0-9]* of the block); the loss was finite on every rank (it came up in backward); try a smaller --lr, or --nan-policy skip" \
+    2 $syn --strategy $strategy
+done
+expect_fail 1 "rank 1 (a parameter-server worker): the gradient of its push 3 holds a NaN or infinity" \
+  3 $syn --strategy parameter-server
+run_np 2 $syn --nan-policy skip --verbose --verbose
+if [ "$rc" = 0 ] && grep -q ' - 2 non-finite steps skipped' "$out" &&
+   [ "$(grep -c 'the gradient holds a NaN or infinity: step skipped (--nan-policy skip)' "$out")" = 2 ] &&
+   grep -E '^Epoch 1/1 .* - loss: [0-9]+\.[0-9]+ ' "$out" >/dev/null; then
+  pass "--nan-policy skip: steps 3 and 5 skipped and counted, the epoch's loss finite"
+else fail "--nan-policy skip (rc=$rc)"; cat "$out" "$err" >&2; fi
+unset DTRAIN_TEST_OVERFLOW_STEPS
+MPIEXEC_FLAGS=$(echo "$MPIEXEC_FLAGS" | sed 's/ -x DTRAIN_TEST_OVERFLOW_STEPS//')
+expect_fail 2 "--nan-policy skip: the parameter server applies each push as it comes" 3 $syn --strategy parameter-server --nan-policy skip
+expect_fail 2 "--nan-policy: expected abort or skip, found 'ignore'" 2 $syn --nan-policy ignore
+expect_fail 2 "--stall-timeout: expected a number" 2 $syn --stall-timeout soon
+
+# A rank that stops coming (DTRAIN_TEST_STALL=RANK:UPDATE sleeps 600 s there).
+t0=$(date +%s)
+out=$TEST_TMP/out.$$; err=$TEST_TMP/err.$$
+DTRAIN_TEST_STALL=1:5 launch 2 -x DTRAIN_TEST_STALL "$DTRAIN" --synthetic 8x8x3:4:2048 --model mlp --epochs 1 \
+  --batch-size 32 --stall-timeout 2 >"$out" 2>"$err"; rc=$?
+t1=$(date +%s)
+left=$(ps -eo args | grep -c '[d]train --synthetic 8x8x3:4:2048')
+if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((t1 - t0)) -le 30 ] && [ "$left" = 0 ] &&
+   [ "$(grep -c '^dtrain: error: ' "$err")" = 1 ] &&
+   grep -q '^dtrain: error: rank 0 waited 2 s in the gradient exchange at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 ' "$err"; then
+  pass "--stall-timeout 2: rank 1 stopped at update 5; the job ended in $((t1 - t0)) s (exit $rc), rank 0 named rank 1, no rank left"
+else fail "stall (rc=$rc, $((t1 - t0)) s, $left left)"; cat "$err" >&2; fi
+
+# Ranks started with different models: stopped before they exchange anything.
+out=$TEST_TMP/out.$$; err=$TEST_TMP/err.$$
+timeout -k 5 120 $MPIEXEC $MPIEXEC_FLAGS -n 1 "$DTRAIN" --synthetic 28x28x1:10:512 --model mlp --epochs 1 : \
+  -n 1 "$DTRAIN" --synthetic 28x28x1:10:512 --model cnn --epochs 1 >"$out" 2>"$err"; rc=$?
+if [ "$rc" = 1 ] && [ "$(grep -c '^dtrain: error: ' "$err")" = 1 ] &&
+   grep -q "^dtrain: error: the ranks disagree before the first collective of training: parameters: rank 0 has 101770; rank 1 has 225034\. layers: rank 0 has 2; rank 1 has 7\. model: rank 0 has 'mlp'; rank 1 has 'cnn'\." "$err"; then
+  pass "mlp on rank 0, cnn on rank 1: $(cat "$err")"
+else fail "different models (rc=$rc)"; cat "$err" >&2; fi
+
+# --debug-collectives: the same run, every step and bucket call compared.
+steps() { grep -E '^(step|Epoch)' "$1" | sed -e 's/ - [0-9.]* s - [0-9]* samples\/s//' -e 's/ - comm: .*//'; }
+run_np 2 $syn --verbose --verbose; steps "$out" >"$TEST_TMP/plain.$$"
+run_np 2 $syn --verbose --verbose --debug-collectives --bucket-mb 0.01; r2=$rc; steps "$out" >"$TEST_TMP/debug.$$"
+run_np 2 $syn --verbose --verbose --bucket-mb 0.01; steps "$out" >"$TEST_TMP/plain2.$$"
+if [ "$r2" = 0 ] && [ -s "$TEST_TMP/debug.$$" ] && cmp -s "$TEST_TMP/debug.$$" "$TEST_TMP/plain2.$$"; then
+  pass "--debug-collectives (small buckets): the same losses as without, every call checked"
+else fail "--debug-collectives (rc=$r2)"; diff "$TEST_TMP/debug.$$" "$TEST_TMP/plain2.$$" | head >&2; fi
+rm -f "$TEST_TMP/plain.$$" "$TEST_TMP/debug.$$" "$TEST_TMP/plain2.$$"
+finish
