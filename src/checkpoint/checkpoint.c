@@ -174,6 +174,15 @@ static int h5_fail(dt_status *st, int code, const char *path, const char *fmt, .
 
 static int agree(dt_status *st, MPI_Comm comm) { return dt_status_agree(st, comm); }
 
+int dt_create_fresh(const char *path)
+{
+    /* unlink removes a planted symlink itself, never its target; a
+     * directory or another user's file in a sticky directory stays, and
+     * O_EXCL then fails. */
+    if (unlink(path) != 0 && errno != ENOENT && errno != EISDIR && errno != EPERM && errno != EACCES) return -1;
+    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+}
+
 static int join(char *out, size_t n, const char *dir, const char *name)
 {
     int k = snprintf(out, n, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name);
@@ -552,7 +561,7 @@ static int check_room(const struct view *v, int rank, int size, const char *dir,
 static int reserve(const char *tmp, const char *final, uint64_t bytes, dt_status *st)
 {
 #ifdef FALLOC_FL_KEEP_SIZE
-    int fd = open(tmp, O_WRONLY);
+    int fd = open(tmp, O_WRONLY | O_NOFOLLOW);
     int e = fd < 0 || fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) == 0 ? 0 : errno;
     if (fd >= 0) close(fd);
     /* File systems without fallocate have only the free-space check. */
@@ -911,7 +920,7 @@ static int fsync_path(const char *path, int dir)
 
 static int write_pointer(const char *path, const char *text)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = dt_create_fresh(path);
     if (fd < 0) return -1;
     size_t n = strlen(text);
     ssize_t k = write(fd, text, n);
@@ -932,7 +941,8 @@ static void remove_stale(const char *dir)
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
         char path[PATH_MAX];
-        if (strncmp(e->d_name, ".ckpt-", 6) != 0 || !strstr(e->d_name, ".h5.tmp.")) continue;
+        if ((strncmp(e->d_name, ".ckpt-", 6) != 0 || !strstr(e->d_name, ".h5.tmp.")) && strcmp(e->d_name, ".latest.tmp"))
+            continue;
         if (join(path, sizeof path, dir, e->d_name) == 0 && unlink(path) == 0)
             fprintf(stderr, "dtrain: note: removed %s, left by an interrupted checkpoint\n", path);
     }
@@ -1018,7 +1028,7 @@ int dt_ckpt_write(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt
 {
     struct h5quiet q;
     struct view v;
-    int rank, size;
+    int rank, size, fd;
     struct {  /* agreed from rank 0 */
         char tmp[PATH_MAX], final[PATH_MAX], base[64];
     } names;
@@ -1038,13 +1048,15 @@ int dt_ckpt_write(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt
             dt_fail(st, DT_ERUNTIME, "checkpoint %s: path too long", dir);
         else if (mkdirs(dir) != 0)
             dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot create the directory: %s", dir, strerror(errno));
+        else if ((fd = dt_create_fresh(names.tmp)) < 0)
+            dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot create %s: %s", names.final, names.tmp, strerror(errno));
+        else
+            close(fd); /* HDF5 opens it again by name: a regular file of ours, not a planted link */
     }
     if (agree(st, comm) != DT_OK) goto out;
     DT_MPI_CHECK(MPI_Bcast(&names, (int)sizeof names, MPI_BYTE, 0, comm));
     check_room(&v, rank, size, dir, names.final, st);
-    if (agree(st, comm) != DT_OK) goto out;
-
-    if (write_file(names.tmp, names.final, &v, rank, size, comm, st) == DT_OK && rank == 0)
+    if (agree(st, comm) == DT_OK && write_file(names.tmp, names.final, &v, rank, size, comm, st) == DT_OK && rank == 0)
         publish(dir, names.tmp, names.final, names.base, keep, st);
     if (agree(st, comm) != DT_OK && rank == 0) unlink(names.tmp);
     if (st->code == DT_OK && path_out) {
@@ -1571,6 +1583,11 @@ static int read_meta(hid_t f, struct dt_ckpt *c, struct strread *s, const char *
         if (read_attr(f, num[i].obj, num[i].name, num[i].type, num[i].v) < 0)
             return dt_fail(st, DT_EINPUT, "checkpoint %s: attribute %s of %s is missing or not a number", path,
                            num[i].name, num[i].obj);
+    if (c->nranks < 1 || c->epoch < 0 || step < 0 || global_step < 0 || opt_step < 0 || c->best_epoch < -1 ||
+        c->wait < 0)
+        return dt_fail(st, DT_EINPUT, "checkpoint %s: a negative count in the root attributes (nranks %d, epoch %d, "
+                       "step %lld, global_step %lld) or in /optimizer, /monitor", path, c->nranks, c->epoch, step,
+                       global_step);
     c->step = step;
     c->global_step = (long)global_step;
     c->opt_step = (long)opt_step;
@@ -1885,9 +1902,12 @@ int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path
                     if (!fgets(line, sizeof line, fp)) line[0] = '\0';
                     fclose(fp);
                     line[strcspn(line, "\r\n")] = '\0';
-                    if (!line[0] || strchr(line, '/')) {
-                        fprintf(stderr, "dtrain: note: %s names no checkpoint file (\"%s\"); using the newest ckpt-*.h5\n",
-                                lp, line);
+                    long long e, s;
+                    /* Only a name of this directory's own pattern: never a path
+                     * (../../etc/passwd, /abs), and the content is not echoed. */
+                    if (!parse_ckpt_name(line, &e, &s)) {
+                        fprintf(stderr, "dtrain: note: %s does not hold a checkpoint file name (expected one line "
+                                "ckpt-EEEEEE-SSSSSSSS.h5); using the newest ckpt-*.h5\n", lp);
                         line[0] = '\0';
                     } else if (join(path, sizeof path, d, line) == 0) {
                         pack_str(&cand, path);

@@ -127,4 +127,10 @@ void dt_ckpt_release(struct dt_ckpt *c);
 uint64_t dt_fnv1a64(const void *data, size_t n, uint64_t h);
 uint64_t dt_ckpt_block_mix(uint64_t block_index, uint64_t block_hash);
 
+/* Creates path anew for writing (mode 0666 less the umask) and returns the
+ * descriptor, or -1 with errno. Whatever is at path is unlinked first and
+ * the file is opened O_CREAT|O_EXCL|O_NOFOLLOW, so a symlink planted under
+ * a predictable temporary name is removed, never written through. */
+int dt_create_fresh(const char *path);
+
 #endif

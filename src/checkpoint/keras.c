@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/keras.h"
 
 /* A vars group with its scalar variable-length UTF-8 "name" attribute. */
@@ -119,6 +120,15 @@ int dt_keras_export(const char *path, const struct dt_model *m, const float *par
     void *data;
     H5Eget_auto2(H5E_DEFAULT, &fn, &data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our message, not HDF5's stack */
+    /* Created by us first, so H5Fcreate (which follows links) truncates our own file. */
+    int fd = dt_create_fresh(tmp);
+    if (fd < 0) {
+        int e = errno;
+        H5Eset_auto2(H5E_DEFAULT, fn, data);
+        return dt_fail(st, DT_ERUNTIME, "--export-keras %s: cannot create %s: %s", path, tmp, strerror(e));
+    }
+    close(fd);
+    errno = 0;
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     herr_t rc = f < 0 ? -1 : write_all(f, m, params, buffers);
     if (f >= 0 && H5Fclose(f) < 0) rc = -1;

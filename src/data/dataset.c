@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checks.h"
@@ -18,10 +19,24 @@ static const char *split_name[2] = {"train", "test"};
 
 /* ---- validation (rank 0) ------------------------------------------------ */
 
+/* One image at most this many bytes: a file that declares larger ones is
+ * refused before any buffer is sized from it. */
+#define MAX_IMAGE_BYTES (1u << 28)
+#define LABEL_BLOCK (1u << 24) /* labels checked this many at a time */
+
 struct meta {            /* what rank 0 learns and broadcasts */
     int h, w, c, classes;
     int has_test;
 };
+
+static void format_dims(const hsize_t *d, int nd, char *buf, size_t len)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, len - k, "[");
+    for (int i = 0; i < nd && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)d[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
 
 static int is_uint8(hid_t dset)
 {
@@ -31,32 +46,81 @@ static int is_uint8(hid_t dset)
     return ok;
 }
 
+static void describe_class(hid_t t, char *buf, size_t len)
+{
+    H5T_class_t cls = H5Tget_class(t);
+    size_t bits = H5Tget_size(t) * 8;
+    if (cls == H5T_FLOAT) snprintf(buf, len, "float%zu", bits);
+    else if (cls == H5T_INTEGER) snprintf(buf, len, "%s%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "uint" : "int", bits);
+    else snprintf(buf, len, "%s", cls == H5T_STRING ? "strings" : cls == H5T_COMPOUND ? "compound values"
+                  : cls == H5T_ENUM ? "enum values" : cls == H5T_ARRAY ? "arrays" : "non-numeric values");
+}
+
 static void describe_type(hid_t dset, char *buf, size_t len)
 {
     hid_t t = H5Dget_type(dset);
-    H5T_class_t cls = H5Tget_class(t);
-    size_t size = H5Tget_size(t);
-    snprintf(buf, len, "%s%zu", cls == H5T_FLOAT ? "float" : cls == H5T_INTEGER ?
-             (H5Tget_sign(t) == H5T_SGN_NONE ? "uint" : "int") : "non-numeric ", size * 8);
+    describe_class(t, buf, len);
     H5Tclose(t);
 }
 
+/* dims holds H5S_MAX_RANK values: HDF5 allows up to 32 dimensions. */
 static int dims_of(hid_t dset, hsize_t *dims)
 {
     hid_t sp = H5Dget_space(dset);
     int nd = H5Sget_simple_extent_ndims(sp);
-    if (nd > 0 && nd <= 8) H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (nd > 0 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(sp, dims, NULL);
     H5Sclose(sp);
     return nd;
 }
 
-static void format_dims(const hsize_t *d, int nd, char *buf, size_t len)
+/* What the failed HDF5 call said, innermost first (e.g. "truncated file:
+ * eof = 52480, ..."); call it right after the failure. */
+static herr_t why_walk(unsigned n, const H5E_error2_t *e, void *data)
 {
-    size_t k = 0;
-    k += (size_t)snprintf(buf + k, len - k, "[");
-    for (int i = 0; i < nd && k < len; i++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)d[i]);
-    if (k < len) snprintf(buf + k, len - k, "]");
+    char *w = data;
+    (void)n;
+    if (!w[0] && e->desc && e->desc[0]) snprintf(w, 160, "%s", e->desc);
+    return 0;
+}
+
+static const char *h5_why(char *buf)
+{
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, why_walk, buf);
+    if (!buf[0]) snprintf(buf, 160, "HDF5 error");
+    return buf;
+}
+
+/* A dataset that declares more rows than it stores (a sparse chunked
+ * dataset, an unfinished write) is refused: its dims cannot be trusted to
+ * size anything. */
+static int check_stored(const char *path, const char *name, hid_t dset, const hsize_t *dims, int nd, dt_status *st)
+{
+    H5D_space_status_t s = H5D_SPACE_STATUS_ERROR;
+    hsize_t chunk[H5S_MAX_RANK], want = 1, have = 0;
+    for (int d = 0; d < nd; d++)
+        if (dims[d] == 0) return DT_OK;
+    hid_t dcpl = H5Dget_create_plist(dset);
+    int chunked = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, nd, chunk) == nd;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    int ok;
+    if (chunked) { /* compressed chunks are smaller than their rows: count them instead of bytes */
+        for (int d = 0; d < nd; d++) want *= (dims[d] + chunk[d] - 1) / chunk[d];
+        hid_t sp = H5Dget_space(dset);
+        ok = sp >= 0 && H5Dget_num_chunks(dset, sp, &have) >= 0 && have == want;
+        if (sp >= 0) H5Sclose(sp);
+    } else {
+        ok = H5Dget_space_status(dset, &s) >= 0 && s == H5D_SPACE_STATUS_ALLOCATED;
+        have = s == H5D_SPACE_STATUS_PART_ALLOCATED;
+    }
+    if (!ok) {
+        char a[128];
+        format_dims(dims, nd, a, sizeof a);
+        return dt_fail(st, DT_EINPUT, "%s: %s declares %s but %s of its data is stored (a sparse or unfinished "
+                       "dataset; expected every row written, as dtrain-prep writes)", path, name, a,
+                       have ? "only part" : "none");
+    }
+    return DT_OK;
 }
 
 static int has_path(hid_t file, const char *group, const char *name)
@@ -71,7 +135,7 @@ static int check_split(const char *path, hid_t file, int s, struct meta *m, int 
                        int declared, int64_t *n_out, uint8_t *max_label, dt_status *st)
 {
     char ipath[32], lpath[32], a[128], b[128];
-    hsize_t id[8], ld[8];
+    hsize_t id[H5S_MAX_RANK], ld[H5S_MAX_RANK];
     int rc = DT_OK;
     snprintf(ipath, sizeof ipath, "/%s/images", split_name[s]);
     snprintf(lpath, sizeof lpath, "/%s/labels", split_name[s]);
@@ -81,7 +145,8 @@ static int check_split(const char *path, hid_t file, int s, struct meta *m, int 
         return dt_fail(st, DT_EINPUT, "%s: no dataset %s (expected uint8 labels [N])", path, lpath);
     hid_t img = H5Dopen2(file, ipath, H5P_DEFAULT), lbl = H5Dopen2(file, lpath, H5P_DEFAULT);
     if (img < 0 || lbl < 0) {
-        rc = dt_fail(st, DT_EINPUT, "%s: cannot open %s or %s", path, ipath, lpath);
+        rc = dt_fail(st, DT_EINPUT, "%s: cannot open %s as a dataset (expected uint8 %s)", path, img < 0 ? ipath : lpath,
+                     img < 0 ? "images [N,H,W,C]" : "labels [N]");
         goto out;
     }
     int ind = dims_of(img, id), lnd = dims_of(lbl, ld);
@@ -111,6 +176,16 @@ static int check_split(const char *path, hid_t file, int s, struct meta *m, int 
         rc = dt_fail(st, DT_EINPUT, "%s: %s has shape %s; expected [N,H,W,C] with non-empty images", path, ipath, a);
         goto out;
     }
+    if (id[1] * id[2] * id[3] > MAX_IMAGE_BYTES) {
+        format_dims(id, 4, a, sizeof a);
+        rc = dt_fail(st, DT_EINPUT, "%s: %s has shape %s: %llu bytes an image; expected at most %u", path, ipath, a,
+                     (unsigned long long)(id[1] * id[2] * id[3]), MAX_IMAGE_BYTES);
+        goto out;
+    }
+    if (check_stored(path, ipath, img, id, 4, st) != DT_OK || check_stored(path, lpath, lbl, ld, 1, st) != DT_OK) {
+        rc = st->code;
+        goto out;
+    }
     if (!*shape_set) {
         m->h = (int)id[1]; m->w = (int)id[2]; m->c = (int)id[3];
         *shape_set = 1;
@@ -121,18 +196,32 @@ static int check_split(const char *path, hid_t file, int s, struct meta *m, int 
         goto out;
     }
     *n_out = (int64_t)id[0];
-    /* Labels are small (1 byte a sample): rank 0 checks them all. */
+    /* Labels are small (1 byte a sample): rank 0 checks them all, a block
+     * at a time. */
     if (id[0] > 0) {
-        uint8_t *lab = dt_xmalloc((size_t)id[0]);
-        DT_H5_CHECK(H5Dread(lbl, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab));
-        for (hsize_t i = 0; i < id[0]; i++) {
-            if (declared > 0 && lab[i] >= declared) {
-                rc = dt_fail(st, DT_EINPUT, "%s: %s[%llu] = %d, but num_classes is %d (labels must be 0..%d)",
-                             path, lpath, (unsigned long long)i, lab[i], declared, declared - 1);
+        hsize_t blk = id[0] < LABEL_BLOCK ? id[0] : LABEL_BLOCK;
+        uint8_t *lab = dt_xmalloc((size_t)blk);
+        hid_t fsp = H5Dget_space(lbl), msp = H5Screate_simple(1, &blk, NULL);
+        for (hsize_t at = 0; at < id[0] && rc == DT_OK; at += blk) {
+            hsize_t n = id[0] - at < blk ? id[0] - at : blk, zero = 0;
+            H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &at, NULL, &n, NULL);
+            H5Sselect_hyperslab(msp, H5S_SELECT_SET, &zero, NULL, &n, NULL);
+            if (H5Dread(lbl, H5T_NATIVE_UINT8, msp, fsp, H5P_DEFAULT, lab) < 0) {
+                rc = dt_fail(st, DT_EINPUT, "%s: cannot read %s[%llu..%llu] (%s); the file is damaged", path, lpath,
+                             (unsigned long long)at, (unsigned long long)(at + n - 1), h5_why(b));
                 break;
             }
-            if (lab[i] > *max_label) *max_label = lab[i];
+            for (hsize_t i = 0; i < n; i++) {
+                if (declared > 0 && lab[i] >= declared) {
+                    rc = dt_fail(st, DT_EINPUT, "%s: %s[%llu] = %d, but num_classes is %d (labels must be 0..%d)",
+                                 path, lpath, (unsigned long long)(at + i), lab[i], declared, declared - 1);
+                    break;
+                }
+                if (lab[i] > *max_label) *max_label = lab[i];
+            }
         }
+        H5Sclose(msp);
+        H5Sclose(fsp);
         free(lab);
     }
 out:
@@ -146,28 +235,51 @@ static int read_classes_attr(const char *path, hid_t file, int *classes, dt_stat
     *classes = 0;
     if (H5Aexists(file, "num_classes") <= 0) return DT_OK;
     hid_t a = H5Aopen(file, "num_classes", H5P_DEFAULT);
-    int v = 0;
-    herr_t r = H5Aread(a, H5T_NATIVE_INT, &v);
-    H5Aclose(a);
-    if (r < 0 || v < 2 || v > 65536)
-        return dt_fail(st, DT_EINPUT, "%s: attribute num_classes = %d; expected an integer in [2, 65536]", path, v);
-    *classes = v;
+    hid_t t = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a);
+    hssize_t npoints = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+    char what[64] = "unreadable";
+    long long v = 0;
+    int ok = 0;
+    if (t >= 0 && npoints != 1) {
+        snprintf(what, sizeof what, "%lld values", (long long)npoints);
+    } else if (t >= 0 && H5Tget_class(t) != H5T_INTEGER) {
+        describe_class(t, what, sizeof what);
+    } else if (t >= 0) {
+        /* One integer (checked above), so reading one long long cannot overflow. */
+        ok = H5Aread(a, H5T_NATIVE_LLONG, &v) >= 0;
+        snprintf(what, sizeof what, "%lld", v);
+        ok = ok && v >= 2 && v <= 256;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    if (!ok)
+        return dt_fail(st, DT_EINPUT, "%s: root attribute num_classes is %s; expected one integer in [2, 256] "
+                       "(labels are uint8)", path, what);
+    *classes = (int)v;
     return DT_OK;
 }
 
 static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_status *st)
 {
-    int shape_set = 0, declared = 0, test_files = 0;
+    int shape_set = 0, declared = 0, test_files = 0, no_test = -1;
     uint8_t max_label = 0;
     memset(m, 0, sizeof *m);
     for (int f = 0; f < ds->nfiles; f++) {
         const char *path = ds->paths[f];
+        struct stat sb;
+        char why[160];
         if (access(path, R_OK) != 0)
             return dt_fail(st, DT_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+        if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return dt_fail(st, DT_EINPUT, "%s: is a %s; expected an HDF5 file written by dtrain-prep", path,
+                           S_ISDIR(sb.st_mode) ? "directory" : "special file");
         htri_t is = H5Fis_hdf5(path);
         if (is <= 0) return dt_fail(st, DT_EINPUT, "%s: not an HDF5 file (expected a dataset written by dtrain-prep)", path);
         hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (file < 0) return dt_fail(st, DT_EINPUT, "%s: HDF5 cannot open it", path);
+        if (file < 0)
+            return dt_fail(st, DT_EINPUT, "%s: HDF5 cannot open it: %s (a truncated or damaged file?)", path,
+                           h5_why(why));
         int cls = 0, rc = read_classes_attr(path, file, &cls, st);
         if (rc == DT_OK && cls > 0) {
             if (declared && cls != declared)
@@ -179,6 +291,8 @@ static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_s
         if (rc == DT_OK && H5Lexists(file, "test", H5P_DEFAULT) > 0) {
             test_files++;
             rc = check_split(path, file, DT_TEST, m, &shape_set, declared, &counts[ds->nfiles + f], &max_label, st);
+        } else if (no_test < 0) {
+            no_test = f;
         }
         H5Fclose(file);
         if (rc != DT_OK) return rc;
@@ -187,8 +301,8 @@ static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_s
     for (int f = 0; f < ds->nfiles; f++) total += counts[f];
     if (total == 0) return dt_fail(st, DT_EINPUT, "%s: /train/images holds no samples", ds->paths[0]);
     if (test_files && test_files != ds->nfiles)
-        return dt_fail(st, DT_EINPUT, "%s: only %d of %d shard files have a /test split", ds->paths[0],
-                       test_files, ds->nfiles);
+        return dt_fail(st, DT_EINPUT, "%s: no /test split, but %d of the %d shard files have one (expected all or none)",
+                       ds->paths[no_test], test_files, ds->nfiles);
     m->classes = declared ? declared : max_label + 1;
     if (m->classes < 2) m->classes = 2;
     m->has_test = test_files > 0;
@@ -281,14 +395,17 @@ static hid_t select_rows(hid_t dset, const int64_t *rows, int k, int nd)
     return space;
 }
 
-static void read_rows(hid_t dset, const int64_t *rows, int k, int nd, size_t row_bytes, uint8_t *dst)
+/* A failed read (a damaged chunk) is the caller's error to report: the
+ * loader passes it to every rank through the step's reduction. */
+static herr_t read_rows(hid_t dset, const int64_t *rows, int k, int nd, size_t row_bytes, uint8_t *dst)
 {
     hid_t fspace = select_rows(dset, rows, k, nd);
     hsize_t total = (hsize_t)k * row_bytes;
     hid_t mspace = H5Screate_simple(1, &total, NULL);
-    DT_H5_CHECK(H5Dread(dset, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, dst));
+    herr_t r = H5Dread(dset, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, dst);
     H5Sclose(mspace);
     H5Sclose(fspace);
+    return r;
 }
 
 int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
@@ -296,7 +413,6 @@ int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n,
 {
     const struct dt_split *sp = &ds->split[split];
     const size_t row = dt_shape_size(ds->shape);
-    (void)st;
     if (n <= 0) return DT_OK;
     if (ds->synthetic) {
         dt_synthetic_rows(ds, idx, n, images, labels);
@@ -317,8 +433,13 @@ int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n,
         int64_t r0;
         int f = dt_shard_locate(sp->file_start, ds->nfiles, p[i].g, &r0), j = i;
         while (j < n && p[j].g < sp->file_start[f + 1]) { rows[j] = p[j].g - sp->file_start[f]; j++; }
-        read_rows(sp->images[f], rows + i, j - i, 4, row, img + (size_t)i * row);
-        read_rows(sp->labels[f], rows + i, j - i, 1, 1, lab + i);
+        int bad_img = read_rows(sp->images[f], rows + i, j - i, 4, row, img + (size_t)i * row) < 0;
+        if (bad_img || read_rows(sp->labels[f], rows + i, j - i, 1, 1, lab + i) < 0) {
+            char why[160];
+            return dt_fail(st, DT_EINPUT, "%s: cannot read rows %lld..%lld of /%s/%s (%s); the file is damaged",
+                           ds->paths[f], (long long)rows[i], (long long)rows[j - 1], split_name[split],
+                           bad_img ? "images" : "labels", h5_why(why));
+        }
         i = j;
     }
     for (int i = 0; i < n; i++) {

@@ -84,6 +84,12 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
     *n = 0;
     while (rc == DT_OK && fgets(buf, sizeof buf, f)) {
         line++;
+        /* A binary file is named, not echoed back to the terminal. */
+        for (const unsigned char *p = (const unsigned char *)buf; *p && rc == DT_OK; p++)
+            if ((*p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r') || *p == 0x7f)
+                rc = dt_fail(st, DT_EUSAGE, "%s:%d: not a text model file (byte 0x%02x at column %d; expected "
+                             "[section] and key = value lines)", path, line, *p, (int)(p - (const unsigned char *)buf) + 1);
+        if (rc != DT_OK) break;
         char *hash = strchr(buf, '#');
         if (hash) *hash = '\0';
         char *s = trim(buf);
