@@ -56,6 +56,7 @@ echo precious >"$T/victim"
 sd=$T/sym
 mkdir -p "$sd"
 ln -s "$T/victim" "$sd/.latest.tmp"
+ln -s "$T/victim" "$T/tl.json.tmp" # --timeline's temporary name
 # rank 0 will be one of the next few processes: plant its temporary names
 last=$(cat /proc/sys/kernel/ns_last_pid 2>/dev/null || echo 0)
 p=$((last + 1))
@@ -64,11 +65,13 @@ while [ $p -le $((last + 150)) ]; do
   ln -s "$T/victim" "$T/k.weights.h5.tmp.$p"
   p=$((p + 1))
 done
-run_np 2 "$good" --batch-size 8 --epochs 1 --model mlp --checkpoint-dir "$sd" --export-keras "$T/k.weights.h5"
+run_np 2 "$good" --batch-size 8 --epochs 1 --model mlp --checkpoint-dir "$sd" --export-keras "$T/k.weights.h5" \
+  --timeline "$T/tl.json"
 if [ "$rc" = 0 ] && [ "$(cat "$T/victim")" = precious ] && [ -f "$sd/latest" ] && [ ! -L "$sd/latest" ] &&
+   [ -f "$T/tl.json" ] && [ ! -e "$T/tl.json.tmp" ] &&
    [ "$(cat "$sd/latest")" = ckpt-000001-00000000.h5 ] && h5dump -H "$T/k.weights.h5" >/dev/null 2>&1 &&
    [ -z "$(find "$sd" -name '.ckpt-*' -o -name '.latest.tmp')" ]; then
-  pass "symlinks planted as .latest.tmp, .ckpt-*.h5.tmp.PID and NAME.tmp.PID: not followed, target unchanged"
+  pass "symlinks planted as .latest.tmp, .ckpt-*.h5.tmp.PID, NAME.tmp.PID and the timeline's .tmp: not followed, target unchanged"
 else
   fail "planted symlinks: rc=$rc, victim now '$(head -c 40 "$T/victim")'"; ls -la "$sd" | head >&2; cat "$err" >&2
 fi

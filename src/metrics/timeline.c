@@ -13,15 +13,29 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checks.h"
 #include "metrics/timeline.h"
+
+/* The temporary file, created afresh: never through a symlink planted in its
+ * place (as checkpoint.c's dt_create_fresh does; metrics/ does not depend on
+ * checkpoint/), with the user's umask. */
+static FILE *fopen_fresh(const char *path)
+{
+    if (unlink(path) != 0 && errno != ENOENT && errno != EISDIR && errno != EPERM && errno != EACCES) return NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (fd >= 0 && !f) close(fd);
+    return f;
+}
 
 enum {
     SPAN_CHUNK = 16384,     /* spans per chunk (640 KiB) */
@@ -218,7 +232,7 @@ int dt_timeline_start(MPI_Comm comm, const char *path, dt_status *st)
     st->code = DT_OK;
     if (rank == 0) { /* fail now, not after the training */
         char *tmp = tmp_path(path);
-        FILE *f = fopen(tmp, "w");
+        FILE *f = fopen_fresh(tmp);
         if (!f) dt_fail(st, DT_EUSAGE, "--timeline %s: cannot create %s: %s", path, tmp, strerror(errno));
         else {
             fclose(f);
@@ -393,7 +407,7 @@ int dt_timeline_finish(MPI_Comm comm, dt_status *st)
     char *tmp = tmp_path(tl->path);
     int open_ok = 1;
     if (o.rank == 0) {
-        o.f = fopen(tmp, "w");
+        o.f = fopen_fresh(tmp);
         if (!o.f) {
             dt_fail(st, DT_ERUNTIME, "timeline %s: cannot create %s: %s", tl->path, tmp, strerror(errno));
             open_ok = 0;
