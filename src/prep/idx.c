@@ -18,6 +18,7 @@
 #define IDX_TYPE_UBYTE 0x08
 #define IDX_READ_CHUNK ((size_t)1 << 30) /* gzread takes an unsigned length */
 #define IDX_GZ_BUFFER (256u * 1024u)     /* zlib's 8 KiB default is slow here */
+#define IDX_MAX_RATIO 1032               /* deflate's largest expansion */
 
 __attribute__((format(printf, 3, 4)))
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -163,6 +164,22 @@ int idx_read(const char *path, struct idx_array *out, char *err, size_t errlen)
 
     if (read_header(f, path, &a, err, errlen) != 0)
         goto fail;
+    /* Refuse a header that claims more data than the file can hold before
+     * allocating it (found by tests/fuzz/fuzz_idx): deflate expands at most
+     * 1032:1, a plain file not at all. */
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        size_t header = 4 + 4 * (size_t)a.ndim, size = (size_t)st.st_size;
+        if (gzdirect(f) && a.count > (size > header ? size - header : 0)) {
+            set_err(err, errlen, "%s: truncated: header says %zu bytes of data, found %zu",
+                    path, a.count, size > header ? size - header : 0);
+            goto fail;
+        }
+        if (!gzdirect(f) && size <= SIZE_MAX / IDX_MAX_RATIO && a.count > size * IDX_MAX_RATIO) {
+            set_err(err, errlen, "%s: truncated: header says %zu bytes of data, more than a "
+                    "%zu-byte gzip file can hold", path, a.count, size);
+            goto fail;
+        }
+    }
 
     a.data = malloc(a.count ? a.count : 1);
     if (a.data == NULL) {
