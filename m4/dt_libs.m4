@@ -112,6 +112,7 @@ dtrain $PACKAGE_VERSION configured
   $dt_check_mark Check        ${CHECK_LIBS:-not found: make check will fail}
   $dt_cuda_line
   warnings:   $WARN_CFLAGS
+  sanitizers: ${SANITIZER_CFLAGS:-none (./configure --enable-sanitizers for ASan+UBSan)}
   fuzzing:    ${FUZZ_CFLAGS:+libFuzzer harnesses (make fuzz): }${FUZZ_CFLAGS:-off (./configure --enable-fuzzing CC=clang for make fuzz)}
   prefix:     $prefix
 DT_EOF
