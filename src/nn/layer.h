@@ -58,6 +58,7 @@ struct dt_layer_ops {
     int (*setup)(struct dt_layer *l, const struct dt_layer_spec *spec, dt_status *st);
     /* Allocate backend state for batches of up to max_n samples. */
     void (*create)(struct dt_layer *l, const struct dt_backend *be, int max_n);
+    /* Free the state of setup and create; be is NULL when create never ran. */
     void (*destroy)(struct dt_layer *l, const struct dt_backend *be);
     /* Keras's default initialisers into host memory: Glorot-uniform kernels,
      * zero biases. NULL for layers without parameters. */

@@ -194,7 +194,9 @@ void dt_model_free(struct dt_model *m)
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
         if (!l->ops) continue; /* building stopped before this layer */
-        if (l->ops->destroy && m->be) l->ops->destroy(l, m->be);
+        /* Without a backend (built, never initialised) destroy still frees what
+         * setup allocated, e.g. batchnorm's statistics buffers. */
+        if (l->ops->destroy) l->ops->destroy(l, m->be);
         else free(l->state);
     }
     if (m->be) {
