@@ -134,6 +134,7 @@ static void expect_refusal(const char *path, const char *strategy, int num_ps, c
     ck_assert_int_eq(dt_trainer_init(&t, &cfg, MPI_COMM_WORLD, st), DT_EUSAGE);
     ck_assert_msg(strstr(st->msg, needle) != NULL, "%s", st->msg);
     dt_trainer_free(&t);
+    dt_options_free(&cfg);
 }
 
 static struct dt_config ps_cfg; /* parameter-server settings for the next train_full */
@@ -147,6 +148,7 @@ static void train_full(const char *path, const char *model, int epochs, int batc
     static char arg0[] = "dtrain", quiet[] = "--quiet";
     char *argv[] = {arg0, (char *)path, quiet, NULL};
     dt_status st = {0};
+    dt_options_free(&cfg); /* the previous call's command line; this call's stays reachable */
     ck_assert_int_eq(dt_options_parse(&cfg, 3, argv, &st), DT_OK);
     inputs[0] = (char *)path;
     cfg.inputs = inputs;
