@@ -399,6 +399,8 @@ static void average_buffers(struct dt_trainer *t)
     free(host);
 }
 
+void dt_trainer_average_buffers(struct dt_trainer *t) { average_buffers(t); }
+
 static void grads_ready(void *ctx, size_t offset)
 {
     struct dt_strategy *s = ctx;

@@ -82,6 +82,10 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st);
 /* Evaluate on the test split: mean loss and accuracy over all of it. */
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy);
 void dt_trainer_free(struct dt_trainer *t);
+/* Collective: batchnorm's moving statistics become the replicas' mean (what
+ * a synchronous step does after its update); a no-op without them. For
+ * loops other than dt_trainer_fit's (the public API, src/api/). */
+void dt_trainer_average_buffers(struct dt_trainer *t);
 /* Collective: rank 0 prints min-max over ranks of peak RSS and current PSS
  * (shared pages divided among the processes that map them, so one copy of
  * the parameters per node shows), and the optimizer state per rank. */

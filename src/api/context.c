@@ -1,0 +1,189 @@
+/* context.c: dtrain_init/finalize, status strings, dtrain_reduce.
+ *
+ * A context is the caller's communicator duplicated, its node layout and
+ * this rank's backend. The backend's settings (threads, precision, the
+ * floating-point mode) are the process's, not the context's, so a second
+ * live context in one process must ask for the same ones: that is the only
+ * state the API keeps outside its handles (see doc/api.md, Shared state). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "checks.h"
+#include "log.h"
+
+/* The backend settings every live context of this process uses. */
+static struct {
+    int live;
+    char device[8];
+    int threads, precision;
+} process_backend;
+
+void dt_api_config_defaults(struct dt_config *cfg)
+{
+    /* options.c's defaults, with what a library must not do by itself off:
+     * no watchdog thread ending the job, no output. */
+    *cfg = (struct dt_config){.epochs = 1, .batch_size = 64, .optimizer = "adam", .model = "cnn",
+                              .dropout = 0.5f, .seed = 42, .validation = 1,
+                              .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 0,
+                              .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0,
+                              .overlap = 0, .device = "cpu", .precision = DT_PREC_FP32,
+                              .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
+                              .lr_factor = 0.1f, .grad_accum = 1, .prefetch = 2,
+                              .stall_timeout = 0.0};
+}
+
+int dt_api_error(dtrain_context *ctx, const dt_status *st)
+{
+    if (ctx) snprintf(ctx->err, sizeof ctx->err, "%s", st->code == DT_OK ? "" : st->msg);
+    return st->code;
+}
+
+const char *dtrain_version(void) { return PACKAGE_VERSION; }
+
+const char *dtrain_strerror(int code)
+{
+    switch (code) {
+    case DTRAIN_OK: return "success";
+    case DTRAIN_ERUNTIME: return "runtime failure (I/O or numerics)";
+    case DTRAIN_EUSAGE: return "invalid usage (an argument, an option or the order of calls)";
+    case DTRAIN_EINPUT: return "bad input file (missing, not HDF5, wrong shapes or labels)";
+    default: return "unknown status";
+    }
+}
+
+const char *dtrain_last_error(const dtrain_context *ctx)
+{
+    return ctx ? ctx->err : "no context (dtrain_init failed to allocate one, or NULL was passed)";
+}
+
+void dtrain_context_options_init(dtrain_context_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "cpu";
+    o->threads = 1;
+    o->precision = "fp32";
+    o->seed = 42;
+}
+
+static int parse_precision(const char *p)
+{
+    if (!p || !strcmp(p, "fp32")) return DT_PREC_FP32;
+    if (!strcmp(p, "bf16")) return DT_PREC_BF16;
+    if (!strcmp(p, "fp16")) return DT_PREC_FP16;
+    return -1;
+}
+
+int dtrain_init(MPI_Comm comm, const dtrain_context_options *opts, dtrain_context **out)
+{
+    dtrain_context_options def;
+    dt_status st = {0};
+    int inited = 0, finalized = 0;
+    if (!out) return DTRAIN_EUSAGE;
+    *out = NULL;
+    dtrain_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return DTRAIN_ERUNTIME;
+    *out = ctx;
+    ctx->comm = MPI_COMM_NULL;
+    if (!opts) {
+        dtrain_context_options_init(&def);
+        opts = &def;
+    }
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) {
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: MPI is %s; call MPI_Init_thread first (libdtrain never "
+                "initialises or finalises MPI itself)", finalized ? "finalized already" : "not initialised");
+        return dt_api_error(ctx, &st);
+    }
+    if (comm == MPI_COMM_NULL) {
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: the communicator is MPI_COMM_NULL (is this rank outside the group "
+                "that trains? only that group's ranks call dtrain_init)");
+        return dt_api_error(ctx, &st);
+    }
+    DT_MPI_CHECK(MPI_Comm_dup(comm, &ctx->comm));
+    MPI_Comm_rank(ctx->comm, &ctx->rank);
+    MPI_Comm_size(ctx->comm, &ctx->size);
+    if (dt_log_rank < 0) MPI_Comm_rank(MPI_COMM_WORLD, &dt_log_rank); /* the log prefix: the process's rank */
+
+    struct dt_config *cfg = &ctx->base;
+    dt_api_config_defaults(cfg);
+    cfg->device = opts->device ? opts->device : "cpu";
+    cfg->threads = opts->threads;
+    cfg->precision = parse_precision(opts->precision);
+    cfg->seed = opts->seed;
+    cfg->ranks_per_node = opts->ranks_per_node;
+    cfg->gpus_per_node = opts->gpus_per_node;
+    cfg->verbose = opts->verbose;
+    if (cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f; /* dynamic, as dtrain's default for fp16 */
+    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda"))
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: device: expected cpu or cuda, found '%s'", cfg->device);
+    else if (cfg->threads < 1 || cfg->threads > 1024)
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: threads: expected 1 to 1024, found %d", cfg->threads);
+    else if (cfg->precision < 0)
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: precision: expected fp32, bf16 or fp16, found '%s'", opts->precision);
+    else if (cfg->ranks_per_node < 0)
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: ranks_per_node: expected 0 (detect) or more, found %d",
+                cfg->ranks_per_node);
+    else if (process_backend.live &&
+             (strcmp(process_backend.device, cfg->device) || process_backend.threads != cfg->threads ||
+              process_backend.precision != cfg->precision))
+        dt_fail(&st, DT_EUSAGE, "dtrain_init: this process already has a context on %s with %d thread%s and %s; "
+                "the backend's threads and precision are the process's, so every live context must ask for "
+                "the same (found %s, %d, %s)", process_backend.device, process_backend.threads,
+                process_backend.threads == 1 ? "" : "s", dt_precision_name(process_backend.precision), cfg->device,
+                cfg->threads, dt_precision_name(cfg->precision));
+    if (dt_status_agree(&st, ctx->comm) != DT_OK) return dt_api_error(ctx, &st);
+
+    if (dt_topo_create(&ctx->topo, ctx->comm, cfg->ranks_per_node, &st) != DT_OK ||
+        dt_status_agree(&st, ctx->comm) != DT_OK)
+        return dt_api_error(ctx, &st);
+    ctx->topo_ok = 1;
+    if (dt_device_open(&ctx->device, cfg, &ctx->topo, &st) != DT_OK) return dt_api_error(ctx, &st);
+    ctx->device_ok = 1;
+    if (!process_backend.live) {
+        snprintf(process_backend.device, sizeof process_backend.device, "%s", cfg->device);
+        process_backend.threads = cfg->threads;
+        process_backend.precision = cfg->precision;
+    }
+    process_backend.live++;
+    ctx->err[0] = '\0';
+    return DTRAIN_OK;
+}
+
+int dtrain_finalize(dtrain_context *ctx)
+{
+    if (!ctx) return DTRAIN_OK;
+    if (ctx->nusers > 0) {
+        snprintf(ctx->err, sizeof ctx->err, "dtrain_finalize: %d dataset%s or model%s made from this context are "
+                 "still open; free them first", ctx->nusers, ctx->nusers == 1 ? "" : "s", ctx->nusers == 1 ? "" : "s");
+        return DTRAIN_EUSAGE;
+    }
+    if (ctx->device_ok) process_backend.live--;
+    if (ctx->topo_ok) dt_topo_free(&ctx->topo);
+    if (ctx->comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->comm);
+    free(ctx);
+    return DTRAIN_OK;
+}
+
+int dtrain_rank(const dtrain_context *ctx) { return ctx ? ctx->rank : -1; }
+int dtrain_size(const dtrain_context *ctx) { return ctx ? ctx->size : 0; }
+const char *dtrain_device_name(const dtrain_context *ctx) { return ctx ? ctx->device.desc : ""; }
+
+int dtrain_reduce(dtrain_context *ctx, double *buf, int n, int op)
+{
+    if (!ctx || ctx->comm == MPI_COMM_NULL) return DTRAIN_EUSAGE;
+    /* Each rank checks its own arguments; the verdict is agreed on, so a
+     * rank with a bad one does not leave the others in the all-reduce. */
+    dt_status st = {0};
+    if (n < 0 || (n > 0 && !buf) || op < DTRAIN_SUM || op > DTRAIN_MAX)
+        dt_fail(&st, DT_EUSAGE, "dtrain_reduce: expected a buffer of n >= 0 doubles and DTRAIN_SUM, DTRAIN_MEAN or "
+                "DTRAIN_MAX, found n %d, op %d", n, op);
+    if (dt_status_agree(&st, ctx->comm) != DT_OK) return dt_api_error(ctx, &st);
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op == DTRAIN_MAX ? MPI_MAX : MPI_SUM, ctx->comm));
+    if (op == DTRAIN_MEAN)
+        for (int i = 0; i < n; i++) buf[i] /= (double)ctx->size;
+    return dt_api_error(ctx, &st);
+}

@@ -1,0 +1,497 @@
+/* model.c: models for custom loops: create, step, evaluate, checkpoints.
+ *
+ * The step is train.c's, split where a custom loop wants to look at it:
+ * dtrain_forward_backward() is everything up to the strategy's begin and the
+ * backward pass that hands buckets to it (grads_ready), and
+ * dtrain_apply_gradients() is the strategy's finish (all-reduce, optimizer)
+ * and the buffer averaging. The loss is scaled by 1 / the step's global
+ * sample count, exactly as dtrain scales it, so the same data, seed and
+ * settings give the same parameters step for step. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/api.h"
+#include "checks.h"
+#include "collectives/allreduce.h"
+#include "consistency.h"
+#include "nn/model_file.h"
+
+void dtrain_model_options_init(dtrain_model_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model = "cnn";
+    o->dropout = 0.5f;
+    o->strategy = "auto";
+    o->optimizer = "adam";
+    o->allreduce = "auto";
+    o->bucket_mb = 1.0;
+    o->nan_policy = "abort";
+    o->keep = 3;
+}
+
+static char *dup_or(const char *s, const char *fallback)
+{
+    char *d = strdup(s ? s : fallback);
+    if (!d) DT_DIE("out of memory");
+    return d;
+}
+
+/* The options as the dtrain program's configuration; their verdict in st. */
+static void fill_config(dtrain_model *m, const dtrain_model_options *o, dt_status *st)
+{
+    struct dt_config *cfg = &m->cfg;
+    const dtrain_dataset *ds = m->ds;
+    *cfg = m->ctx->base;
+    m->model_name = dup_or(o->model, "cnn");
+    m->strategy_name = dup_or(o->strategy, "auto");
+    m->optimizer_name = dup_or(o->optimizer, "adam");
+    m->allreduce_name = dup_or(o->allreduce, "auto");
+    cfg->model = m->model_name;
+    cfg->strategy = m->strategy_name;
+    cfg->optimizer = m->optimizer_name;
+    cfg->allreduce = m->allreduce_name;
+    cfg->dropout = o->dropout;
+    cfg->lr = o->lr;
+    cfg->momentum = o->momentum;
+    cfg->bucket_mb = o->bucket_mb;
+    cfg->overlap = o->overlap;
+    cfg->keep = o->keep;
+    cfg->nan_policy = o->nan_policy && !strcmp(o->nan_policy, "skip") ? DT_NAN_SKIP : DT_NAN_ABORT;
+    cfg->batch_size = ds->batch;
+    cfg->inputs = ds->paths;
+    cfg->ninputs = ds->npaths;
+    cfg->synthetic = ds->synthetic;
+    cfg->shard_policy = ds->policy;
+    cfg->prefetch = ds->loader.cfg.prefetch;
+    cfg->validation = ds->data.split[DT_TEST].present && ds->data.split[DT_TEST].n > 0;
+    cfg->epochs = 1;
+    st->code = DT_OK;
+    if (strcmp(cfg->model, "cnn") && strcmp(cfg->model, "mlp") && !dt_model_is_file(cfg->model))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: model: expected cnn, mlp or a model file (.cfg), found '%s'",
+                cfg->model);
+    else if (strcmp(cfg->optimizer, "adam") && strcmp(cfg->optimizer, "sgd"))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: optimizer: expected adam or sgd, found '%s'", cfg->optimizer);
+    else if (!strcmp(cfg->strategy, "parameter-server"))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: strategy parameter-server: its workers do not step together, "
+                "which a custom loop's collective steps assume; use the dtrain program for it, or a synchronous "
+                "strategy (auto, mirrored, multi-worker, sharded, central-storage)");
+    else if (!(o->lr >= 0.0f) || o->lr > 1e6f)
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: lr: expected 0 (the default) or a positive rate, found %g",
+                (double)o->lr);
+    else if (!(o->momentum >= 0.0f && o->momentum < 1.0f))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: momentum: expected [0, 1), found %g", (double)o->momentum);
+    else if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: dropout: expected [0, 1), found %g", (double)o->dropout);
+    else if (!(o->bucket_mb >= 0.0 && o->bucket_mb <= 1e6))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: bucket_mb: expected 0 to 1e6, found %g", o->bucket_mb);
+    else if (o->overlap != 0 && o->overlap != 1)
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: overlap: expected 0 or 1, found %d", o->overlap);
+    else if (o->nan_policy && strcmp(o->nan_policy, "abort") && strcmp(o->nan_policy, "skip"))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: nan_policy: expected abort or skip, found '%s'", o->nan_policy);
+    else if (o->keep < 0)
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: keep: expected 0 (all) or more, found %d", o->keep);
+}
+
+/* Room for n epochs of history (train_ckpt.c writes history[0..epochs_done)).
+ * The API does not know the caller's epoch figures: they are recorded as NaN. */
+static void history_reserve(dtrain_model *m, int n)
+{
+    if (n <= m->hist_cap) return;
+    int cap = m->hist_cap ? m->hist_cap : 16;
+    while (cap < n) cap *= 2;
+    struct dt_epoch_stats *h = realloc(m->t.history, (size_t)cap * sizeof *h);
+    if (!h) DT_DIE("out of memory");
+    for (int e = m->hist_cap; e < cap; e++)
+        h[e] = (struct dt_epoch_stats){.loss = NAN, .accuracy = NAN, .val_loss = NAN, .val_accuracy = NAN};
+    m->t.history = h;
+    m->hist_cap = cap;
+}
+
+/* The model and its parameters: dt_trainer_init's middle, on rank 0 then broadcast. */
+static int build(dtrain_model *m, dt_status *st)
+{
+    struct dt_trainer *t = &m->t;
+    const struct dt_config *cfg = &m->cfg;
+    st->code = DT_OK;
+    if (dt_model_is_file(cfg->model) &&
+        dt_model_file_parse(cfg->model, m->ds->data.classes, t->specs, &t->nspecs, st) != DT_OK) {
+        /* the file itself is wrong: a usage error, as it is */
+    }
+    else if (dt_model_build(&t->model, cfg->model, m->ds->data.shape, m->ds->data.classes, cfg->dropout, st) != DT_OK) {
+        dt_status why = *st;
+        dt_fail(st, DT_EINPUT, "%s: %dx%dx%d images do not fit model %s: %s", cfg->inputs[0],
+                m->ds->data.shape.h, m->ds->data.shape.w, m->ds->data.shape.c, cfg->model, why.msg);
+    }
+    else m->model_ok = 1;
+    if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
+    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
+    {   /* Before anything passes buffers between ranks: the same model and run everywhere. */
+        static const char *const names[] = {"parameters", "layers", "batch size", "seed", "training samples",
+                                            "classes", "strategy", "optimizer", "model"};
+        const long vals[] = {(long)t->model.nparams, t->model.nlayers, cfg->batch_size, (long)cfg->seed,
+                             (long)m->ds->data.split[DT_TRAIN].n, m->ds->data.classes,
+                             dt_consistency_hash(cfg->strategy), dt_consistency_hash(cfg->optimizer),
+                             dt_consistency_hash(cfg->model)};
+        const char *const text[] = {NULL, NULL, NULL, NULL, NULL, NULL, cfg->strategy, cfg->optimizer, cfg->model};
+        if (dt_consistency_check_text(t->comm, "in dtrain_model_create", vals, names, text, 9, st) != DT_OK)
+            return st->code;
+    }
+    dt_model_create(&t->model, t->be, cfg->batch_size);
+    if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
+    float *host = dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1));
+    if (t->rank == 0) {
+        t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
+        t->be->download(host + t->model.nparams, t->model.buffers, sizeof(float) * t->model.nbuffers);
+    }
+    DT_MPI_CHECK(MPI_Bcast(host, (int)(t->model.nparams + t->model.nbuffers), MPI_FLOAT, 0, t->comm));
+    t->be->upload(t->model.params, host, sizeof(float) * t->model.nparams);
+    t->be->upload(t->model.buffers, host + t->model.nparams, sizeof(float) * t->model.nbuffers);
+    free(host);
+    dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank); /* dtrain's stream per rank */
+    return DT_OK;
+}
+
+int dtrain_model_create(dtrain_context *ctx, dtrain_dataset *ds, const dtrain_model_options *opts,
+                        dtrain_model **out)
+{
+    dtrain_model_options def;
+    dt_status st = {0};
+    if (!ctx || !out) return DTRAIN_EUSAGE;
+    *out = NULL;
+    if (!ds) {
+        dt_fail(&st, DT_EUSAGE, "dtrain_model_create: the dataset is NULL (it gives the input shape and classes)");
+        dt_status_agree(&st, ctx->comm);
+        return dt_api_error(ctx, &st);
+    }
+    if (!opts) {
+        dtrain_model_options_init(&def);
+        opts = &def;
+    }
+    dtrain_model *m = dt_xcalloc(1, sizeof *m);
+    m->ctx = ctx;
+    m->ds = ds;
+    ctx->nusers++;
+    ds->nusers++;
+    struct dt_trainer *t = &m->t;
+    t->cfg = &m->cfg;
+    fill_config(m, opts, &st);
+    if (dt_status_agree(&st, ctx->comm) != DT_OK) goto fail;
+    /* The model's own communicators (dt_coll duplicates the context's): its
+     * all-reduces never meet another model's or the caller's. */
+    struct dt_coll_config cc = {.algorithm = m->cfg.allreduce, .ranks_per_node = m->cfg.ranks_per_node};
+    if (dt_coll_init(&t->coll, ctx->comm, &cc, &st) != DT_OK) goto fail;
+    m->coll_ok = 1;
+    t->comm = t->coll.topo.world;
+    t->rank = ctx->rank;
+    t->nranks = ctx->size;
+    t->device = ctx->device;
+    t->be = ctx->device.be;
+    t->policy = ds->policy;
+    if (build(m, &st) != DT_OK) goto fail;
+    /* The strategy places the gradient (and parameter) blocks, buckets and the optimizer. */
+    dt_strategy_create(&t->strategy, &m->cfg, &t->model, &t->coll, &st);
+    m->strategy_ok = 1;
+    if (dt_status_agree(&st, t->comm) != DT_OK) goto fail;
+    size_t row = dt_shape_size(ds->data.shape), B = (size_t)m->cfg.batch_size;
+    t->dev_images = t->be->alloc(row * B);
+    t->dev_labels = t->be->alloc(B);
+    history_reserve(m, 16);
+    dt_monitor_init(&t->stopper, m->cfg.monitor, -1, 0.0);
+    dt_monitor_init(&t->saver, m->cfg.monitor, -1, 0.0);
+    *out = m;
+    return dt_api_error(ctx, &st);
+fail:
+    dtrain_model_free(m);
+    return dt_api_error(ctx, &st);
+}
+
+size_t dtrain_model_num_parameters(const dtrain_model *m) { return m ? m->t.model.nparams : 0; }
+
+int dtrain_model_get_parameters(const dtrain_model *m, float *host, size_t n)
+{
+    if (!m || !host || n < m->t.model.nparams) return DTRAIN_EUSAGE;
+    m->t.be->download(host, m->t.model.params, sizeof(float) * m->t.model.nparams);
+    return DTRAIN_OK;
+}
+
+void dtrain_model_summary(const dtrain_model *m, FILE *out)
+{
+    if (m && m->t.rank == 0) dt_model_summary(&m->t.model, out);
+}
+
+long long dtrain_model_iterations(const dtrain_model *m) { return m ? m->t.global_step : 0; }
+
+float dtrain_get_learning_rate(const dtrain_model *m) { return m ? m->t.strategy.optim_cfg.lr : 0.0f; }
+
+int dtrain_set_learning_rate(dtrain_model *m, float lr)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    if (!(lr > 0.0f) || lr > 1e6f) {
+        snprintf(m->ctx->err, sizeof m->ctx->err, "dtrain_set_learning_rate: expected a positive rate, found %g",
+                 (double)lr);
+        return DTRAIN_EUSAGE;
+    }
+    m->t.strategy.optim_cfg.lr = lr; /* what checkpoints record */
+    if (m->t.strategy.optim.ops) m->t.strategy.optim.cfg.lr = lr;
+    return DTRAIN_OK;
+}
+
+static void grads_ready(void *ctx, size_t offset)
+{
+    struct dt_strategy *s = ctx;
+    s->ops->grads_ready(s, offset);
+}
+
+int dtrain_forward_backward(dtrain_model *m, const dtrain_batch *batch, double *loss_sum, long *correct)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    struct dt_trainer *t = &m->t;
+    struct dt_strategy *s = &t->strategy;
+    dtrain_context *ctx = m->ctx;
+    /* Local checks: in an SPMD loop every rank reaches the same verdict. */
+    if (m->pending) {
+        snprintf(ctx->err, sizeof ctx->err, "dtrain_forward_backward: the previous step's gradients are not applied "
+                 "yet; call dtrain_apply_gradients first (gradient accumulation is not offered by the API)");
+        return DTRAIN_EUSAGE;
+    }
+    if (!batch || !batch->impl || !batch->dataset) {
+        snprintf(ctx->err, sizeof ctx->err, "dtrain_forward_backward: no batch (fill it with dtrain_dataset_next)");
+        return DTRAIN_EUSAGE;
+    }
+    const struct dt_dataset *data = &batch->dataset->data;
+    if (batch->n > t->model.max_n || dt_shape_size(data->shape) != dt_shape_size(t->model.input) ||
+        data->classes != t->model.classes) {
+        snprintf(ctx->err, sizeof ctx->err, "dtrain_forward_backward: a batch of %d samples of %dx%dx%d, %d classes "
+                 "for a model of %dx%dx%d, %d classes, batches up to %d", batch->n, data->shape.h, data->shape.w,
+                 data->shape.c, data->classes, t->model.input.h, t->model.input.w, t->model.input.c,
+                 t->model.classes, t->model.max_n);
+        return DTRAIN_EUSAGE;
+    }
+    const struct dt_batch *b = batch->impl;
+    int n = b->n;
+    if (n > 0) { /* train.c's load_batch */
+        size_t bytes = dt_shape_size(t->model.input) * (size_t)n;
+        t->be->upload(t->dev_images, b->images, bytes);
+        t->be->upload(t->dev_labels, b->labels, (size_t)n);
+        t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
+    }
+    dt_model_forward(&t->model, n, 1, &t->dropout_rng);
+    /* Each replica's share of the global batch's mean loss: the all-reduced
+     * sum of the gradients is then the global batch's gradient. */
+    float scale = s->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)(b->global > 0 ? b->global : 1);
+    struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * s->loss_scale.scale);
+    m->stats_loss = (float)r.loss_sum;
+    m->stats_correct = (float)r.correct;
+    if (b->failed) m->stats_loss = NAN; /* tells every rank, through the step's own reduction */
+    float stats[DT_STATS] = {m->stats_loss, m->stats_correct};
+    s->ops->begin(s, stats);
+    dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, s);
+    m->pending = 1;
+    m->last_ds = (dtrain_dataset *)batch->dataset;
+    if (loss_sum) *loss_sum = r.loss_sum;
+    if (correct) *correct = r.correct;
+    return DTRAIN_OK;
+}
+
+int dtrain_apply_gradients(dtrain_model *m)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    struct dt_trainer *t = &m->t;
+    struct dt_strategy *s = &t->strategy;
+    dt_status st = {0};
+    if (!m->pending) {
+        snprintf(m->ctx->err, sizeof m->ctx->err, "dtrain_apply_gradients: no gradients to apply; call "
+                 "dtrain_forward_backward first");
+        return DTRAIN_EUSAGE;
+    }
+    m->pending = 0;
+    t->global_step++;
+    float stats[DT_STATS] = {m->stats_loss, m->stats_correct};
+    s->ops->finish(s, stats);
+    dt_trainer_average_buffers(t); /* batchnorm's statistics: the replicas' mean, as each dtrain step */
+    /* A replica whose batch could not be read sent NaN: every rank learns of
+     * it from the reduced statistics (or, where the strategy returns only
+     * this replica's, from one more reduction). */
+    int bad = !isfinite(stats[0]);
+    if (s->local_stats) DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->comm));
+    if (bad) {
+        const dt_status *err = m->last_ds ? dt_loader_error(&m->last_ds->loader) : NULL;
+        if (err) st = *err;
+        if (dt_status_agree(&st, t->comm) == DT_OK)
+            dt_fail(&st, DT_ERUNTIME, "update %lld: the loss is not finite; try a smaller learning rate",
+                    (long long)t->global_step);
+        return dt_api_error(m->ctx, &st);
+    }
+    if (s->nonfinite && s->nan_policy == DT_NAN_ABORT) { /* the same reduced gradient on every rank */
+        dt_fail(&st, DT_ERUNTIME, "update %lld: the reduced gradient holds a NaN or infinity; try a smaller "
+                "learning rate, or nan_policy \"skip\" to drop such steps", (long long)t->global_step);
+        return dt_api_error(m->ctx, &st);
+    }
+    return dt_api_error(m->ctx, &st);
+}
+
+int dtrain_train_step(dtrain_model *m, const dtrain_batch *batch, double *loss_sum, long *correct)
+{
+    int rc = dtrain_forward_backward(m, batch, loss_sum, correct);
+    return rc != DTRAIN_OK ? rc : dtrain_apply_gradients(m);
+}
+
+int dtrain_evaluate(dtrain_model *m, dtrain_dataset *ds, double *loss, double *accuracy)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    struct dt_trainer *t = &m->t;
+    dt_status st = {0};
+    const struct dt_split *sp = ds ? &ds->data.split[DT_TEST] : NULL;
+    if (m->pending)
+        dt_fail(&st, DT_EUSAGE, "dtrain_evaluate: a step is in progress; call dtrain_apply_gradients first");
+    else if (!ds)
+        dt_fail(&st, DT_EUSAGE, "dtrain_evaluate: the dataset is NULL");
+    else if (!sp->present || sp->n == 0)
+        dt_fail(&st, DT_EUSAGE, "dtrain_evaluate: %s has no /test split to evaluate on", ds->paths[0]);
+    else if (dt_shape_size(ds->data.shape) != dt_shape_size(t->model.input) || ds->data.classes != t->model.classes)
+        dt_fail(&st, DT_EUSAGE, "dtrain_evaluate: %s holds %dx%dx%d images of %d classes; the model takes %dx%dx%d, "
+                "%d classes", ds->paths[0], ds->data.shape.h, ds->data.shape.w, ds->data.shape.c, ds->data.classes,
+                t->model.input.h, t->model.input.w, t->model.input.c, t->model.classes);
+    if (dt_status_agree(&st, t->comm) != DT_OK) return dt_api_error(m->ctx, &st);
+    /* dt_trainer_evaluate's slices: contiguous near-equal parts, one per rank. */
+    int64_t q = sp->n / t->nranks, rem = sp->n % t->nranks;
+    int64_t begin = t->rank * q + (t->rank < rem ? t->rank : rem), end = begin + q + (t->rank < rem);
+    int B = ds->batch < t->model.max_n ? ds->batch : t->model.max_n;
+    size_t row = dt_shape_size(ds->data.shape);
+    uint8_t *images = dt_xmalloc(row * (size_t)B), *labels = dt_xmalloc((size_t)B);
+    int64_t *idx = dt_xmalloc(sizeof(int64_t) * (size_t)B);
+    double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
+    for (int64_t at = begin; at < end; at += B) {
+        int n = (int)(end - at < B ? end - at : B);
+        for (int i = 0; i < n; i++) idx[i] = at + i;
+        if (dt_dataset_read(&ds->data, DT_TEST, idx, n, images, labels, &st) != DT_OK) break;
+        t->be->upload(t->dev_images, images, row * (size_t)n);
+        t->be->upload(t->dev_labels, labels, (size_t)n);
+        t->be->images_to_float(t->model.act[0], t->dev_images, row * (size_t)n);
+        dt_model_forward(&t->model, n, 0, NULL);
+        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
+        sums[0] += r.loss_sum;
+        sums[1] += (double)r.correct;
+        sums[2] += n;
+    }
+    free(images);
+    free(labels);
+    free(idx);
+    if (dt_status_agree(&st, t->comm) != DT_OK) return dt_api_error(m->ctx, &st);
+    dt_allreduce_sum_f64(sums, 3, t->comm);
+    if (loss) *loss = sums[2] > 0 ? sums[0] / sums[2] : (double)NAN;
+    if (accuracy) *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
+    return dt_api_error(m->ctx, &st);
+}
+
+/* The checksum of the training split that checkpoints carry (train_ckpt.c
+ * computes it over t->data): the dataset's reader is lent to the trainer
+ * for the call. Only the read scratch changes, and is handed back. */
+static int data_checksum(dtrain_model *m, dt_status *st)
+{
+    struct dt_trainer *t = &m->t;
+    st->code = DT_OK;
+    if (m->checksum_ok) return DT_OK;
+    t->data = m->ds->data;
+    int rc = dt_trainer_data_checksum(t, st);
+    m->ds->data.scratch = t->data.scratch;
+    m->ds->data.scratch_bytes = t->data.scratch_bytes;
+    memset(&t->data, 0, sizeof t->data);
+    m->checksum_ok = rc == DT_OK;
+    return rc;
+}
+
+int dtrain_checkpoint_save(dtrain_model *m, const char *dir, int epochs_done, char *path_out, size_t path_len)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    struct dt_trainer *t = &m->t;
+    dt_status st = {0};
+    if (m->pending)
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_save: a step is in progress; call dtrain_apply_gradients first");
+    else if (!dir || !*dir)
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_save: expected a directory, found %s", dir ? "\"\"" : "NULL");
+    else if (strlen(dir) >= sizeof m->last_dir - 64)
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_save: the directory name is too long (%zu bytes)", strlen(dir));
+    else if (epochs_done < 0)
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_save: epochs_done: expected 0 or more, found %d", epochs_done);
+    if (dt_status_agree(&st, t->comm) != DT_OK || data_checksum(m, &st) != DT_OK) return dt_api_error(m->ctx, &st);
+    history_reserve(m, epochs_done);
+    double zero[3] = {0.0, 0.0, 0.0};
+    char path[4096] = "";
+    if (dt_trainer_save(t, dir, m->cfg.keep, epochs_done, 0, zero, path, sizeof path, &st) != DT_OK)
+        return dt_api_error(m->ctx, &st);
+    snprintf(m->last_dir, sizeof m->last_dir, "%s", dir);
+    if (path_out && path_len) snprintf(path_out, path_len, "%s", path);
+    return dt_api_error(m->ctx, &st);
+}
+
+int dtrain_checkpoint_restore(dtrain_model *m, const char *what, int *epochs_done)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    struct dt_trainer *t = &m->t;
+    struct dt_config *cfg = &m->cfg;
+    dt_status st = {0};
+    if (epochs_done) *epochs_done = 0;
+    if (m->pending)
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_restore: a step is in progress; call dtrain_apply_gradients first");
+    else if (!what || !*what)
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_restore: expected \"latest\", a directory or a file, found %s",
+                what ? "\"\"" : "NULL");
+    else if (!strcmp(what, "latest") && !m->last_dir[0])
+        dt_fail(&st, DT_EUSAGE, "dtrain_checkpoint_restore: \"latest\" names the directory of this model's last "
+                "dtrain_checkpoint_save, and there was none; give the directory");
+    if (dt_status_agree(&st, t->comm) != DT_OK) return dt_api_error(m->ctx, &st);
+    /* A directory resumes as dtrain --resume latest --checkpoint-dir DIR
+     * (none there yet is a fresh start); rank 0's file system decides. */
+    int isdir = 0;
+    if (!strcmp(what, "latest")) isdir = 1;
+    else if (t->rank == 0) {
+        struct stat sb;
+        isdir = stat(what, &sb) == 0 && S_ISDIR(sb.st_mode);
+    }
+    DT_MPI_CHECK(MPI_Bcast(&isdir, 1, MPI_INT, 0, t->comm));
+    if (data_checksum(m, &st) != DT_OK) return dt_api_error(m->ctx, &st);
+    cfg->resume = isdir ? "latest" : what;
+    cfg->checkpoint_dir = isdir ? (!strcmp(what, "latest") ? m->last_dir : what) : NULL;
+    cfg->epochs = m->hist_cap; /* the history train_ckpt.c may fill */
+    t->resumed = 0;
+    int rc = dt_trainer_resume_params(t, &st);
+    if (dt_status_agree(&st, t->comm) == DT_OK && t->resumed) {
+        /* Uploaded to the model's block: where the node shares it
+         * (central-storage), every local rank wrote the same values. */
+        if (t->model.params_borrowed) DT_MPI_CHECK(MPI_Barrier(t->coll.topo.node));
+        rc = dt_trainer_resume_optimizer(t, &st);
+        if (dt_status_agree(&st, t->comm) == DT_OK && epochs_done) *epochs_done = t->start_epoch;
+    }
+    (void)rc;
+    cfg->resume = NULL;
+    cfg->checkpoint_dir = NULL;
+    cfg->epochs = 1;
+    return dt_api_error(m->ctx, &st);
+}
+
+int dtrain_model_free(dtrain_model *m)
+{
+    if (!m) return DTRAIN_OK;
+    struct dt_trainer *t = &m->t;
+    if (m->strategy_ok) dt_strategy_free(&t->strategy);
+    if (m->model_ok) dt_model_free(&t->model);
+    if (t->be) {
+        if (t->dev_images) t->be->free(t->dev_images);
+        if (t->dev_labels) t->be->free(t->dev_labels);
+    }
+    if (m->coll_ok) dt_coll_free(&t->coll);
+    free(t->history);
+    m->ds->nusers--;
+    m->ctx->nusers--;
+    free(m->model_name);
+    free(m->strategy_name);
+    free(m->optimizer_name);
+    free(m->allreduce_name);
+    free(m);
+    return DTRAIN_OK;
+}
