@@ -4,7 +4,9 @@
 # end-to-end and bad-input tests), then build with MPICH and run the MPI and
 # end-to-end tests there too, then build with the CUDA backend (when a CUDA
 # toolkit is installed; no GPU needed) and run the whole suite again, GPU
-# tests skipping with "SKIP: no GPU" where there is none. A build with
+# tests skipping with "SKIP: no GPU" where there is none. After the first
+# build, libdtrain is installed into build/_inst and `make installcheck`
+# builds and runs the API example against it. A build with
 # AddressSanitizer + UBSan (build-asan/) runs the unit and MPI tests in between.
 # Ends with "N passed, N failed, N skipped".
 #
@@ -28,6 +30,17 @@ run_check() { # run_check DIR [TESTS=...]
   fi
 }
 run_check build
+# libdtrain as a user gets it: installed into a prefix, the example built
+# against the installed header and library with pkg-config, trained on 2 ranks.
+echo "== make install and installcheck (build/, prefix build/_inst)"
+install_ok=0
+rm -rf build/_inst
+if make -C build install prefix="$top/build/_inst" >build/install.out 2>&1 &&
+   make -C build installcheck prefix="$top/build/_inst"; then
+  install_ok=1
+else
+  status=1; tail -20 build/install.out
+fi
 # MPICH: the tests that involve MPI (the serial unit tests do not change).
 echo "== MPICH limitation here: Debian's MPICH (ch4:ucx) waits by polling without yielding the core,"
 echo "   so the collective tests at 4-6 ranks on this 2-core machine take minutes each (measured:"
@@ -67,5 +80,6 @@ for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs buil
     *) f=$((f + 1)) ;;
   esac
 done
+if ((install_ok)); then p=$((p + 1)); else f=$((f + 1)); fi # make installcheck
 echo "$p passed, $f failed, $s skipped"
 (( f == 0 && status == 0 ))
