@@ -1172,8 +1172,18 @@ static int describe(hid_t f, struct dent *e, int kind, H5T_class_t cls, size_t e
                        kind == D_RNG ? "[nranks,4]" : kind == D_HIST ? "[epochs,6]" : kind == D_BIAS || kind == D_SLOT ? "[n]" : "rank 1-4");
     e->esz = esz;
     e->mtype = kind == D_RNG ? H5T_NATIVE_UINT64 : kind == D_HIST ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT;
+    /* dtrain writes every dataset contiguous and uncompressed, so none can hold
+     * more bytes than the file: a larger shape is damage, and would size the
+     * checksum's read buffer (found by tests/fuzz/fuzz_checkpoint). */
+    struct stat sb;
+    uint64_t limit = stat(file, &sb) == 0 ? (uint64_t)sb.st_size / esz : UINT64_MAX;
     e->count = 1;
-    for (int i = 0; i < e->nd; i++) e->count *= e->dims[i];
+    for (int i = 0; i < e->nd; i++) {
+        if (e->dims[i] && e->count > limit / e->dims[i])
+            return dt_fail(st, DT_EINPUT, "checkpoint %s: %s has shape %s, more data than the whole file holds "
+                           "(%lld bytes); the file is damaged", file, e->path, shape, (long long)sb.st_size);
+        e->count *= e->dims[i];
+    }
     e->rows = e->dims[0];
     e->rowlen = e->rows ? e->count / e->rows : 0;
     return DT_OK;

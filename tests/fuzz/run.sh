@@ -57,9 +57,16 @@ for name; do
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     last=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1)
+    if [ -z "$execs" ]; then # -fork mode: "#EXECS: cov: ... exec/s N ... time: Ss"
+        execs=$(echo "$last" | sed -n 's/^#\([0-9]*\):.*/\1/p')
+        t=$(echo "$last" | sed -n 's/.* time: \([0-9]*\)s.*/\1/p')
+        [ -n "$execs" ] && [ "${t:-0}" -gt 0 ] && rate=$((execs / t))
+    fi
     cov=$(echo "$last" | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
     ft=$(echo "$last" | sed -n 's/.*ft: \([0-9]*\).*/\1/p')
     corp=$(echo "$last" | sed -n 's/.*corp: \([^ ]*\).*/\1/p')
+    # -fork mode counts an MPI/HDF5 leak or an HDF5 crash in a child as a crash;
+    # triage each saved input by replaying it (doc/guide.md, Fuzzing).
     crashes=$(ls "$work/$name"-crash-* "$work/$name"-leak-* "$work/$name"-oom-* "$work/$name"-timeout-* 2>/dev/null | wc -l)
     [ "$crashes" -eq 0 ] || status=1
     printf '  %-11s %10s %7s %6s %7s %8s %s\n' "$name" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes"
