@@ -7,7 +7,8 @@
 # tests skipping with "SKIP: no GPU" where there is none. After the first
 # build, libdtrain is installed into build/_inst and `make installcheck`
 # builds and runs the API example against it. A build with
-# AddressSanitizer + UBSan (build-asan/) runs the unit and MPI tests in between.
+# AddressSanitizer + UBSan (build-asan/) runs the unit and MPI tests in between,
+# and Valgrind the single-rank ones in build/.
 # Ends with "N passed, N failed, N skipped".
 #
 #   tests/run-all.sh
@@ -50,17 +51,24 @@ run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check
   tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 # ASan + UBSan (./configure --enable-sanitizers, Open MPI, CPU only): the unit
 # and MPI Check programs, any sanitizer report failing its test. The end-to-end
-# scripts are left out to keep CI short: this stage adds ~2 minutes on 2 cores.
+# scripts are left out to keep CI short: this stage adds ~3 minutes on 2 cores.
 echo "== AddressSanitizer + UBSan build (build-asan/): the unit and MPI tests"
 rm -f build-asan/tests/*.trs # a failed configure must not leave an old run's results counted
 if [[ ! -f build-asan/config.status ]]; then
   mkdir -p build-asan
-  (cd build-asan && CC=mpicc.openmpi ../configure --enable-werror --enable-sanitizers >configure.out) ||
+  # --disable-shared: the tests link the static core; libtool then compiles each file once, not twice.
+  (cd build-asan && CC=mpicc.openmpi ../configure --enable-werror --enable-sanitizers --disable-shared >configure.out) ||
     { echo "== build-asan: configure failed (build-asan/configure.out, config.log)"; status=1; }
 fi
 # shellcheck disable=SC2016  # make expands $(UNIT_TESTS), the lists in Makefile.am
 [[ -f build-asan/config.status ]] &&
   run_check build-asan TESTS='$(UNIT_TESTS) $(MPI_TESTS)' check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
+# Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
+# the plain Open MPI build (tests/valgrind.sh; 1-2 minutes). Its results are
+# build/tests/valgrind/*.trs, counted below.
+echo "== Valgrind (build/): the single-rank tests and two dtrain runs"
+rm -f build/tests/valgrind/*.trs
+make -C build check-valgrind || status=1
 if [[ -f build-cuda/config.status ]]; then
   run_check build-cuda
   for t in check_gpu gpu_train; do
@@ -72,7 +80,8 @@ fi
 
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
-for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs build-cuda/tests/*.trs; do
+for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs build/tests/valgrind/*.trs \
+  build-cuda/tests/*.trs; do
   [[ -f $trs ]] || continue
   case $(sed -n 's/^:test-result: //p' "$trs") in
     PASS|XFAIL) p=$((p + 1)) ;;

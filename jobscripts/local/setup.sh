@@ -25,6 +25,7 @@ pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
       libdnnl-dev libopenblas-dev check dataset-fashion-mnist
       python3-venv   # python3-venv: tests/interop's Keras venv
       python3-h5py   # python3-h5py: tests/bad-inputs writes its malformed HDF5 files with it
+      valgrind       # valgrind: tests/valgrind.sh (make check-valgrind), a stage of tests/run-all.sh
       gnuplot-nox)   # gnuplot-nox: jobscripts/scaling-study's plots (PNG, SVG)
 [[ $with_mpich == yes ]] && pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
 

@@ -1,8 +1,8 @@
 # shellcheck shell=sh
 # env.sh: the sanitizer runtime options for a --enable-sanitizers build.
 # `make check` sources it there (Makefile.am, AM_TESTS_ENVIRONMENT); to run a
-# test or dtrain by hand in such a build, from the source directory (or with
-# TOP_SRCDIR set to it): . tests/sanitizers/env.sh
+# test or dtrain by hand in such a build, source it with TOP_SRCDIR exported
+# as the source directory (or from there): . tests/sanitizers/env.sh
 #
 # ASAN_OPTIONS
 #   detect_leaks=1            LeakSanitizer at exit (the default on x86-64 Linux,
