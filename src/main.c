@@ -74,7 +74,9 @@ int main(int argc, char **argv)
                PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size,
                cfg.batch_size * nranks, cfg.model, trainer.model.nparams,
                (long long)trainer.data.split[DT_TRAIN].n,
-               trainer.data.split[DT_TEST].present && cfg.validation ? ", validating on /test" : "");
+               !trainer.data.split[DT_TEST].present || !cfg.validation ? ""
+               : trainer.data.split[DT_TEST].n > 0 ? ", validating on /test"
+                                                  : "; /test is empty, so there is no validation");
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
         printf("device: %s%s; precision %s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",

@@ -131,6 +131,9 @@ for ok in num-classes-missing zero-test; do
 done
 run_np 2 "$B/num-classes-missing.h5" $small
 grep -q "model cnn (225034 parameters)" "$out" || fail "num_classes inferred from the labels: not 10 classes"
+run_np 2 "$B/zero-test.h5" $small
+grep -q '; /test is empty, so there is no validation$' "$out" && ! grep -q 'val_loss' "$out" ||
+  fail "an empty /test: the header should say there is no validation"
 
 echo "$tried bad inputs, $clean clean errors"
 [ "$tried" = "$clean" ] || fail "$((tried - clean)) bad input(s) without a clean error"
