@@ -97,15 +97,7 @@ fi
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (build it, or point --build at the build directory)"
 bench_default_data "$dtrain"
 
-mpirun=${MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
-mpi_flags=()
-# Open MPI refuses to start as root unless told; CI and containers run as root.
-if [[ $(id -u) == 0 ]] && "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then
-    mpi_flags+=(--allow-run-as-root)
-fi
-read -r -a extra_flags <<<"${MPIRUN_FLAGS:-}"
-mpi_flags+=("${extra_flags[@]}")
+bench_launcher
 
 torch_python=${TORCH_PYTHON:-/usr/bin/python3}
 if ((want_torch)) && ! "$torch_python" -c 'import torch, h5py' 2>/dev/null; then

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh,
-# gpu-throughput.sh and precision.sh, which define say and die first).
+# gpu-throughput.sh, precision.sh, prefetch.sh and resnet.sh, which define say
+# and die first).
 #
 # bench_default_data DTRAIN    sets data (if empty) to $repo/data/fashion-mnist.h5,
 #                              making it with the dtrain-prep beside DTRAIN when
@@ -8,6 +9,10 @@
 # bench_git_rev                sets git_rev: the commit, "(modified)" if dirty
 # bench_busy_cores NCPU        sets busy_cores: cores other work kept busy over
 #                              2 s, with a warning above a quarter of a core
+# bench_launcher [ROOT-FLAGS]  sets mpirun ($MPIRUN, default mpirun) and
+#                              mpi_flags: as root under Open MPI
+#                              --allow-run-as-root (and ROOT-FLAGS), then
+#                              the words of $MPIRUN_FLAGS
 
 # repo, data, say and die come from the sourcing script.
 # shellcheck disable=SC2154
@@ -47,4 +52,20 @@ bench_busy_cores() {
     if awk -v c="$busy_cores" 'BEGIN { exit !(c > 0.25) }'; then
         say "warning: other work kept $busy_cores cores busy just before starting; every figure will show it"
     fi
+}
+
+bench_launcher() {
+    mpirun=${MPIRUN:-mpirun}
+    command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
+    mpi_flags=()
+    # Open MPI refuses to start as root unless told; CI, containers and GPU
+    # machines run as root. (The whole output is matched, not piped into
+    # grep -q or head: under pipefail the launcher's SIGPIPE would fail it.)
+    local version extra
+    version=$("$mpirun" --version 2>/dev/null) || version=""
+    if [[ $(id -u) == 0 && ($version == *"Open MPI"* || $version == *OpenRTE*) ]]; then
+        mpi_flags+=(--allow-run-as-root "$@")
+    fi
+    read -r -a extra <<<"${MPIRUN_FLAGS:-}"
+    mpi_flags+=("${extra[@]}")
 }

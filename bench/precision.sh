@@ -82,15 +82,7 @@ dtrain=$build/dtrain
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (build it, or point --build at the build directory)"
 [[ -r $data ]] || die "--data $data: no such readable file (make one with dtrain-prep)"
 
-mpirun=${MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
-mpi_flags=()
-# Open MPI refuses to start as root unless told; CI and containers run as root.
-if [[ $(id -u) == 0 ]] && "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then
-    mpi_flags+=(--allow-run-as-root)
-fi
-read -r -a extra_flags <<<"${MPIRUN_FLAGS:-}"
-mpi_flags+=("${extra_flags[@]}")
+bench_launcher
 # One rank held to one core, as cnn-throughput.sh measures dtrain.
 mpi_flags+=(-np 1 --bind-to core)
 ncpu=$(nproc) # before OMP_NUM_THREADS is set: GNU nproc reports that instead

@@ -99,15 +99,7 @@ bench_default_data "$dtrain"
 help_text=$("$dtrain" --help 2>&1) || true
 grep -q -- --prefetch <<<"$help_text" || die "$dtrain has no --prefetch (an older build?)"
 
-mpirun=${MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
-mpi_flags=()
-# Open MPI refuses to start as root unless told; CI and containers run as root.
-if [[ $(id -u) == 0 ]] && "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then
-    mpi_flags+=(--allow-run-as-root)
-fi
-read -r -a extra_flags <<<"${MPIRUN_FLAGS:-}"
-mpi_flags+=("${extra_flags[@]}")
+bench_launcher
 # One rank, free to use a second core for its reading thread (see the top).
 mpi_flags+=(-np 1 --bind-to none)
 ncpu=$(env -u OMP_NUM_THREADS nproc) # GNU nproc reports OMP_NUM_THREADS when set

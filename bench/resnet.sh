@@ -98,17 +98,9 @@ dtrain_help=$("$dtrain" --help 2>&1) || true
 model=$repo/inputs/resnet20.cfg
 [[ -r $model ]] || die "no model file $model"
 
-mpirun=${MPIRUN:-mpirun}
-command -v "$mpirun" >/dev/null || die "no MPI launcher '$mpirun' (set MPIRUN)"
-mpi_flags=()
-# Open MPI refuses to start as root unless told; CI and containers run as root.
 # --oversubscribe lets -np 2 start on a one-CPU container (binding still holds
 # where there are enough cores).
-if [[ $(id -u) == 0 ]] && "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then
-    mpi_flags+=(--allow-run-as-root --oversubscribe)
-fi
-read -r -a extra_flags <<<"${MPIRUN_FLAGS:-}"
-mpi_flags+=("${extra_flags[@]}")
+bench_launcher --oversubscribe
 
 torch_python=${TORCH_PYTHON:-/usr/bin/python3}
 if ((want_torch)) && ! "$torch_python" -c 'import numpy, torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
