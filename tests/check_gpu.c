@@ -7,9 +7,12 @@
  * error max|gpu - cpu| / max|cpu| against a tolerance sized for the
  * precision: the GEMM and convolution checks run once per precision the
  * device accepts (fp32, bf16, fp16). Dropout draws its own mask on the
- * device, so it is checked statistically. Last, the seed CNN trains a few
+ * device, so it is checked statistically. Batchnorm's per-channel ops and
+ * average pooling are compared op by op. Last, the seed CNN and a small
+ * residual network (batchnorm, add, route, average pooling) train a few
  * steps on both backends from the same parameters and data (dropout 0), and
- * losses, first-step gradients and parameter updates are compared.
+ * losses, first-step gradients, moving statistics and parameter updates
+ * are compared.
  *
  * Plain C, no MPI, no Check: it runs wherever a GPU is, and exits 77
  * ("SKIP: no GPU: <reason>") where none is. One line per check, a summary,
@@ -749,25 +752,154 @@ static void test_pool(void)
     }
 }
 
-/* ---- training the seed CNN ------------------------------------------------ */
+/* ---- batchnorm's per-channel ops and average pooling ----------------------- */
 
-/* Adam divides each gradient by its own running magnitude, so where a
+/* channel_sums: the GPU sums in double throughout, the CPU in float blocks
+ * of 64 rows folded into double (~4e-6 relative), so 1e-5. channel_affine:
+ * one fused multiply-add more or less, so 1e-6. Shapes: fewer channels than
+ * a warp, a ragged channel tile, and rows beyond one slice per block. */
+static void test_channel_ops(void)
+{
+    static const struct { size_t rows; int c; } cases[] = {{1, 3}, {97, 16}, {4096, 37}, {200000, 64}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        size_t rows = cases[k].rows, n = rows * (size_t)cases[k].c;
+        int c = cases[k].c;
+        float *a = fill(n, -1.0f, 3.0f), *b = fill(n, -2.0f, 2.0f);
+        float *a_d = to_dev(a, n), *b_d = to_dev(b, n);
+        double *c1 = xmalloc(sizeof(double) * 4 * (size_t)c), *c2 = c1 + c, *g1 = c2 + c, *g2 = g1 + c;
+        for (int same = 1; same >= 0; same--) {
+            C->channel_sums(c1, c2, a, same ? a : b, rows, c);
+            G->channel_sums(g1, g2, a_d, same ? a_d : b_d, rows, c);
+            double e = 0.0, den = 0.0;
+            for (int j = 0; j < c; j++) {
+                e = fmax(e, fmax(fabs(g1[j] - c1[j]), fabs(g2[j] - c2[j])));
+                den = fmax(den, fmax(fabs(c1[j]), fabs(c2[j])));
+            }
+            e = den > 0.0 ? e / den : e;
+            check(e <= 1e-5, "channel_sums rows=%zu c=%d %s: rel err %.1e (tol 1e-5)", rows, c,
+                  same ? "(sum, sum of squares)" : "(sum a, sum a*b)", e);
+        }
+        float *p = fill((size_t)c, -2.0f, 2.0f), *q = fill((size_t)c, -2.0f, 2.0f), *r = fill((size_t)c, -1.0f, 1.0f);
+        float *y = xmalloc(sizeof(float) * n), *y_d = G->alloc(sizeof(float) * n);
+        for (int form = 0; form < 3; form++) { /* p*a + r; p*a + q*b + r; then ReLU, in place */
+            const float *bb = form == 1 ? b : NULL, *bb_d = form == 1 ? b_d : NULL;
+            float *out = form == 2 ? dup(a, n) : y, *out_d = form == 2 ? to_dev(a, n) : y_d;
+            C->channel_affine(out, form == 2 ? out : a, bb, rows, c, p, q, r, form == 2);
+            G->channel_affine(out_d, form == 2 ? out_d : a_d, bb_d, rows, c, p, q, r, form == 2);
+            float *g = from_dev(out_d, n);
+            double e = rel_err(g, out, n);
+            size_t neg = 0;
+            for (size_t i = 0; i < n && form == 2; i++) neg += g[i] < 0.0f;
+            check(e <= 1e-6 && neg == 0, "channel_affine rows=%zu c=%d %s: rel err %.1e (tol 1e-6)%s", rows, c,
+                  form == 0 ? "p*a + r" : form == 1 ? "p*a + q*b + r" : "p*a + r, ReLU, in place", e,
+                  neg ? ", negative outputs after ReLU" : "");
+            free(g);
+            if (form == 2) {
+                free(out);
+                G->free(out_d);
+            }
+        }
+        G->free(a_d);
+        G->free(b_d);
+        G->free(y_d);
+        free(a);
+        free(b);
+        free(c1);
+        free(p);
+        free(q);
+        free(r);
+        free(y);
+    }
+}
+
+/* Average pooling keeps the CPU's order of additions, so 1e-6 covers the
+ * contraction of a multiply-add at most. The global case is one window
+ * over the whole input (global_avgpool's plan). */
+static void test_avgpool(void)
+{
+    static const struct pool_case cases[] = {
+        {"2x2 stride 2", 16, 16, 32, 2, 2, 8},
+        {"2x2 stride 2, odd edge (uncovered row and column)", 9, 9, 5, 2, 2, 3},
+        {"3x3 stride 2 (overlapping)", 13, 11, 7, 3, 2, 4},
+        {"2x3 window stride 3 (gaps)", 8, 9, 3, 3, 3, 2},
+        {"global 8x8", 8, 8, 64, 8, 1, 16},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const struct pool_case *pc = &cases[k];
+        int kh = k == 3 ? 2 : pc->k;
+        struct dt_conv_shape s = {.h = pc->h, .w = pc->w, .c = pc->c, .k = pc->c, .kh = kh, .kw = pc->k,
+                                  .stride = pc->stride, .oh = (pc->h - kh) / pc->stride + 1,
+                                  .ow = (pc->w - pc->k) / pc->stride + 1};
+        size_t nx = (size_t)pc->n * s.h * s.w * s.c, ny = (size_t)pc->n * s.oh * s.ow * s.c;
+        float *x = fill(nx, -1.0f, 1.0f), *dy = fill(ny, -1.0f, 1.0f);
+        float *y = xmalloc(sizeof(float) * ny), *dx = xmalloc(sizeof(float) * nx);
+        float *x_d = to_dev(x, nx), *dy_d = to_dev(dy, ny), *y_d = G->alloc(sizeof(float) * ny);
+        float *dx_d = to_dev(x, nx); /* garbage that backward must overwrite */
+        C->avgpool_forward(&s, pc->n, y, x);
+        G->avgpool_forward(&s, pc->n, y_d, x_d);
+        C->avgpool_backward(&s, pc->n, dx, dy);
+        G->avgpool_backward(&s, pc->n, dx_d, dy_d);
+        float *gy = from_dev(y_d, ny), *gdx = from_dev(dx_d, nx);
+        double ey = rel_err(gy, y, ny), ed = rel_err(gdx, dx, nx);
+        check(ey <= 1e-6 && ed <= 1e-6, "avgpool %s n=%d: forward rel err %.1e, dinp rel err %.1e (tol 1e-6)",
+              pc->name, pc->n, ey, ed);
+        G->free(x_d);
+        G->free(dy_d);
+        G->free(y_d);
+        G->free(dx_d);
+        free(x);
+        free(dy);
+        free(y);
+        free(dx);
+        free(gy);
+        free(gdx);
+    }
+}
+
+/* ---- training: the seed CNN and a residual network ------------------------- */
+
+/* A residual network with every graph layer (batchnorm with and without
+ * ReLU, add, route, a strided projection, average and global average
+ * pooling) trains a few steps on both backends from the same start:
+ * losses, first-step gradients, the moving statistics and the parameters'
+ * total update are compared, with the seed CNN's tolerances. */
+static const struct dt_layer_spec residual_specs[] = {
+    {.type = "conv2d", .filters = 16, .kernel = 3, .same = 1},
+    {.type = "batchnorm", .activation = DT_ACT_RELU}, /* act2 */
+    {.type = "conv2d", .filters = 16, .kernel = 3, .same = 1},
+    {.type = "batchnorm", .activation = DT_ACT_RELU},
+    {.type = "conv2d", .filters = 16, .kernel = 3, .same = 1},
+    {.type = "batchnorm"},
+    {.type = "add", .from = -5, .activation = DT_ACT_RELU}, /* + act2 */
+    {.type = "route", .from = -1},
+    {.type = "conv2d", .filters = 32, .kernel = 1, .stride = 2}, /* projection: 8x8x32 */
+    {.type = "batchnorm"},
+    {.type = "route", .from = -4}, /* the add's output again */
+    {.type = "conv2d", .filters = 32, .kernel = 3, .stride = 2, .same = 1},
+    {.type = "batchnorm", .activation = DT_ACT_RELU},
+    {.type = "add", .from = -4, .activation = DT_ACT_RELU},
+    {.type = "avgpool", .kernel = 2},
+    {.type = "global_avgpool"},
+    {.type = "dense", .filters = 10},
+};
+
+/* Trains mc (CPU) and mg (GPU), built alike, for `steps` steps from the
+ * same parameters and data, the last batch ragged, and compares per-step
+ * losses, first-step gradients per layer, the moving statistics (models
+ * with batchnorm) and the parameters' total update. Frees both models.
+ *
+ * Adam divides each gradient by its own running magnitude, so where a
  * gradient is tiny (or flipped, see the tolerances) its update follows the
  * noise: Adam's updates are compared in fp32 only (update_tol). */
-static void test_training(const struct tol *t, const char *optname, double update_tol)
+static void train_both(const struct tol *t, const char *what, const char *optname, struct dt_model *mc,
+                       struct dt_model *mg, int steps, int batch, double update_tol)
 {
-    const struct dt_shape in = {28, 28, 1};
-    const int steps = 5, batch = 64, npix = 28 * 28;
-    struct dt_model mc, mg;
+    const int npix = mc->input.h * mc->input.w * mc->input.c;
     dt_status st = {0};
-    if (dt_model_build(&mc, "cnn", in, 10, 0.0f, &st) != DT_OK || dt_model_build(&mg, "cnn", in, 10, 0.0f, &st) != DT_OK) {
-        check(0, "train: building the seed CNN: %s", st.msg);
-        return;
-    }
-    dt_model_create(&mc, C, batch);
-    dt_model_create(&mg, G, batch);
-    dt_model_init_params(&mc, 1234);
-    dt_model_init_params(&mg, 1234);
+    dt_model_create(mc, C, batch);
+    dt_model_create(mg, G, batch);
+    dt_model_init_params(mc, 1234);
+    dt_model_init_params(mg, 1234);
     struct dt_optim_config cfg;
     dt_optim_defaults(&cfg, optname, &st);
     if (strcmp(optname, "sgd") == 0) {
@@ -775,10 +907,10 @@ static void test_training(const struct tol *t, const char *optname, double updat
         cfg.momentum = 0.9f;
     }
     struct dt_optim oc, og;
-    dt_optim_create(&oc, C, &cfg, mc.nparams);
-    dt_optim_create(&og, G, &cfg, mg.nparams);
-    const size_t np = mc.nparams;
-    float *p0 = dup(mc.params, np);
+    dt_optim_create(&oc, C, &cfg, mc->nparams);
+    dt_optim_create(&og, G, &cfg, mg->nparams);
+    const size_t np = mc->nparams, nb = mc->nbuffers;
+    float *p0 = dup(mc->params, np);
     uint8_t *img = xmalloc((size_t)batch * npix), *lab = xmalloc((size_t)batch);
     uint8_t *img_d = G->alloc((size_t)batch * npix), *lab_d = G->alloc((size_t)batch);
     dt_rng data, drop_c, drop_g;
@@ -789,48 +921,55 @@ static void test_training(const struct tol *t, const char *optname, double updat
         int n = step == steps - 1 ? 7 : batch; /* a ragged last batch */
         for (int i = 0; i < n * npix; i++) img[i] = (uint8_t)dt_rng_below(&data, 256);
         for (int i = 0; i < n; i++) lab[i] = (uint8_t)dt_rng_below(&data, 10);
-        C->images_to_float(mc.act[0], img, (size_t)n * npix);
+        C->images_to_float(mc->act[0], img, (size_t)n * npix);
         G->upload(img_d, img, (size_t)n * npix);
         G->upload(lab_d, lab, (size_t)n);
-        G->images_to_float(mg.act[0], img_d, (size_t)n * npix);
-        dt_model_forward(&mc, n, 1, &drop_c);
-        dt_model_forward(&mg, n, 1, &drop_g);
-        struct dt_loss_result lc = dt_model_loss(&mc, lab, n, 1.0f / (float)n);
-        struct dt_loss_result lg = dt_model_loss(&mg, lab_d, n, 1.0f / (float)n);
-        dt_model_backward(&mc, n, &drop_c);
-        dt_model_backward(&mg, n, &drop_g);
+        G->images_to_float(mg->act[0], img_d, (size_t)n * npix);
+        dt_model_forward(mc, n, 1, &drop_c);
+        dt_model_forward(mg, n, 1, &drop_g);
+        struct dt_loss_result lc = dt_model_loss(mc, lab, n, 1.0f / (float)n);
+        struct dt_loss_result lg = dt_model_loss(mg, lab_d, n, 1.0f / (float)n);
+        dt_model_backward(mc, n, &drop_c);
+        dt_model_backward(mg, n, &drop_g);
         double el = fabs(lg.loss_sum - lc.loss_sum) / fabs(lc.loss_sum);
         long dc = lg.correct - lc.correct;
         check(el <= t->loss && labs(dc) <= (t->prec == DT_PREC_FP32 ? 1 : n / 8 + 1),
-              "train %s %s step %d n=%d: loss %.6f vs %.6f (rel %.1e, tol %.0e), correct %ld vs %ld", t->name,
-              optname, step, n, lg.loss_sum, lc.loss_sum, el, t->loss, lg.correct, lc.correct);
+              "train %s %s %s step %d n=%d: loss %.6f vs %.6f (rel %.1e, tol %.0e), correct %ld vs %ld", what,
+              t->name, optname, step, n, lg.loss_sum, lc.loss_sum, el, t->loss, lg.correct, lc.correct);
         if (step == 0) {
-            float *gg = from_dev(mg.grads, np);
-            for (int l = 0; l < mc.nlayers; l++) {
-                const struct dt_layer *ly = &mc.layers[l];
+            float *gg = from_dev(mg->grads, np);
+            for (int l = 0; l < mc->nlayers; l++) {
+                const struct dt_layer *ly = &mc->layers[l];
                 if (!ly->nparams) continue;
-                double e = rel_l2(gg + ly->param_offset, mc.grads + ly->param_offset, ly->nparams);
-                check(e <= t->train, "train %s %s step 0: %s gradient rel L2 err %.1e (tol %.0e)", t->name,
+                double e = rel_l2(gg + ly->param_offset, mc->grads + ly->param_offset, ly->nparams);
+                check(e <= t->train, "train %s %s %s step 0: %s gradient rel L2 err %.1e (tol %.0e)", what, t->name,
                       optname, ly->name, e, t->train);
             }
             free(gg);
         }
-        dt_optim_step(&oc, mc.params, mc.grads);
-        dt_optim_step(&og, mg.params, mg.grads);
+        dt_optim_step(&oc, mc->params, mc->grads);
+        dt_optim_step(&og, mg->params, mg->grads);
     }
-    float *pg = from_dev(mg.params, np);
-    float *uc = dup(mc.params, np);
+    if (nb) { /* continuous in the data: no flips, the loss's tolerance */
+        float *bg = from_dev(mg->buffers, nb);
+        double eb = rel_l2(bg, mc->buffers, nb);
+        check(eb <= t->loss, "train %s %s %s: moving mean and variance after %d steps rel L2 err %.1e (tol %.0e)",
+              what, t->name, optname, steps, eb, t->loss);
+        free(bg);
+    }
+    float *pg = from_dev(mg->params, np);
+    float *uc = dup(mc->params, np);
     for (size_t i = 0; i < np; i++) {
         pg[i] -= p0[i];
         uc[i] -= p0[i];
     }
     double e = rel_l2(pg, uc, np);
-    check(e <= update_tol, "train %s %s: parameter updates after %d steps rel L2 err %.1e (tol %.0e)", t->name,
-          optname, steps, e, update_tol);
+    check(e <= update_tol, "train %s %s %s: parameter updates after %d steps rel L2 err %.1e (tol %.0e)", what,
+          t->name, optname, steps, e, update_tol);
     dt_optim_free(&oc);
     dt_optim_free(&og);
-    dt_model_free(&mc);
-    dt_model_free(&mg);
+    dt_model_free(mc);
+    dt_model_free(mg);
     G->free(img_d);
     G->free(lab_d);
     free(p0);
@@ -838,6 +977,34 @@ static void test_training(const struct tol *t, const char *optname, double updat
     free(lab);
     free(pg);
     free(uc);
+}
+
+static void test_training(const struct tol *t, const char *optname, double update_tol)
+{
+    const struct dt_shape in = {28, 28, 1};
+    struct dt_model mc, mg;
+    dt_status st = {0};
+    if (dt_model_build(&mc, "cnn", in, 10, 0.0f, &st) != DT_OK || dt_model_build(&mg, "cnn", in, 10, 0.0f, &st) != DT_OK) {
+        check(0, "train: building the seed CNN: %s", st.msg);
+        return;
+    }
+    train_both(t, "cnn", optname, &mc, &mg, 5, 64, update_tol);
+}
+
+static void test_residual_training(const struct tol *t)
+{
+    const struct dt_shape in = {16, 16, 3};
+    const int nspecs = (int)(sizeof residual_specs / sizeof *residual_specs);
+    struct dt_model mc, mg;
+    dt_status st = {0};
+    if (dt_model_build_specs(&mc, "residual", in, 10, residual_specs, nspecs, &st) != DT_OK ||
+        dt_model_build_specs(&mg, "residual", in, 10, residual_specs, nspecs, &st) != DT_OK) {
+        check(0, "train: building the residual model: %s", st.msg);
+        return;
+    }
+    check(dt_model_check_backend(&mg, G, &st) == DT_OK, "residual: the CUDA backend runs every layer%s%s",
+          st.code ? ": " : "", st.code ? st.msg : "");
+    train_both(t, "residual", "sgd", &mc, &mg, 4, 32, t->train);
 }
 
 int main(void)
@@ -873,6 +1040,8 @@ int main(void)
     test_unscale();
     test_convert();
     test_pool();
+    test_channel_ops();
+    test_avgpool();
 
     for (size_t i = 0; i < sizeof tolerances / sizeof *tolerances; i++) {
         const struct tol *t = &tolerances[i];
@@ -883,6 +1052,7 @@ int main(void)
         test_gemm(t);
         test_conv(t);
         test_training(t, "sgd", t->train);
+        test_residual_training(t);
         if (t->prec == DT_PREC_FP32) test_training(t, "adam", 5e-2);
     }
     G->setup(1, DT_PREC_FP32, why, sizeof why);

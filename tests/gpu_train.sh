@@ -8,6 +8,8 @@
 #   those steps, halves the loss scale twice, and goes on learning;
 # - two ranks that act as two nodes (--ranks-per-node 1) on one GPU reduce
 #   through the cross-node MPI path and match two CPU ranks step by step;
+# - ResNet-20 (batchnorm, residual adds, average pooling) follows the CPU,
+#   alone and with --sync-bn over two emulated nodes;
 # - strategies that cannot run on the GPU are refused.
 # Without a usable GPU the whole test is skipped (exit 77), with dtrain's
 # reason. DTRAIN_TEST_DATA=FILE.h5 (a small dtrain-prep file) replaces the
@@ -136,7 +138,36 @@ else
   fail "cuda vs cpu, np=2 --ranks-per-node 1: $msg (tolerance 2e-3)"; paste "$T/cpu-np2" "$T/cuda-np2" | head -n 40 >&2
 fi
 
-# --- (e) refusals ---
+# --- (e) batchnorm, residual adds and average pooling on the GPU ---
+# ResNet-20 (inputs/resnet20.cfg) on the same data, fp32: GPU against CPU
+# step by step at np=1, and with --sync-bn across two emulated nodes. Its
+# batch statistics pass through dtrain's own kernels (gpu_norm.cu).
+res=$TOP_SRCDIR/inputs/resnet20.cfg
+# train_res NP ARGS...: as train, for a model file (no --dropout: it has none).
+train_res() {
+  n=$1; shift
+  run_np "$n" "$fm" --epochs 1 --steps-per-epoch 40 --batch-size 32 --no-validation --verbose "$@"
+}
+train_res 1 --device cuda --model "$res"
+ran "cuda resnet20 np=1" "$T/cuda-res"
+train_res 1 --model "$res"
+ran "cpu resnet20 np=1" "$T/cpu-res"
+if msg=$(close "$T/cpu-res" "$T/cuda-res" 5e-3); then
+  pass "cuda vs cpu, resnet20 np=1: $msg (tolerance 5e-3)"
+else
+  fail "cuda vs cpu, resnet20 np=1: $msg (tolerance 5e-3)"; paste "$T/cpu-res" "$T/cuda-res" | head -n 40 >&2
+fi
+train_res 2 --device cuda --ranks-per-node 1 --model "$res" --sync-bn
+ran "cuda resnet20 np=2 --sync-bn" "$T/cuda-res2"
+train_res 2 --ranks-per-node 1 --model "$res" --sync-bn
+ran "cpu resnet20 np=2 --sync-bn" "$T/cpu-res2"
+if msg=$(close "$T/cpu-res2" "$T/cuda-res2" 5e-3); then
+  pass "cuda vs cpu, resnet20 np=2 --sync-bn: $msg (tolerance 5e-3)"
+else
+  fail "cuda vs cpu, resnet20 np=2 --sync-bn: $msg (tolerance 5e-3)"; paste "$T/cpu-res2" "$T/cuda-res2" | head -n 40 >&2
+fi
+
+# --- (f) refusals ---
 expect_fail 2 "--strategy sharded: not available with --device cuda" 2 "$fm" --device cuda --strategy sharded \
   --ranks-per-node 1
 

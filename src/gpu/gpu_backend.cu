@@ -149,10 +149,8 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .sgd_update = gpu_sgd_update,
     .unscale_check = gpu_unscale_check,
     .accumulate = gpu_accumulate,
-    /* Not yet on the GPU: models with batchnorm or average pooling are
-     * refused before training (dt_model_check_backend). */
-    .channel_sums = NULL,
-    .channel_affine = NULL,
-    .avgpool_forward = NULL,
-    .avgpool_backward = NULL,
+    .channel_sums = gpu_channel_sums,
+    .channel_affine = gpu_channel_affine,
+    .avgpool_forward = gpu_avgpool_forward,
+    .avgpool_backward = gpu_avgpool_backward,
 };

@@ -137,4 +137,11 @@ void gpu_pool_forward(dt_pool_plan *plan, int n, float *out, const float *inp, i
 void gpu_pool_backward(dt_pool_plan *plan, int n, float *dinp, const float *dout,
                        const float *relu_out);
 
+/* gpu_norm.cu: per-channel sums and affine maps (batchnorm), average pooling */
+void gpu_channel_sums(double *s1, double *s2, const float *a, const float *b, size_t rows, int c);
+void gpu_channel_affine(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
+                        const float *q, const float *r, int relu);
+void gpu_avgpool_forward(const struct dt_conv_shape *s, int n, float *out, const float *inp);
+void gpu_avgpool_backward(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
+
 #endif
