@@ -38,6 +38,8 @@ struct dt_conv_shape {
 /* Backend-private per-layer state (primitive caches, workspaces). */
 typedef struct dt_conv_plan dt_conv_plan;
 typedef struct dt_pool_plan dt_pool_plan;
+/* A recorded sequence of ops, replayed as one launch (CUDA Graphs). */
+typedef struct dt_graph dt_graph;
 
 struct dt_backend {
     const char *name;
@@ -135,6 +137,24 @@ struct dt_backend {
      * overwrites dinp. */
     void (*avgpool_forward)(const struct dt_conv_shape *s, int n, float *out, const float *inp);
     void (*avgpool_backward)(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
+
+    /* Recording (--cuda-graphs); all NULL where the backend has none (CPU).
+     * After capture_begin the ops are recorded, not run, until capture_end,
+     * which returns the graph, or NULL with the reason in why: then nothing
+     * recorded ran, and the caller runs the ops again the usual way. While
+     * recording, softmax_xent returns 0 and its result comes from graph_run;
+     * dropout_forward records that it draws from rng, and every graph_run
+     * draws as much again from the same rng, in the same order, so a replay
+     * uses the random stream exactly as running the ops does. Ops that bring
+     * values to the host between kernels (channel_sums) must not be
+     * recorded. graph_run launches g and returns its softmax_xent's loss sum
+     * (adding its correct count to *ncorrect), waiting for it. graph_valid is
+     * 0 once a buffer g uses was reallocated: destroy g and record again. */
+    int (*capture_begin)(char *why, size_t whylen);
+    dt_graph *(*capture_end)(char *why, size_t whylen);
+    double (*graph_run)(dt_graph *g, long *ncorrect);
+    int (*graph_valid)(const dt_graph *g);
+    void (*graph_destroy)(dt_graph *g);
 };
 
 extern const struct dt_backend dt_backend_cpu;

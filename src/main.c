@@ -79,9 +79,10 @@ int main(int argc, char **argv)
                                                   : "; /test is empty, so there is no validation");
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
-        printf("device: %s%s; precision %s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",
+        printf("device: %s%s; precision %s%s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",
                dt_precision_name(cfg.precision),
-               trainer.strategy.loss_scale.on ? (trainer.strategy.loss_scale.dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "");
+               trainer.strategy.loss_scale.on ? (trainer.strategy.loss_scale.dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
+               trainer.graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
         const struct dt_strategy *s = &trainer.strategy;
         if (s->ops == &dt_strategy_parameter_server) {
             char mode[48];
@@ -117,6 +118,13 @@ int main(int argc, char **argv)
     if (rc == DT_EXIT_REQUEUE && rank == 0) fprintf(stderr, "dtrain: %s\n", st.msg); /* not an error */
     else if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
     if (rc == DT_OK && cfg.verbose >= 1) dt_trainer_report_memory(&trainer, stdout);
+    if (rc == DT_OK && cfg.verbose >= 1 && rank == 0 && trainer.graphs.on) {
+        const struct dt_step_graphs *g = &trainer.graphs;
+        printf("CUDA graphs: %ld step%s replayed from %ld recording%s, %ld run plainly (first of a shape%s)\n",
+               g->replayed, g->replayed == 1 ? "" : "s", g->recorded, g->recorded == 1 ? "" : "s", g->plain,
+               g->failed ? ", or a failed recording" : "");
+        if (g->failed) printf("CUDA graphs: %ld recording%s failed, the last: %s\n", g->failed, g->failed == 1 ? "" : "s", g->why);
+    }
     dt_trainer_free(&trainer);
     return finish(rc);
 }

@@ -83,6 +83,9 @@ void dt_options_usage(FILE *out)
         "      --loss-scale S       dynamic (default with fp16: start 2^15, halve and\n"
         "                           skip the step on overflow, double after 2000 clean\n"
         "                           steps), none (default otherwise), or a fixed number\n"
+        "      --cuda-graphs        record each step's forward pass, loss and backward\n"
+        "                           pass as a CUDA graph and replay it with one launch\n"
+        "                           (--device cuda; models without batchnorm)\n"
         "\n"
         "Distribution:\n"
         "      --strategy NAME      auto (default: mirrored on one node, multi-worker on\n"
@@ -180,7 +183,8 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
        OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT,
-       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN, OPT_NAN_POLICY, OPT_STALL, OPT_DEBUG_COLL };
+       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN, OPT_NAN_POLICY, OPT_STALL, OPT_DEBUG_COLL,
+       OPT_CUDA_GRAPHS };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -228,6 +232,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"device", required_argument, 0, OPT_DEVICE},
         {"gpus-per-node", required_argument, 0, OPT_GPN},
         {"devices", no_argument, 0, OPT_DEVICES},
+        {"cuda-graphs", no_argument, 0, OPT_CUDA_GRAPHS},
         {"precision", required_argument, 0, OPT_PRECISION},
         {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
         {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
@@ -413,6 +418,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
                              "*.weights.h5, found '%s'", optarg);
             break;
         case OPT_SYNC_BN: cfg->sync_bn = 1; break;
+        case OPT_CUDA_GRAPHS: cfg->cuda_graphs = 1; break;
         case OPT_STALL: {
             float v2;
             rc = parse_float("--stall-timeout", optarg, 0.0, 1e7, 0, &v2, st);
@@ -556,6 +562,9 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     }
     if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
+    if (cfg->cuda_graphs && strcmp(cfg->device, "cuda") != 0)
+        return dt_fail(st, DT_EUSAGE, "--cuda-graphs: records the step on a GPU; it needs --device cuda (device is %s)",
+                       cfg->device);
     if (cfg->list_devices) return DT_OK; /* needs no input */
     if (cfg->synthetic) {
         static char name[160], *names[1] = {name};

@@ -158,6 +158,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
                 t->data.shape.h, t->data.shape.w, t->data.shape.c, cfg->model, why.msg);
     }
     if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
+    if (st->code == DT_OK && cfg->cuda_graphs) dt_step_graphs_init(&t->graphs, &t->model, t->be, st);
     if (st->code == DT_OK && dt_model_is_graph(&t->model)) { /* refused now, not after training */
         const char *keras = cfg->export_keras ? cfg->export_keras
                             : cfg->save_best && strstr(cfg->save_best, ".weights.h5") ? cfg->save_best : NULL;
@@ -505,7 +506,20 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         es->samples += global;
         load_batch(t, b, n);
         if (strat->ops->pull && first) strat->ops->pull(strat);
-        dt_model_forward(&t->model, n, 1, &t->dropout_rng);
+        float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)group_global;
+        /* --cuda-graphs: forward, loss and backward in one launch; the
+         * gradients are then final, and the buckets go out after it. A
+         * step with an injected overflow (tests) runs plainly. */
+        const int graphed = t->graphs.on && n > 0 && !(t->noverflow && injected(t, t->global_step + 1));
+        struct dt_loss_result r = {0.0, 0};
+        if (graphed) {
+            DT_TL_BEGIN(tl_graph);
+            r = dt_step_graphs_run(&t->graphs, &t->model, t->dev_labels, n, scale * strat->loss_scale.scale,
+                                   &t->dropout_rng, t->rank == 0 && cfg->verbose ? stdout : NULL);
+            DT_TL_END(tl_graph, DT_TL_COMPUTE, "forward+loss+backward (graph)", NULL);
+        }
+        else
+            dt_model_forward(&t->model, n, 1, &t->dropout_rng);
         if (!t->loader.threaded) { /* while a GPU runs the forward pass, the CPU reads the next batch */
             double tr = MPI_Wtime();
             DT_TL_BEGIN(tl_read);
@@ -513,15 +527,16 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
             DT_TL_END(tl_read, DT_TL_DATA, "read batch", NULL);
             data_seconds += MPI_Wtime() - tr;
         }
-        float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)group_global;
-        DT_TL_BEGIN(tl_loss);
-        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
-        DT_TL_END(tl_loss, DT_TL_COMPUTE, "loss", NULL);
+        if (!graphed) {
+            DT_TL_BEGIN(tl_loss);
+            r = dt_model_loss(&t->model, t->dev_labels, n, scale * strat->loss_scale.scale);
+            DT_TL_END(tl_loss, DT_TL_COMPUTE, "loss", NULL);
+        }
         group_stats[0] += (float)r.loss_sum;
         group_stats[1] += (float)r.correct;
         if (b->failed) group_stats[0] = NAN; /* tells every rank: see data_failure */
         if (!last) { /* a micro-batch: its gradient joins the sum, nothing is reduced yet */
-            dt_model_backward(&t->model, n, &t->dropout_rng);
+            if (!graphed) dt_model_backward(&t->model, n, &t->dropout_rng);
             if (first) t->be->copy(t->accum, t->model.grads, sizeof(float) * t->model.nparams);
             else t->be->accumulate(t->accum, t->model.grads, t->model.nparams);
             continue;
@@ -534,10 +549,12 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         }
         float stats[DT_STATS] = {group_stats[0], group_stats[1]};
         t->strategy.ops->begin(&t->strategy, stats);
-        if (first) /* one micro-batch: buckets go out as backward finishes them */
+        if (first && graphed) /* backward ran in the graph: every bucket is ready */
+            dt_model_notify_all(&t->model, grads_ready, &t->strategy);
+        else if (first) /* one micro-batch: buckets go out as backward finishes them */
             dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, &t->strategy);
         else {
-            dt_model_backward(&t->model, n, &t->dropout_rng);
+            if (!graphed) dt_model_backward(&t->model, n, &t->dropout_rng);
             t->be->accumulate(t->model.grads, t->accum, t->model.nparams);
             grads_ready(&t->strategy, 0); /* the whole block is final */
         }
@@ -810,6 +827,7 @@ void dt_trainer_free(struct dt_trainer *t)
     if (!t->cfg) return;
     dt_watchdog_stop(&t->watchdog);
     dt_strategy_free(&t->strategy);
+    if (t->be) dt_step_graphs_free(&t->graphs, t->be);
     dt_model_free(&t->model);
     if (t->bn_comm != 0 && t->bn_comm != MPI_COMM_NULL) MPI_Comm_free(&t->bn_comm);
     dt_loader_close(&t->loader); /* before the data and the backend it uses */

@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "device.h"
 #include "metrics/report.h"
+#include "step_graph.h"
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
@@ -39,6 +40,7 @@ struct dt_trainer {
     int policy;                     /* resolved --shard-policy */
     struct dt_model model;
     dt_rng dropout_rng;             /* per rank */
+    struct dt_step_graphs graphs;   /* --cuda-graphs */
     struct dt_loader loader;        /* the training batches, read ahead (--prefetch, --cache) */
     uint8_t *dev_images, *dev_labels;
     int epochs_done;

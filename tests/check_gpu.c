@@ -32,6 +32,7 @@
 #include "optim/optim.h"
 #include "rng.h"
 #include "status.h"
+#include "step_graph.h"
 
 static const struct dt_backend *const G = &dt_backend_cuda;
 static const struct dt_backend *const C = &dt_backend_cpu;
@@ -1007,6 +1008,139 @@ static void test_residual_training(const struct tol *t)
     train_both(t, "residual", "sgd", &mc, &mg, 4, 32, t->train);
 }
 
+/* ---- CUDA graphs (--cuda-graphs) ---------------------------------------- */
+
+/* The seed CNN with dropout 0.5 trains the same steps twice on the GPU:
+ * plainly, and through dt_step_graphs_run (plain first step, then recorded
+ * and replayed). The same kernels run in the same order on the same random
+ * draws, so losses, gradients and the random stream must be identical, bit
+ * for bit; a ragged batch takes its own plain step and recording. */
+static void test_graph_steps(void)
+{
+    const struct dt_shape in = {28, 28, 1};
+    const int batch = 64, npix = 28 * 28, steps = 7;
+    struct dt_model ma, mb;
+    dt_status st = {0};
+    if (dt_model_build(&ma, "cnn", in, 10, 0.5f, &st) != DT_OK || dt_model_build(&mb, "cnn", in, 10, 0.5f, &st) != DT_OK) {
+        check(0, "graph: building the seed CNN: %s", st.msg);
+        return;
+    }
+    struct dt_step_graphs sg;
+    check(dt_step_graphs_init(&sg, &mb, G, &st) == DT_OK, "graph: the seed CNN can be recorded%s%s", st.code ? ": " : "",
+          st.code ? st.msg : "");
+    dt_model_create(&ma, G, batch);
+    dt_model_create(&mb, G, batch);
+    dt_model_init_params(&ma, 77);
+    dt_model_init_params(&mb, 77);
+    const size_t np = ma.nparams;
+    uint8_t *img = xmalloc((size_t)batch * npix), *lab = xmalloc((size_t)batch);
+    uint8_t *img_d = G->alloc((size_t)batch * npix), *lab_d = G->alloc((size_t)batch);
+    dt_rng data, ra, rb;
+    dt_rng_seed(&data, 31, 1);
+    dt_rng_seed(&ra, 32, 0);
+    rb = ra;
+    for (int step = 0; step < steps; step++) {
+        int n = step == 4 || step == 5 ? 9 : batch; /* plain, then recorded, at 9 too */
+        for (int i = 0; i < n * npix; i++) img[i] = (uint8_t)dt_rng_below(&data, 256);
+        for (int i = 0; i < n; i++) lab[i] = (uint8_t)dt_rng_below(&data, 10);
+        G->upload(img_d, img, (size_t)n * npix);
+        G->upload(lab_d, lab, (size_t)n);
+        G->images_to_float(ma.act[0], img_d, (size_t)n * npix);
+        G->images_to_float(mb.act[0], img_d, (size_t)n * npix);
+        dt_model_forward(&ma, n, 1, &ra);
+        struct dt_loss_result la = dt_model_loss(&ma, lab_d, n, 1.0f / (float)n);
+        dt_model_backward(&ma, n, &ra);
+        long replays = sg.replayed;
+        struct dt_loss_result lb = dt_step_graphs_run(&sg, &mb, lab_d, n, 1.0f / (float)n, &rb, NULL);
+        float *ga = from_dev(ma.grads, np), *gb = from_dev(mb.grads, np);
+        size_t d = ndiff(ga, gb, np);
+        check(la.loss_sum == lb.loss_sum && la.correct == lb.correct && d == 0 && !memcmp(&ra, &rb, sizeof ra),
+              "graph step %d n=%d (%s): loss %.9g vs %.9g, correct %ld vs %ld, %zu of %zu gradients differ, random "
+              "streams %s", step, n, sg.replayed > replays ? "replayed" : "plain", lb.loss_sum, la.loss_sum, lb.correct,
+              la.correct, d, np, memcmp(&ra, &rb, sizeof ra) ? "differ" : "agree");
+        free(ga);
+        free(gb);
+    }
+    /* Steps 0 and 4 plain (new shapes); 1-3, 5 and 6 replays; 2 recordings. */
+    check(sg.recorded == 2 && sg.replayed == 5 && sg.plain == 2 && sg.failed == 0,
+          "graph: %ld recordings, %ld replays, %ld plain, %ld failed (want 2, 5, 2, 0)%s%s", sg.recorded, sg.replayed,
+          sg.plain, sg.failed, sg.failed ? ": " : "", sg.why);
+    dt_step_graphs_free(&sg, G);
+    dt_model_free(&ma);
+    dt_model_free(&mb);
+    G->free(img_d);
+    G->free(lab_d);
+    free(img);
+    free(lab);
+}
+
+/* The recording API itself: a buffer that must grow fails the recording
+ * (with its reason), nothing recorded runs, and the random draws made while
+ * recording are put back; a clean recording replays what it holds. */
+static void test_capture_api(void)
+{
+    char why[200] = "";
+    const size_t n = 1 << 16;
+    float *x = fill(n, -1.0f, 1.0f);
+    float *x_d = to_dev(x, n), *y_d = G->alloc(sizeof(float) * n), *m_d = G->alloc(sizeof(float) * n);
+    G->zero(y_d, sizeof(float) * n);
+    dt_rng r, before;
+    dt_rng_seed(&r, 9, 9);
+    before = r;
+    /* The softmax's scratch grows with the rows: far more than any before. */
+    int rows = 1 << 15;
+    float *logits = G->alloc(sizeof(float) * (size_t)rows * 20);
+    uint8_t *lab = G->alloc((size_t)rows * 2);
+    G->zero(logits, sizeof(float) * (size_t)rows * 20);
+    G->zero(lab, (size_t)rows * 2);
+    check(G->capture_begin(why, sizeof why) == 0, "capture_begin%s%s", why[0] ? ": " : "", why);
+    G->dropout_forward(y_d, m_d, x_d, n, 0.5f, &r);
+    long correct = 0;
+    G->softmax_xent(NULL, &correct, logits, lab, rows, 10, 1.0f);
+    dt_graph *g = G->capture_end(why, sizeof why);
+    float *y = from_dev(y_d, n);
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += y[i] != 0.0f;
+    check(g == NULL && strstr(why, "a device buffer had to grow") && !memcmp(&r, &before, sizeof r) && nz == 0,
+          "capture: a growing buffer fails the recording (%s), nothing ran (%zu outputs written), the draws are put "
+          "back (%s)", why, nz, memcmp(&r, &before, sizeof r) ? "not" : "yes");
+    if (g) G->graph_destroy(g);
+    /* Now the buffers are large enough: recorded, replayed twice with new
+     * draws each time (the second replay's mask differs from the first's). */
+    correct = 0;
+    check(G->capture_begin(why, sizeof why) == 0, "capture_begin again");
+    G->dropout_forward(y_d, m_d, x_d, n, 0.5f, &r);
+    G->softmax_xent(NULL, &correct, logits, lab, rows, 10, 1.0f);
+    g = G->capture_end(why, sizeof why);
+    check(g != NULL && G->graph_valid(g), "capture: recorded%s%s", g ? "" : ": ", g ? "" : why);
+    if (g) {
+        long c1 = 0, c2 = 0;
+        double l1 = G->graph_run(g, &c1);
+        float *m1 = from_dev(m_d, n);
+        double l2 = G->graph_run(g, &c2);
+        float *m2 = from_dev(m_d, n);
+        double want = (double)rows * log(10.0); /* zero logits: log(10) per row */
+        size_t d = ndiff(m1, m2, n), kept = 0;
+        for (size_t i = 0; i < n; i++) kept += m1[i] != 0.0f;
+        check(fabs(l1 - want) <= 1e-6 * want && l1 == l2 && c1 == c2 && d > n / 4 && kept > n / 3 && kept < 2 * n / 3,
+              "capture: replays give the loss %.6f (want %.6f), %ld correct, fresh masks (%zu of %zu differ, %zu kept)",
+              l1, want, c1, d, n, kept);
+        /* Twice the rows, run plainly, grows the scratch the graph uses: stale. */
+        G->softmax_xent(NULL, &c1, logits, lab, 2 * rows, 10, 1.0f);
+        check(!G->graph_valid(g), "capture: a reallocated buffer makes the graph stale");
+        free(m1);
+        free(m2);
+        G->graph_destroy(g);
+    }
+    free(x);
+    free(y);
+    G->free(x_d);
+    G->free(y_d);
+    G->free(m_d);
+    G->free(logits);
+    G->free(lab);
+}
+
 int main(void)
 {
     char why[512] = "";
@@ -1056,6 +1190,8 @@ int main(void)
         if (t->prec == DT_PREC_FP32) test_training(t, "adam", 5e-2);
     }
     G->setup(1, DT_PREC_FP32, why, sizeof why);
+    test_capture_api();
+    test_graph_steps();
 
     printf("# %d checks, %d failed\n", nchecks, nfailed);
     return nfailed ? 1 : 0;

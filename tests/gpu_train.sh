@@ -10,6 +10,8 @@
 #   through the cross-node MPI path and match two CPU ranks step by step;
 # - ResNet-20 (batchnorm, residual adds, average pooling) follows the CPU,
 #   alone and with --sync-bn over two emulated nodes;
+# - --cuda-graphs prints the plain run's step lines exactly, and refuses a
+#   model with batchnorm;
 # - strategies that cannot run on the GPU are refused.
 # Without a usable GPU the whole test is skipped (exit 77), with dtrain's
 # reason. DTRAIN_TEST_DATA=FILE.h5 (a small dtrain-prep file) replaces the
@@ -167,7 +169,41 @@ else
   fail "cuda vs cpu, resnet20 np=2 --sync-bn: $msg (tolerance 5e-3)"; paste "$T/cpu-res2" "$T/cuda-res2" | head -n 40 >&2
 fi
 
-# --- (f) refusals ---
+# --- (f) --cuda-graphs: the same steps, replayed from a recording ---
+# With dropout on (the seed's 0.5), two epochs of the 4096 samples in
+# batches of 48 (85 full, then 16: two shapes, each run plainly once, then
+# recorded): every step line equals the plain run's, character for
+# character, since the same kernels run on the same random draws.
+graphs() {
+  run_np 1 "$fm" --epochs 2 --batch-size 48 --no-validation --verbose --device cuda "$@"
+}
+graphs
+plain_rc=$rc; grep '^step ' "$out" >"$T/plain-steps"
+graphs --cuda-graphs
+if [ "$plain_rc" = 0 ] && [ "$rc" = 0 ] && [ -s "$T/plain-steps" ] && grep '^step ' "$out" | cmp -s - "$T/plain-steps"; then
+  pass "cuda --cuda-graphs: $(wc -l <"$T/plain-steps") step lines identical to plain launches (dropout 0.5, ragged last batch)"
+else
+  fail "cuda --cuda-graphs: rc=$plain_rc/$rc, step lines differ from plain launches"
+  grep '^step ' "$out" | diff "$T/plain-steps" - | head -n 20 >&2; cat "$err" >&2
+fi
+if grep -q '^device: .*; CUDA graphs' "$out" &&
+   grep -Eq '^CUDA graphs: [0-9]+ steps replayed from 2 recordings, 2 run plainly' "$out"; then
+  pass "cuda --cuda-graphs: $(grep '^CUDA graphs: ' "$out" | head -n 1)"
+else
+  fail "cuda --cuda-graphs: header or summary not as expected"; cat "$out" >&2
+fi
+# Two emulated nodes: buckets go out after the replay, through MPI.
+train 2 --device cuda --ranks-per-node 1 --cuda-graphs
+ran "cuda fp32 np=2 --ranks-per-node 1 --cuda-graphs" "$T/cuda-np2-graphs"
+if cmp -s "$T/cuda-np2" "$T/cuda-np2-graphs"; then
+  pass "cuda np=2 --ranks-per-node 1: --cuda-graphs gives the plain run's 40 losses"
+else
+  fail "cuda np=2 --ranks-per-node 1: --cuda-graphs losses differ"; paste "$T/cuda-np2" "$T/cuda-np2-graphs" | head >&2
+fi
+expect_fail 2 "--cuda-graphs: model resnet20.cfg: layer .* (batchnorm) cannot be recorded into a graph" 1 "$fm" \
+  --device cuda --cuda-graphs --model "$res"
+
+# --- (g) refusals ---
 expect_fail 2 "--strategy sharded: not available with --device cuda" 2 "$fm" --device cuda --strategy sharded \
   --ranks-per-node 1
 

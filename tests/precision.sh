@@ -23,6 +23,7 @@ expect_fail 2 "--loss-scale: only the mirrored and multi-worker strategies apply
   2 "$fm" --loss-scale dynamic --strategy sharded
 expect_fail 2 "--device: expected cpu or cuda, found 'tpu'" 2 "$fm" --device tpu
 expect_fail 2 "--gpus-per-node: only meaningful with --device cuda" 2 "$fm" --gpus-per-node 2
+expect_fail 2 "--cuda-graphs: records the step on a GPU; it needs --device cuda (device is cpu)" 2 "$fm" --cuda-graphs
 if grep -q 'define DT_HAVE_CUDA 1' "$TOP_BUILDDIR/config.h"; then
   # A CUDA build: here (CI, the build machine) there is no GPU.
   run_np 1 --devices --device cuda

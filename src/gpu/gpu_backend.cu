@@ -45,8 +45,15 @@ static void gpu_upload(void *dst, const void *host_src, size_t bytes)
         DT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, gpu.stream));
 }
 
+/* Ops that wait for the stream have no place in a recording (gpu_graph.cu). */
+static void not_recording(const char *op)
+{
+    if (gpu.cap) dt_die(__FILE__, __LINE__, "%s cannot be recorded into a graph (it waits for the device)", op);
+}
+
 static void gpu_download(void *host_dst, const void *src, size_t bytes)
 {
+    not_recording("download");
     if (!bytes) return;
     DT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, gpu.stream));
     DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
@@ -75,7 +82,11 @@ static void gpu_host_free(void *p)
     DT_CUDA_CHECK(cudaFreeHost(p));
 }
 
-static void gpu_synchronize(void) { DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream)); }
+static void gpu_synchronize(void)
+{
+    not_recording("synchronize");
+    DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+}
 
 /* nthreads is the CPU's business; the device needs no floating-point mode. */
 /* A kernel of this file, to ask whether the binary holds code this device
@@ -153,4 +164,9 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .channel_affine = gpu_channel_affine,
     .avgpool_forward = gpu_avgpool_forward,
     .avgpool_backward = gpu_avgpool_backward,
+    .capture_begin = gpu_capture_begin,
+    .capture_end = gpu_capture_end,
+    .graph_run = gpu_graph_run,
+    .graph_valid = gpu_graph_valid,
+    .graph_destroy = gpu_graph_destroy,
 };

@@ -11,7 +11,7 @@
 
 #include "gpu/gpu_internal.h"
 
-struct gpu_state dt_cuda::gpu = {-1, 0, 0, 0, "", NULL, NULL, NULL, DT_PREC_FP32, NULL};
+struct gpu_state dt_cuda::gpu = {-1, 0, 0, 0, "", NULL, NULL, NULL, DT_PREC_FP32, NULL, NULL, 0};
 
 /* Device names are up to 255 bytes; ours hold 95 (as printf's %.95s would). */
 static void copy_name(char *dst, size_t len, const char *src)
@@ -89,6 +89,14 @@ extern "C" int dt_gpu_select(int dev, char *why, size_t whylen)
     /* fp32 GEMMs stay true fp32: no TF32 tensor-core rounding. */
     if ((bs = cublasSetMathMode(gpu.blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
         return fail(why, whylen, "cublasSetMathMode", cublasGetStatusString(bs));
+    /* cuBLAS's workspace, given once (32 MiB, NVIDIA's advice for Hopper):
+     * left to itself cuBLAS may allocate one, which a graph recording
+     * (gpu_graph.cu) cannot hold. */
+    void *blas_ws = NULL;
+    if ((e = cudaMalloc(&blas_ws, (size_t)32 << 20)) != cudaSuccess)
+        return fail(why, whylen, "cudaMalloc (cuBLAS workspace)", cudaGetErrorString(e));
+    if ((bs = cublasSetWorkspace(gpu.blas, blas_ws, (size_t)32 << 20)) != CUBLAS_STATUS_SUCCESS)
+        return fail(why, whylen, "cublasSetWorkspace", cublasGetStatusString(bs));
     if ((ds = cudnnCreate(&gpu.dnn)) != CUDNN_STATUS_SUCCESS)
         return fail(why, whylen, "cudnnCreate", cudnnGetErrorString(ds));
     if ((ds = cudnnSetStream(gpu.dnn, gpu.stream)) != CUDNN_STATUS_SUCCESS)
@@ -107,10 +115,11 @@ extern "C" void *dt_gpu_stream(void) { return (void *)gpu.stream; }
 void *gpu_buf_reserve(struct gpu_buf *b, size_t bytes)
 {
     if (bytes <= b->bytes && b->p) return b->p;
+    if (gpu.cap) gpu_capture_fail("a device buffer had to grow");
     gpu_buf_release(b);
     size_t want = (bytes + 255) / 256 * 256;
     if (want == 0) want = 256;
-    DT_CUDA_CHECK(cudaMalloc(&b->p, want));
+    DT_CUDA_CHECK(cudaMalloc(&b->p, want)); /* allowed while recording (relaxed capture mode) */
     b->bytes = want;
     return b->p;
 }
@@ -118,8 +127,12 @@ void *gpu_buf_reserve(struct gpu_buf *b, size_t bytes)
 void gpu_buf_release(struct gpu_buf *b)
 {
     if (b->p) {
-        DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
-        DT_CUDA_CHECK(cudaFree(b->p));
+        gpu.generation++;
+        if (gpu.cap) gpu_capture_defer_free(b->p); /* the stream cannot be waited for now */
+        else {
+            DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+            DT_CUDA_CHECK(cudaFree(b->p));
+        }
     }
     b->p = NULL;
     b->bytes = 0;

@@ -59,6 +59,8 @@ struct gpu_state {
     cudnnHandle_t dnn;      /* bound to stream */
     int precision;          /* enum dt_precision, from setup() */
     void *host_result;      /* 64 pinned bytes: values an op returns to the host */
+    struct gpu_capture *cap; /* gpu_graph.cu: non-NULL while ops are being recorded */
+    unsigned long generation; /* bumped whenever a gpu_buf is reallocated or freed */
 };
 /* In a namespace so that the symbol cannot meet a C global called gpu. */
 namespace dt_cuda {
@@ -73,7 +75,9 @@ struct gpu_buf {
     size_t bytes;
 };
 /* At least `bytes` bytes. Growing waits for the stream first, since queued
- * work may still use the old allocation. */
+ * work may still use the old allocation (while recording, it fails the
+ * recording and keeps the old allocation until the recording ends). Any
+ * reallocation or release bumps gpu.generation. */
 void *gpu_buf_reserve(struct gpu_buf *b, size_t bytes);
 void gpu_buf_release(struct gpu_buf *b);
 
@@ -103,6 +107,29 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 {
     return __float2bfloat16_rn(x);
 }
+
+/* gpu_graph.cu: recording (backend.h's capture_begin ... graph_destroy).
+ * While gpu.cap is set: dropout_forward takes its seed from the device
+ * slot gpu_capture_seed() gives (the value for this recording is drawn
+ * from rng now, later ones at each replay); softmax_xent records its copy
+ * into gpu.host_result and calls gpu_capture_loss() instead of waiting;
+ * an op that would have to wait for the stream calls gpu_capture_fail()
+ * (the recording is then thrown away) and goes on without waiting. */
+const uint64_t *gpu_capture_seed(dt_rng *rng);
+void gpu_capture_loss(void);
+void gpu_capture_fail(const char *why);
+void gpu_capture_defer_free(void *p); /* cudaFree(p) once the recording ends */
+int gpu_capture_begin(char *why, size_t whylen);
+dt_graph *gpu_capture_end(char *why, size_t whylen);
+double gpu_graph_run(dt_graph *g, long *ncorrect);
+int gpu_graph_valid(const dt_graph *g);
+void gpu_graph_destroy(dt_graph *g);
+
+/* What softmax_xent leaves in gpu.host_result. */
+struct gpu_xent_result {
+    double loss;
+    long long correct;
+};
 
 /* gpu_kernels.cu: element-wise kernels, loss, optimizers, GEMM */
 void gpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,

@@ -246,9 +246,12 @@ static __device__ __forceinline__ uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* The seed is an argument, or (while recording, gpu_graph.cu) read from
+ * the device slot seedp, which each replay refills. */
 __global__ void dropout_forward_kernel(float *out, float *mask, const float *inp, size_t n,
-                                       float rate, float scale, uint64_t seed)
+                                       float rate, float scale, uint64_t seed, const uint64_t *seedp)
 {
+    if (seedp) seed = *seedp;
     GPU_FOR_EACH(i, n) {
         float u = (float)(mix64(seed + i) >> 40) * (1.0f / 16777216.0f); /* [0, 1), as dt_rng_uniform */
         float m = u >= rate ? scale : 0.0f;
@@ -266,9 +269,10 @@ void gpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, fl
 {
     if (!n) return; /* no samples, no draw (the CPU draws none either) */
     const float scale = 1.0f / (1.0f - rate);
-    uint64_t seed = dt_rng_u64(rng);
+    const uint64_t *seedp = gpu.cap ? gpu_capture_seed(rng) : NULL;
+    uint64_t seed = seedp ? 0 : dt_rng_u64(rng);
     dropout_forward_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(out, mask, inp, n,
-                                                                                    rate, scale, seed);
+                                                                                    rate, scale, seed, seedp);
     DT_KERNEL_CHECK();
 }
 
@@ -282,11 +286,6 @@ void gpu_dropout_backward(float *dinp, const float *dout, const float *mask, siz
 /* ---- softmax cross-entropy ---------------------------------------------- */
 
 static struct gpu_buf xent_scratch; /* result, then [n] row losses, [n] hits */
-
-struct xent_result {
-    double loss;
-    long long correct;
-};
 
 /* One warp per row. The row maximum is the first maximal element (the CPU's
  * argmax); exp and the sum are in double, like the CPU's. */
@@ -327,7 +326,7 @@ __global__ void xent_rows_kernel(float *dlogits, double *row_loss, int *row_hit,
 }
 
 #define XENT_THREADS 256
-__global__ void xent_sum_kernel(struct xent_result *out, const double *row_loss, const int *row_hit, int n)
+__global__ void xent_sum_kernel(struct gpu_xent_result *out, const double *row_loss, const int *row_hit, int n)
 {
     __shared__ double sl[XENT_THREADS];
     __shared__ long long sc[XENT_THREADS];
@@ -360,7 +359,7 @@ double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits, con
     if (n <= 0 || classes <= 0) return 0.0;
     size_t rows_off = 256, hits_off = rows_off + (sizeof(double) * (size_t)n + 255) / 256 * 256;
     char *s = (char *)gpu_buf_reserve(&xent_scratch, hits_off + sizeof(int) * (size_t)n);
-    struct xent_result *res = (struct xent_result *)s;
+    struct gpu_xent_result *res = (struct gpu_xent_result *)s;
     double *row_loss = (double *)(s + rows_off);
     int *row_hit = (int *)(s + hits_off);
     const unsigned warps_per_block = 4;
@@ -371,8 +370,12 @@ double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits, con
     xent_sum_kernel<<<1, XENT_THREADS, 0, gpu.stream>>>(res, row_loss, row_hit, n);
     DT_KERNEL_CHECK();
     DT_CUDA_CHECK(cudaMemcpyAsync(gpu.host_result, res, sizeof *res, cudaMemcpyDeviceToHost, gpu.stream));
+    if (gpu.cap) { /* recorded: graph_run reads the result after the replay */
+        gpu_capture_loss();
+        return 0.0;
+    }
     DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
-    const struct xent_result *h = (const struct xent_result *)gpu.host_result;
+    const struct gpu_xent_result *h = (const struct gpu_xent_result *)gpu.host_result;
     if (ncorrect) *ncorrect += (long)h->correct;
     return h->loss;
 }
@@ -458,6 +461,7 @@ __global__ void nonfinite_kernel(int *flag, const float *x, size_t n)
 int gpu_unscale_check(float *grad, size_t n, float inv_scale)
 {
     if (!n) return 1;
+    if (gpu.cap) dt_die(__FILE__, __LINE__, "unscale_check cannot be recorded into a graph (it waits for its result)");
     int *flag = (int *)gpu_buf_reserve(&flag_scratch, sizeof(int));
     DT_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), gpu.stream));
     nonfinite_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(flag, grad, n);

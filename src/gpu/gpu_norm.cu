@@ -12,6 +12,8 @@
  * channel_affine's per-channel vectors arrive in host memory; they are
  * queued to the device with the kernel (an asynchronous copy from pageable
  * memory is staged before it returns, so the caller may reuse them).
+ * Neither op can be recorded into a graph (--cuda-graphs refuses models with
+ * batchnorm); recorded anyway, they fail the recording (gpu_graph.cu).
  *
  * Average pooling keeps the CPU's order of additions: forward sums the
  * window row by row, then scales; backward gathers, for each input element,
@@ -71,7 +73,8 @@ __global__ void channel_sums_fold_kernel(double *out, const double *partial, int
 void gpu_channel_sums(double *s1, double *s2, const float *a, const float *b, size_t rows, int c)
 {
     if (c <= 0) return;
-    if (rows == 0) {
+    if (rows == 0 || gpu.cap) { /* a recording cannot bring values to the host: it fails (gpu_graph.cu) */
+        if (gpu.cap) gpu_capture_fail("batchnorm brings its batch statistics to the host at every step");
         for (int j = 0; j < c; j++) s1[j] = s2[j] = 0.0;
         return;
     }
@@ -116,6 +119,10 @@ void gpu_channel_affine(float *out, const float *a, const float *b, size_t rows,
 {
     size_t n = rows * (size_t)c;
     if (!n) return;
+    if (gpu.cap) { /* its vectors come from pageable host memory, which a recording cannot copy */
+        gpu_capture_fail("batchnorm's per-channel factors come from the host at every step");
+        return;
+    }
     float *v = (float *)gpu_buf_reserve(&affine_vec, sizeof(float) * 3 * (size_t)c);
     DT_CUDA_CHECK(cudaMemcpyAsync(v, p, sizeof(float) * (size_t)c, cudaMemcpyHostToDevice, gpu.stream));
     if (b) DT_CUDA_CHECK(cudaMemcpyAsync(v + c, q, sizeof(float) * (size_t)c, cudaMemcpyHostToDevice, gpu.stream));

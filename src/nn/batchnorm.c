@@ -185,6 +185,7 @@ const struct dt_layer_ops dt_batchnorm_ops = {
     .init = bn_init,
     .init_buffers = bn_init_buffers,
     .supported = bn_supported,
+    .host_roundtrip = "its batch statistics go to the host at every step",
     .forward = bn_forward,
     .backward = bn_backward,
 };

@@ -68,6 +68,9 @@ struct dt_layer_ops {
     void (*init_buffers)(struct dt_layer *l, float *buffers);
     /* Whether the backend has what this layer needs (NULL: always). */
     int (*supported)(const struct dt_backend *be);
+    /* Non-NULL when a pass brings values to the host between its kernels
+     * (batchnorm's statistics), which a recorded graph cannot hold: why. */
+    const char *host_roundtrip;
     void (*forward)(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
                     const float *params);
     /* dout may be overwritten (activations are undone in place). dinp is NULL

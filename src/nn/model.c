@@ -135,6 +135,19 @@ int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be
     return DT_OK;
 }
 
+int dt_model_check_capture(const struct dt_model *m, const struct dt_backend *be, const char *flag, dt_status *st)
+{
+    if (!be->capture_begin)
+        return dt_fail(st, DT_EUSAGE, "%s: the %s backend cannot record a step", flag, be->name);
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        if (l->ops->host_roundtrip)
+            return dt_fail(st, DT_EUSAGE, "%s: model %s: layer %s (%s) cannot be recorded into a graph: %s; run "
+                           "this model without %s", flag, m->name, l->name, l->ops->type, l->ops->host_roundtrip, flag);
+    }
+    return DT_OK;
+}
+
 int dt_model_is_graph(const struct dt_model *m)
 {
     for (int i = 0; i < m->nlayers; i++)
@@ -250,6 +263,12 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
         DT_TL_END2(tl0, DT_TL_COMPUTE, "backward", l->name, NULL);
         if (done && l->nparams) done(ctx, l->param_offset);
     }
+}
+
+void dt_model_notify_all(const struct dt_model *m, void (*done)(void *ctx, size_t offset), void *ctx)
+{
+    for (int i = m->nlayers - 1; i >= 0; i--)
+        if (m->layers[i].nparams) done(ctx, m->layers[i].param_offset);
 }
 
 void dt_model_backward(struct dt_model *m, int n, dt_rng *rng)

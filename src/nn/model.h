@@ -48,6 +48,9 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);
 /* Whether every layer can run on be; if not, st names the first that cannot. */
 int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be, dt_status *st);
+/* Whether the backend can record a training step of this model into one
+ * graph (backend.h's capture_begin); if not, st says why, for `flag`. */
+int dt_model_check_capture(const struct dt_model *m, const struct dt_backend *be, const char *flag, dt_status *st);
 /* Whether the model has add or route layers (it is not a Keras Sequential). */
 int dt_model_is_graph(const struct dt_model *m);
 /* Allocate device buffers for batches of up to max_n samples. */
@@ -67,6 +70,9 @@ void dt_model_backward(struct dt_model *m, int n, dt_rng *rng);
  * runs last layer first), so they can be reduced while backward goes on. */
 void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
                               void (*done)(void *ctx, size_t offset), void *ctx);
+/* The calls dt_model_backward_notify makes to done, in the same order,
+ * without running backward (it ran already, e.g. inside a replayed graph). */
+void dt_model_notify_all(const struct dt_model *m, void (*done)(void *ctx, size_t offset), void *ctx);
 /* One line per layer: name, type, output shape, parameter count. */
 void dt_model_summary(const struct dt_model *m, FILE *out);
 
