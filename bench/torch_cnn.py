@@ -57,6 +57,46 @@ def parse_args():
     return a
 
 
+def mixed_precision(torch, precision):
+    """On the GPU: (autocast factory, GradScaler or None, what TF32 is set to).
+
+    Mixed precision the way PyTorch documents it: autocast runs convolutions
+    and matmuls in 16 bits with fp32 weights; fp16 also scales the loss.
+    torch_resnet.py uses it and train_step too, so both GPU baselines run alike."""
+    amp, scaler = contextlib.nullcontext, None
+    if precision != "fp32":
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        amp = functools.partial(torch.autocast, device_type="cuda", dtype=dtype)
+    if precision == "fp16":
+        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+            scaler = torch.amp.GradScaler("cuda")
+        else:
+            scaler = torch.cuda.amp.GradScaler()
+    try:  # PyTorch 2.9 moved these flags to a new API; reading the old one may warn
+        tf32 = (f"TF32 convolutions {'on' if torch.backends.cudnn.allow_tf32 else 'off'}, "
+                f"matmuls {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}")
+    except (AttributeError, RuntimeError) as e:
+        tf32 = f"TF32 flags unreadable ({e})"
+    return amp, scaler, tf32
+
+
+
+def train_step(model, loss_fn, opt, amp, scaler, xb, yb):
+    """One optimizer step under autocast (the loss scaled when there is a
+    GradScaler); returns the loss and the logits."""
+    with amp():
+        logits = model(xb)
+        loss = loss_fn(logits, yb)
+    opt.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        opt.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    return loss, logits
+
 def main():
     args = parse_args()
     # Before importing torch: its OpenMP / MKL pools read these at load time.
@@ -117,25 +157,9 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
 
-    # Mixed precision the way PyTorch documents it: autocast runs convolutions
-    # and matmuls in 16 bits with fp32 weights; fp16 also scales the loss.
-    amp = contextlib.nullcontext
-    scaler = None
+    amp, scaler, tf32 = mixed_precision(torch, args.precision) if cuda else (contextlib.nullcontext, None, "")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
-        if args.precision != "fp32":
-            dtype = torch.bfloat16 if args.precision == "bf16" else torch.float16
-            amp = functools.partial(torch.autocast, device_type="cuda", dtype=dtype)
-        if args.precision == "fp16":
-            if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-                scaler = torch.amp.GradScaler("cuda")
-            else:
-                scaler = torch.cuda.amp.GradScaler()
-        try:  # PyTorch 2.9 moved these flags to a new API; reading the old one may warn
-            tf32 = (f"TF32 convolutions {'on' if torch.backends.cudnn.allow_tf32 else 'off'}, "
-                    f"matmuls {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}")
-        except (AttributeError, RuntimeError) as e:
-            tf32 = f"TF32 flags unreadable ({e})"
         print(f"torch_cnn.py: {torch.cuda.get_device_name(0)}, torch {torch.__version__} "
               f"(CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
               f"precision {args.precision}, {args.memory_format}, {tf32}",
@@ -155,17 +179,7 @@ def main():
             idx = perm[start:start + bs]
             xb = x_train.index_select(0, idx).contiguous(memory_format=fmt)
             yb = y_train.index_select(0, idx)
-            with amp():
-                logits = model(xb)
-                loss = loss_fn(logits, yb)
-            opt.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()
-                opt.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
+            loss, logits = train_step(model, loss_fn, opt, amp, scaler, xb, yb)
             with torch.no_grad():
                 loss_sum += loss.detach().double() * idx.numel()
                 correct += (logits.argmax(1) == yb).sum()

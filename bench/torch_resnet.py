@@ -5,7 +5,12 @@ The baseline for bench/resnet.sh: the model of inputs/resnet20.cfg, the same
 optimizer, batch size and thread count as dtrain, on 1 process or on
 --world-size P processes (DistributedDataParallel over gloo, one thread
 each). Run it with Debian's interpreter (/usr/bin/python3), which sees
-python3-torch.
+python3-torch. With --device cuda it is bench/gpu-throughput.sh's
+larger-model baseline instead: one process on GPU 0, at --precision fp32,
+bf16 or fp16 (autocast, and a gradient scaler for fp16: torch_cnn.py's
+mixed_precision and train_step, imported, so both GPU baselines step
+alike); the data are moved to the GPU once before any timing, and the
+clock is read only after torch.cuda.synchronize().
 
 The model (He et al. 2016, CIFAR ResNet-20, as inputs/gen-resnet.py writes
 it): conv3x3(16) - BN - ReLU; three stages of three basic blocks
@@ -39,14 +44,17 @@ samples and samples_per_s are global (all replicas); loss and accuracy the
 means over every replica's training batches; cpu_cores the CPU time of all
 processes over the epoch's wall time (1.00 = one core busy throughout).
 One line on stderr first names the model's parameter count, PyTorch and
-the layout.
+the layout (on --device cuda also the GPU, CUDA, cuDNN and the precision).
 """
 import argparse
+import contextlib
 import math
 import os
 import socket
 import sys
 import time
+
+from torch_cnn import mixed_precision, train_step  # the baselines' shared autocast / GradScaler step
 
 RESNET20_PARAMETERS = 273258  # what dtrain prints for inputs/resnet20.cfg
 
@@ -65,11 +73,21 @@ def parse_args():
                         "channels_last measured faster here, see bench/README-resnet.md")
     p.add_argument("--bind-to-core", action="store_true",
                    help="pin process r to the r-th CPU it may run on, as mpirun --bind-to core does")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default) or cuda: the data and model on GPU 0 (one process)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="fp32 (default); bf16 or fp16: autocast on the GPU (--device cuda only), "
+                        "fp16 with a dynamic gradient scaler")
     a = p.parse_args()
     if min(a.samples, a.epochs, a.batch_size, a.world_size, a.threads) < 1:
         p.error("--samples, --epochs, --batch-size, --world-size and --threads must be positive")
     if a.samples < a.world_size:
         p.error(f"--samples {a.samples}: fewer than --world-size {a.world_size} replicas")
+    if a.precision != "fp32" and a.device != "cuda":
+        p.error(f"--precision {a.precision} needs --device cuda")
+    if a.device == "cuda" and a.world_size > 1:
+        p.error(f"--world-size {a.world_size} with --device cuda: the GPU baseline is one process "
+                "on one GPU (DDP here is gloo over CPU processes); use --world-size 1")
     return a
 
 
@@ -134,6 +152,11 @@ def train(rank, args, port):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ws)
 
     fmt = torch.channels_last if args.memory_format == "channels_last" else torch.contiguous_format
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit(f"torch_resnet.py: --device cuda: PyTorch {torch.__version__} sees no GPU "
+                 f"(built for CUDA {torch.version.cuda or 'none'})")
+    device = torch.device(args.device)
     # Every process draws the same N images from the seed, then uses its share.
     rng = np.random.default_rng(args.seed)
     x8 = rng.integers(0, 256, size=(args.samples, 32, 32, 3), dtype=np.uint8)
@@ -142,20 +165,28 @@ def train(rank, args, port):
     x_all = torch.from_numpy(x8).permute(0, 3, 1, 2).float().div_(255.0).contiguous(memory_format=fmt)
     y_all = torch.from_numpy(y8)
     del x8
+    if cuda:  # once, before any timing
+        x_all, y_all = x_all.to(device), y_all.to(device)
 
     model = build_model(nn)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    model = model.to(memory_format=fmt)
+    model = model.to(device=device, memory_format=fmt)
     if ws > 1:
         # Per-replica BN statistics, as dtrain without --sync-bn: no buffer broadcast each step.
         model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
+    amp, scaler, tf32 = mixed_precision(torch, args.precision) if cuda else (contextlib.nullcontext, None, "")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    gpu_note = ""
+    if cuda:
+        gpu_note = (f"; {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, "
+                    f"cuDNN {torch.backends.cudnn.version()}), precision {args.precision}, {tf32}")
     if rank == 0:
         print(f"torch_resnet.py: ResNet-20, {n_params} trainable parameters"
               f"{'' if n_params == RESNET20_PARAMETERS else f' (dtrain has {RESNET20_PARAMETERS})'}; "
               f"torch {torch.__version__}, {args.memory_format}, {ws} process(es) x {args.threads} thread(s)"
-              f"{', gloo DDP' if ws > 1 else ''}{', bound to cores' if args.bind_to_core else ''}",
+              f"{', gloo DDP' if ws > 1 else ''}{', bound to cores' if args.bind_to_core else ''}{gpu_note}",
               file=sys.stderr, flush=True)
 
     n = args.samples
@@ -163,29 +194,27 @@ def train(rank, args, port):
     bs = args.batch_size
     for epoch in range(1, args.epochs + 1):
         model.train()
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        correct = torch.zeros((), dtype=torch.int64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
         if dist:
             dist.barrier()
+        sync()
         t0, c0 = time.perf_counter(), time.process_time()
         # The same permutation on every replica (seeded by the epoch), dealt round-robin.
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch))
-        mine = perm[rank::ws][:shard]
+        mine = perm[rank::ws][:shard].to(device)
         # Every sample of the share once per epoch; the last batch may be short.
         for start in range(0, shard, bs):
             idx = mine[start:start + bs]
             xb = x_all.index_select(0, idx).contiguous(memory_format=fmt)
             yb = y_all.index_select(0, idx)
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            loss, logits = train_step(model, loss_fn, opt, amp, scaler, xb, yb)
             with torch.no_grad():
                 loss_sum += loss.detach().double() * idx.numel()
                 correct += (logits.argmax(1) == yb).sum()
         if dist:
             dist.barrier()
+        sync()
         seconds = time.perf_counter() - t0
         stats = torch.tensor([time.process_time() - c0, loss_sum.item(), float(correct.item())],
                              dtype=torch.float64)

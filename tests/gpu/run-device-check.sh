@@ -62,6 +62,11 @@ Running the checks:
                      gets what the others leave, less a margin
   --bench-repeats R  benchmark rounds (default 2)
   --bench-epochs E   epochs per benchmark run, the first dropped (default 3)
+                     The benchmark runs the seed CNN (batch 64 and 512) and
+                     ResNet-20 (batch 256, $bench_samples synthetic samples, so the
+                     GPU has more to do than the CNN gives it) at fp32, bf16
+                     and fp16, precision by precision: a short budget drops
+                     fp16 and the second round first
   --no-bench         skip the benchmark
   -h, --help         show this help
 
@@ -76,6 +81,9 @@ abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
 
 stage="" staged="" build="" make_dir="" bundle="" data="" bench_data="" outdir=${OUT:-}
 bench_train=20000 budget=270 bench_repeats=2 bench_epochs=3 want_bench=1
+# ResNet-20's synthetic epoch: 50 steps of 256, a few seconds even for a slow
+# backend, so a run stays well inside the benchmark's --run-timeout of 60 s.
+bench_samples=12800
 need() { (($2 > 1)) || die "$1 needs a value"; }
 while (($#)); do
     case $1 in
@@ -405,6 +413,7 @@ if ((want_bench)); then
             env MPIRUN="$mpiexec" MPIRUN_FLAGS="${mpiexec_flags//--allow-run-as-root/}" \
             TORCH_LD_LIBRARY_PATH="$orig_ld_path" \
             bash "$top/bench/gpu-throughput.sh" --build "$build" --data "$bench_data" \
+            --models "cnn resnet20" --batches resnet20=256 --samples "$bench_samples" \
             --repeats "$bench_repeats" --epochs "$bench_epochs" --deadline "$((limit > 40 ? limit - 25 : 15))" \
             --run-timeout 60 --out "$work/logs/bench.csv"
         [[ ! -f $work/logs/bench.csv ]] || cp "$work/logs/bench.csv" "$outdir/bench.csv"
