@@ -36,13 +36,15 @@ table of median samples/s (epochs 2..E of each run) and dtrain's ratio to
 PyTorch. Models (Adam 1e-3 for both):
   cnn        the seed CNN (conv32-pool-conv64-pool-dense128-dropout-dense10)
              on --data; PyTorch: bench/torch_cnn.py
+  cnn-graphs the same, dtrain with --cuda-graphs (each step replayed as one
+             CUDA graph); PyTorch as for cnn, run again beside it
   resnet20   ResNet-20 (inputs/resnet20.cfg, batchnorm, residual adds) on N
              synthetic 32x32x3 images, 10 classes; PyTorch: bench/torch_resnet.py
 
 Options:
   --build DIR        directory holding dtrain (a --with-cuda build; default: ./)
-  --models "M ..."   any of cnn resnet20, run in that order within a precision
-                     (default: "cnn resnet20")
+  --models "M ..."   any of cnn cnn-graphs resnet20, run in that order within
+                     a precision (default: "cnn cnn-graphs resnet20")
   --data FILE        cnn's HDF5 file from dtrain-prep (default:
                      $repo/data/fashion-mnist.h5, made with dtrain-prep if missing)
   --samples N        resnet20's synthetic samples per epoch (default: 25600)
@@ -50,7 +52,8 @@ Options:
   --epochs E         epochs per run, at least 2; the first is dropped (default: 3)
   --batches "B ..."  batch sizes for every model; --batches MODEL="B ..." for
                      one model (repeatable) (defaults: cnn "64 512", the seed's
-                     batch and one that keeps the GPU busier; resnet20 "256 1024")
+                     batch and one that keeps the GPU busier, and so cnn-graphs;
+                     resnet20 "256 1024")
   --precisions "P ..."  any of fp32 bf16 fp16 (default: "fp32 bf16 fp16")
   --no-torch         dtrain only
   --deadline S       start no run that would end more than S seconds after
@@ -83,20 +86,20 @@ positive() { # FLAG VALUE
     [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
 }
 
-known_models=(cnn resnet20)
-declare -A batches=([cnn]="64 512" [resnet20]="256 1024") # MODEL -> its batch sizes
+known_models=(cnn cnn-graphs resnet20)
+declare -A batches=([cnn]="64 512" [cnn-graphs]="64 512" [resnet20]="256 1024") # MODEL -> its batch sizes
 set_batches() { # [MODEL=]"B ...": one model's batch sizes, or every model's
     local m
-    if [[ $1 =~ ^([a-z0-9]+)=(.*)$ ]]; then
+    if [[ $1 =~ ^([a-z0-9-]+)=(.*)$ ]]; then
         m=${BASH_REMATCH[1]}
-        [[ -v batches[$m] ]] || die "--batches $1: expected cnn= or resnet20=, found '$m='"
+        [[ -v batches[$m] ]] || die "--batches $1: expected cnn=, cnn-graphs= or resnet20=, found '$m='"
         batches[$m]=${BASH_REMATCH[2]}
     else
         for m in "${known_models[@]}"; do batches[$m]=$1; done
     fi
 }
 
-build=. models="cnn resnet20" data="" samples=25600 repeats=3 epochs=3 precisions="fp32 bf16 fp16" out=""
+build=. models="cnn cnn-graphs resnet20" data="" samples=25600 repeats=3 epochs=3 precisions="fp32 bf16 fp16" out=""
 want_torch=1 deadline=0 run_timeout=120
 while (($#)); do
     case $1 in
@@ -139,7 +142,7 @@ read -r -a prec_list <<<"$precisions"
 ((${#prec_list[@]})) || die "--precisions: empty list"
 declare -A seen=()
 for m in "${model_list[@]}"; do
-    [[ -v batches[$m] ]] || die "--models: expected cnn or resnet20, found '$m'"
+    [[ -v batches[$m] ]] || die "--models: expected cnn, cnn-graphs or resnet20, found '$m'"
     [[ ! -v seen[$m] ]] || die "--models: $m named twice"
     seen[$m]=1
     read -r -a list <<<"${batches[$m]}"
@@ -154,13 +157,17 @@ done
 [[ -d $build ]] || die "--build $build: not a directory"
 dtrain=$(cd "$build" && pwd)/dtrain
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (point --build at a --with-cuda build directory)"
-if [[ -v seen[cnn] ]]; then bench_default_data "$dtrain"; fi
+if [[ -v seen[cnn] || -v seen[cnn-graphs] ]]; then bench_default_data "$dtrain"; fi
 resnet_cfg=$repo/inputs/resnet20.cfg
 if [[ -v seen[resnet20] ]]; then
     [[ -r $resnet_cfg ]] || die "no model file $resnet_cfg"
     # Not "dtrain --help | grep -q": under pipefail grep's early exit fails the pipe.
     dtrain_help=$("$dtrain" --help 2>&1) || true
     [[ $dtrain_help == *--synthetic* ]] || die "$dtrain has no --synthetic, which resnet20 needs (rebuild it)"
+fi
+if [[ -v seen[cnn-graphs] ]]; then
+    dtrain_help=$("$dtrain" --help 2>&1) || true
+    [[ $dtrain_help == *--cuda-graphs* ]] || die "$dtrain has no --cuda-graphs, which cnn-graphs needs (rebuild it)"
 fi
 
 # shellcheck disable=SC2119  # no extra flags for root
@@ -187,7 +194,7 @@ torch_python=${TORCH_PYTHON:-python3}
 torch_env=()
 [[ -z ${TORCH_LD_LIBRARY_PATH+set} ]] || torch_env=(env "LD_LIBRARY_PATH=$TORCH_LD_LIBRARY_PATH")
 declare -A torch_for=()                           # MODEL -> 1 where PyTorch runs it too
-declare -A torch_needs=([cnn]=h5py [resnet20]=numpy) # what the model's script imports besides torch
+declare -A torch_needs=([cnn]=h5py [cnn-graphs]=h5py [resnet20]=numpy) # what the model's script imports besides torch
 torch_note=""
 if ((want_torch)); then
     if ! torch_version=$("${torch_env[@]}" "$torch_python" -c 'import torch; print(torch.__version__)' 2>/dev/null); then
@@ -243,6 +250,7 @@ configs="precision ${prec_list[*]} x"
 for m in "${model_list[@]}"; do
     case $m in
         cnn) meta+=("cnn: the seed CNN, Adam 1e-3, dropout 0.5, data $data") ;;
+        cnn-graphs) meta+=("cnn-graphs: as cnn, dtrain with --cuda-graphs") ;;
         resnet20) meta+=("resnet20: ResNet-20 ($resnet_cfg), Adam 1e-3, synthetic 32x32x3, 10 classes, $samples samples") ;;
     esac
     configs+=" ($m batch ${batches[$m]})"
@@ -295,7 +303,7 @@ declare -A paired  # "cnn fp32 64" -> one dtrain/pytorch ratio per round where b
 # (chance), as Fashion-MNIST is learnable. Synthetic data are not (labels are
 # noise), so resnet20's may sit above chance.
 loss_ok() { # MODEL "epoch seconds samples_per_s loss accuracy"
-    awk -v m="$1" '{ exit !($3 > 0 && $4 == $4 + 0 && $4 > -1e30 && $4 < (m == "cnn" ? 2.302585 : 1e30)) }' <<<"$2"
+    awk -v m="$1" '{ exit !($3 > 0 && $4 == $4 + 0 && $4 > -1e30 && $4 < (m ~ /^cnn/ ? 2.302585 : 1e30)) }' <<<"$2"
 }
 
 # measure ROUND WHO MODEL PREC BATCH COMMAND...: one run, checked and recorded;
@@ -320,7 +328,7 @@ measure() {
         why="printed no throughput for epochs 2-$epochs"
     elif ! loss_ok "$model" "$last"; then
         why="epoch $epochs looks wrong: $(awk '{ print $3 " samples/s, loss " $4 }' <<<"$last") (want > 0, and a finite loss"
-        [[ $model != cnn ]] || why+=" below ln 10 = 2.3026"
+        [[ $model != cnn* ]] || why+=" below ln 10 = 2.3026"
         why+=")"
     elif grep -q '(dtrain has [0-9]*)' "$file"; then
         why="trained a different model from dtrain's: $(grep -m 1 'dtrain has' "$file")"
@@ -345,12 +353,13 @@ measure() {
 dtrain_input() { # MODEL -> sets input
     case $1 in
         cnn) input=("$data") ;;
+        cnn-graphs) input=("$data" --cuda-graphs) ;;
         resnet20) input=(--synthetic "32x32x3:10:$samples" --model "$resnet_cfg") ;;
     esac
 }
 torch_script() { # MODEL -> sets script
     case $1 in
-        cnn) script=("$here/torch_cnn.py" --data "$data") ;;
+        cnn | cnn-graphs) script=("$here/torch_cnn.py" --data "$data") ;;
         resnet20) script=("$here/torch_resnet.py" --samples "$samples") ;;
     esac
 }

@@ -62,7 +62,8 @@ Running the checks:
                      gets what the others leave, less a margin
   --bench-repeats R  benchmark rounds (default 2)
   --bench-epochs E   epochs per benchmark run, the first dropped (default 3)
-                     The benchmark runs the seed CNN (batch 64 and 512) and
+                     The benchmark runs the seed CNN (batch 64 and 512; and
+                     at 64 with --cuda-graphs) and
                      ResNet-20 (batch 256, $bench_samples synthetic samples, so the
                      GPU has more to do than the CNN gives it) at fp32, bf16
                      and fp16, precision by precision: a short budget drops
@@ -413,7 +414,8 @@ if ((want_bench)); then
             env MPIRUN="$mpiexec" MPIRUN_FLAGS="${mpiexec_flags//--allow-run-as-root/}" \
             TORCH_LD_LIBRARY_PATH="$orig_ld_path" \
             bash "$top/bench/gpu-throughput.sh" --build "$build" --data "$bench_data" \
-            --models "cnn resnet20" --batches resnet20=256 --samples "$bench_samples" \
+            --models "cnn cnn-graphs resnet20" --batches cnn-graphs=64 --batches resnet20=256 \
+            --samples "$bench_samples" \
             --repeats "$bench_repeats" --epochs "$bench_epochs" --deadline "$((limit > 40 ? limit - 25 : 15))" \
             --run-timeout 60 --out "$work/logs/bench.csv"
         [[ ! -f $work/logs/bench.csv ]] || cp "$work/logs/bench.csv" "$outdir/bench.csv"
