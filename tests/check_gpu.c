@@ -1061,10 +1061,12 @@ static void test_graph_steps(void)
         free(ga);
         free(gb);
     }
-    /* Steps 0 and 4 plain (new shapes); 1-3, 5 and 6 replays; 2 recordings. */
-    check(sg.recorded == 2 && sg.replayed == 5 && sg.plain == 2 && sg.failed == 0,
-          "graph: %ld recordings, %ld replays, %ld plain, %ld failed (want 2, 5, 2, 0)%s%s", sg.recorded, sg.replayed,
-          sg.plain, sg.failed, sg.failed ? ": " : "", sg.why);
+    /* Steps 0 and 4 plain (new shapes); 1-3, 5 and 6 replays; 2 recordings,
+     * or 3 if the plain step at 9 grew a workspace the first graph uses
+     * (any reallocation makes every graph stale). */
+    check(sg.recorded >= 2 && sg.recorded <= 3 && sg.replayed == 5 && sg.plain == 2 && sg.failed == 0,
+          "graph: %ld recordings, %ld replays, %ld plain, %ld failed (want 2 or 3, 5, 2, 0)%s%s", sg.recorded,
+          sg.replayed, sg.plain, sg.failed, sg.failed ? ": " : "", sg.why);
     dt_step_graphs_free(&sg, G);
     dt_model_free(&ma);
     dt_model_free(&mb);

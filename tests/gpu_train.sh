@@ -172,8 +172,10 @@ fi
 # --- (f) --cuda-graphs: the same steps, replayed from a recording ---
 # With dropout on (the seed's 0.5), two epochs of the 4096 samples in
 # batches of 48 (85 full, then 16: two shapes, each run plainly once, then
-# recorded): every step line equals the plain run's, character for
-# character, since the same kernels run on the same random draws.
+# recorded; a workspace the smaller batch grows makes the first graph stale
+# and it is recorded again): every step line equals the plain run's,
+# character for character, since the same kernels run on the same random
+# draws, and no recording fails.
 graphs() {
   run_np 1 "$fm" --epochs 2 --batch-size 48 --no-validation --verbose --device cuda "$@"
 }
@@ -187,7 +189,7 @@ else
   grep '^step ' "$out" | diff "$T/plain-steps" - | head -n 20 >&2; cat "$err" >&2
 fi
 if grep -q '^device: .*; CUDA graphs' "$out" &&
-   grep -Eq '^CUDA graphs: [0-9]+ steps replayed from 2 recordings, 2 run plainly' "$out"; then
+   grep -Eq '^CUDA graphs: [0-9]+ steps replayed from [0-9]+ recordings, 2 run plainly \(first of a shape\)$' "$out"; then
   pass "cuda --cuda-graphs: $(grep '^CUDA graphs: ' "$out" | head -n 1)"
 else
   fail "cuda --cuda-graphs: header or summary not as expected"; cat "$out" >&2

@@ -449,7 +449,8 @@ void gpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, cons
         demote(p, "forward", n);
         st = forward(p, n, out, inp, weight, bias);
     }
-    if (st != CUDNN_STATUS_SUCCESS)
+    if (st != CUDNN_STATUS_SUCCESS && gpu.cap) gpu_capture_fail("cudnnConvolutionForward could not be recorded");
+    else if (st != CUDNN_STATUS_SUCCESS)
         dt_die(__FILE__, __LINE__, "cudnnConvolutionForward (%s, batch %d) failed: %s", prec_name(p->prec), n,
                cudnnGetErrorString(st));
 }
@@ -508,7 +509,8 @@ void gpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, floa
         demote(p, op, n);
         st = backward(p, n, dinp, dweight, dbias, dout, inp, weight, &op);
     }
-    if (st != CUDNN_STATUS_SUCCESS)
+    if (st != CUDNN_STATUS_SUCCESS && gpu.cap) gpu_capture_fail("a cuDNN convolution backward call could not be recorded");
+    else if (st != CUDNN_STATUS_SUCCESS)
         dt_die(__FILE__, __LINE__, "cuDNN convolution %s (%s, batch %d) failed: %s", op, prec_name(p->prec), n,
                cudnnGetErrorString(st));
 }

@@ -42,7 +42,7 @@ struct gpu_capture {
     dt_rng *saved_at[MAX_RNGS];
     dt_rng saved[MAX_RNGS]; /* each rng as it was before the recording drew */
     int losses;
-    const char *failed;
+    char failed[200]; /* the first reason, empty while all is well */
     int ndefer;
     void *defer[MAX_DEFER];
 };
@@ -89,7 +89,16 @@ void gpu_capture_loss(void)
 
 void gpu_capture_fail(const char *why)
 {
-    if (!gpu.cap->failed) gpu.cap->failed = why;
+    if (!gpu.cap->failed[0]) snprintf(gpu.cap->failed, sizeof gpu.cap->failed, "%s", why);
+}
+
+void gpu_failed(const char *file, int line, const char *call, const char *msg)
+{
+    if (!gpu.cap) dt_die(file, line, "%s failed: %s", call, msg);
+    char why[200];
+    snprintf(why, sizeof why, "%s could not be recorded: %s", call, msg);
+    gpu_capture_fail(why);
+    (void)cudaGetLastError(); /* not sticky: cleared for the plain run */
 }
 
 void gpu_capture_defer_free(void *p)
@@ -113,12 +122,13 @@ int gpu_capture_begin(char *why, size_t whylen)
         snprintf(why, whylen, "already recording");
         return -1;
     }
-    if (!host_seeds) {
-        if ((e = cudaMallocHost((void **)&host_seeds, sizeof(uint64_t) * MAX_SEEDS)) != cudaSuccess)
-            return fail(why, whylen, "cudaMallocHost", e);
-        if ((e = cudaMalloc((void **)&dev_seeds, sizeof(uint64_t) * MAX_SEEDS)) != cudaSuccess)
-            return fail(why, whylen, "cudaMalloc", e);
-        memset(host_seeds, 0, sizeof(uint64_t) * MAX_SEEDS);
+    if (!host_seeds && (e = cudaMallocHost((void **)&host_seeds, sizeof(uint64_t) * MAX_SEEDS)) != cudaSuccess) {
+        host_seeds = NULL;
+        return fail(why, whylen, "cudaMallocHost", e);
+    }
+    if (!dev_seeds && (e = cudaMalloc((void **)&dev_seeds, sizeof(uint64_t) * MAX_SEEDS)) != cudaSuccess) {
+        dev_seeds = NULL;
+        return fail(why, whylen, "cudaMalloc", e);
     }
     DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
     memset(&capture, 0, sizeof capture);
@@ -138,12 +148,14 @@ dt_graph *gpu_capture_end(char *why, size_t whylen)
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(gpu.stream, &g);
     gpu.cap = NULL;
+    if (e == cudaSuccess && !g) e = cudaErrorStreamCaptureInvalidated;
+    (void)cudaGetLastError(); /* a cancelled recording leaves its error: cleared */
     for (int i = 0; i < c->ndefer; i++) DT_CUDA_CHECK(cudaFree(c->defer[i])); /* synchronizes */
     cudaGraphExec_t exec = NULL;
-    if (e == cudaSuccess && !c->failed) e = cudaGraphInstantiate(&exec, g, 0);
+    if (e == cudaSuccess && !c->failed[0]) e = cudaGraphInstantiate(&exec, g, 0);
     if (g) cudaGraphDestroy(g);
-    if (e != cudaSuccess || c->failed) {
-        if (c->failed) snprintf(why, whylen, "%s", c->failed);
+    if (e != cudaSuccess || c->failed[0]) {
+        if (c->failed[0]) snprintf(why, whylen, "%s", c->failed);
         else fail(why, whylen, "recording the step", e);
         (void)cudaGetLastError();
         for (int k = 0; k < c->nsaved; k++) *c->saved_at[k] = c->saved[k]; /* nothing was drawn */

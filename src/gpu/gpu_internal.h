@@ -26,25 +26,27 @@ __attribute__((noreturn, format(printf, 3, 4))) void dt_die(const char *file, in
 }
 
 /* The checks of checks.h for the CUDA libraries: file:line and the
- * library's own message, then abort every rank (dt_die). */
+ * library's own message, then abort every rank (dt_die). While a step is
+ * being recorded (gpu.cap, gpu_graph.cu), a failure fails the recording
+ * instead: nothing recorded has run, and the caller runs the step plainly,
+ * where a real error then stops the run with its message. */
 #define DT_CUDA_CHECK(call)                                                              \
     do {                                                                                 \
         cudaError_t dt_e_ = (call);                                                      \
-        if (dt_e_ != cudaSuccess)                                                        \
-            dt_die(__FILE__, __LINE__, "%s failed: %s", #call, cudaGetErrorString(dt_e_)); \
+        if (dt_e_ != cudaSuccess) gpu_failed(__FILE__, __LINE__, #call, cudaGetErrorString(dt_e_)); \
     } while (0)
 #define DT_CUDNN_CHECK(call)                                                             \
     do {                                                                                 \
         cudnnStatus_t dt_e_ = (call);                                                    \
-        if (dt_e_ != CUDNN_STATUS_SUCCESS)                                               \
-            dt_die(__FILE__, __LINE__, "%s failed: %s", #call, cudnnGetErrorString(dt_e_)); \
+        if (dt_e_ != CUDNN_STATUS_SUCCESS) gpu_failed(__FILE__, __LINE__, #call, cudnnGetErrorString(dt_e_)); \
     } while (0)
 #define DT_CUBLAS_CHECK(call)                                                            \
     do {                                                                                 \
         cublasStatus_t dt_e_ = (call);                                                   \
-        if (dt_e_ != CUBLAS_STATUS_SUCCESS)                                              \
-            dt_die(__FILE__, __LINE__, "%s failed: %s", #call, cublasGetStatusString(dt_e_)); \
+        if (dt_e_ != CUBLAS_STATUS_SUCCESS) gpu_failed(__FILE__, __LINE__, #call, cublasGetStatusString(dt_e_)); \
     } while (0)
+/* gpu_graph.cu: dt_die, or while recording gpu_capture_fail. */
+void gpu_failed(const char *file, int line, const char *call, const char *msg);
 /* After every kernel launch (bad configurations are reported here; faults
  * inside the kernel surface at the next synchronizing call). */
 #define DT_KERNEL_CHECK() DT_CUDA_CHECK(cudaGetLastError())

@@ -12,8 +12,10 @@
  * channel_affine's per-channel vectors arrive in host memory; they are
  * queued to the device with the kernel (an asynchronous copy from pageable
  * memory is staged before it returns, so the caller may reuse them).
- * Neither op can be recorded into a graph (--cuda-graphs refuses models with
- * batchnorm); recorded anyway, they fail the recording (gpu_graph.cu).
+ * Neither op can be recorded into a graph: --cuda-graphs refuses models with
+ * batchnorm up front (its layer also downloads gamma and the statistics,
+ * which stops the run if recorded); called while recording, these two fail
+ * the recording (gpu_graph.cu).
  *
  * Average pooling keeps the CPU's order of additions: forward sums the
  * window row by row, then scales; backward gathers, for each input element,
