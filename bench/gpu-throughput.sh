@@ -157,7 +157,6 @@ done
 [[ -d $build ]] || die "--build $build: not a directory"
 dtrain=$(cd "$build" && pwd)/dtrain
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (point --build at a --with-cuda build directory)"
-if [[ -v seen[cnn] || -v seen[cnn-graphs] ]]; then bench_default_data "$dtrain"; fi
 resnet_cfg=$repo/inputs/resnet20.cfg
 if [[ -v seen[resnet20] ]]; then
     [[ -r $resnet_cfg ]] || die "no model file $resnet_cfg"
@@ -189,6 +188,8 @@ if ((gpu_rc)); then
     exit 1
 fi
 gpu_line=$(grep -m 1 '^rank 0: ' <<<"$gpu_out" | sed 's/.*: cuda:/cuda:/')
+# The data only once there is a GPU to train on (making it takes a while).
+if [[ -v seen[cnn] || -v seen[cnn-graphs] ]]; then bench_default_data "$dtrain"; fi
 
 torch_python=${TORCH_PYTHON:-python3}
 torch_env=()
