@@ -53,14 +53,9 @@ Environment:
 EOF
 }
 
-die() { echo "$prog: $*" >&2; exit 2; }
-say() { echo "$prog: $*" >&2; }
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-positive() { # FLAG VALUE
-    [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
-}
 
 build="" data="" repeats=3 epochs=2 out=""
 want_keras=1 want_torch=1 want_scaling=1 want_pin=0

@@ -77,14 +77,9 @@ Environment:
 EOF
 }
 
-die() { echo "$prog: $*" >&2; exit 2; }
-say() { echo "$prog: $*" >&2; }
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-positive() { # FLAG VALUE
-    [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
-}
 
 known_models=(cnn cnn-graphs resnet20)
 declare -A batches=([cnn]="64 512" [cnn-graphs]="64 512" [resnet20]="256 1024") # MODEL -> its batch sizes

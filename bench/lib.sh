@@ -1,8 +1,11 @@
 # shellcheck shell=bash
 # lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh,
-# gpu-throughput.sh, precision.sh, prefetch.sh and resnet.sh, which define say
-# and die first).
+# gpu-throughput.sh, precision.sh, prefetch.sh and resnet.sh, which set prog,
+# repo and data first).
 #
+# die MSG / say MSG            MSG on stderr after "$prog: "; die exits 2 (usage)
+# positive FLAG VALUE          die unless VALUE is a whole number >= 1
+# whole FLAG VALUE MIN         die unless VALUE is a whole number >= MIN
 # bench_default_data DTRAIN    sets data (if empty) to $repo/data/fashion-mnist.h5,
 #                              making it with the dtrain-prep beside DTRAIN when
 #                              missing, and makes the path absolute
@@ -14,7 +17,20 @@
 #                              --allow-run-as-root (and ROOT-FLAGS), then
 #                              the words of $MPIRUN_FLAGS
 
-# repo, data, say and die come from the sourcing script.
+# prog comes from the sourcing script.
+# shellcheck disable=SC2154
+die() { echo "$prog: $*" >&2; exit 2; }
+say() { echo "$prog: $*" >&2; }
+
+positive() { # FLAG VALUE
+    [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
+}
+
+whole() { # FLAG VALUE MIN
+    if [[ ! $2 =~ ^[0-9]+$ ]] || (($2 < $3)); then die "$1: expected a whole number >= $3, found '$2'"; fi
+}
+
+# repo and data come from the sourcing script.
 # shellcheck disable=SC2154
 bench_default_data() {
     local prep

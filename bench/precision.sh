@@ -46,14 +46,9 @@ Environment:
 EOF
 }
 
-die() { echo "$prog: $*" >&2; exit 2; }
-say() { echo "$prog: $*" >&2; }
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-whole() { # FLAG VALUE MIN
-    if [[ ! $2 =~ ^[0-9]+$ ]] || (($2 < $3)); then die "$1: expected a whole number >= $3, found '$2'"; fi
-}
 
 build=$repo/build data=$repo/data/fashion-mnist.h5 pairs=3 epochs=2 acc_epochs=5 out=""
 while (($#)); do

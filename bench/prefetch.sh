@@ -57,14 +57,9 @@ Environment:
 EOF
 }
 
-die() { echo "$prog: $*" >&2; exit 2; }
-say() { echo "$prog: $*" >&2; }
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-whole() { # FLAG VALUE MIN
-    if [[ ! $2 =~ ^[0-9]+$ ]] || (($2 < $3)); then die "$1: expected a whole number >= $3, found '$2'"; fi
-}
 
 build=$repo/build data="" synth=64x64x3:10:20000 pairs=3 epochs=2 steps=150 out=""
 while (($#)); do

@@ -51,14 +51,9 @@ Environment:
 EOF
 }
 
-die() { echo "$prog: $*" >&2; exit 2; }
-say() { echo "$prog: $*" >&2; }
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-positive() { # FLAG VALUE
-    [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: expected a positive whole number, found '$2'"
-}
 
 build=$repo/build repeats=3 epochs=2 samples=12800 batch=64 out="" want_torch=1
 while (($#)); do
