@@ -154,11 +154,7 @@ fi
 py_version() { # PYTHON CODE
     "$1" -c "$2" 2>/dev/null || echo unknown
 }
-dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version=""
-[[ -n $dtrain_version ]] || dtrain_version="dtrain (version unknown)"
-bench_git_rev
-bench_busy_cores "$(nproc)"
-cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+bench_about "$dtrain" "$(nproc)"
 meta=(
     "cnn-throughput: seed CNN, batch 64, Adam 1e-3, one thread per process"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -223,8 +223,7 @@ trap 'rm -rf "$rundir"' EXIT
 trap 'exit 130' INT TERM
 
 # ---- Metadata ------------------------------------------------------------------------
-dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version=""
-bench_git_rev
+bench_about "$dtrain"
 smi="nvidia-smi not found"
 if command -v nvidia-smi >/dev/null; then
     smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -n 1)
@@ -234,7 +233,7 @@ meta=(
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $(getconf _NPROCESSORS_ONLN) CPUs"
     "gpu: $gpu_line; nvidia-smi: $smi"
-    "dtrain: ${dtrain_version:-version unknown}, $dtrain, git $git_rev"
+    "dtrain: $dtrain_version, $dtrain, git $git_rev"
     "mpi: ${mpi_version:-version unknown} ($mpirun ${mpi_flags[*]})"
 )
 if ((want_torch)); then

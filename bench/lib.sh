@@ -10,6 +10,9 @@
 #                              making it with the dtrain-prep beside DTRAIN when
 #                              missing, and makes the path absolute
 # bench_git_rev                sets git_rev: the commit, "(modified)" if dirty
+# bench_about DTRAIN [NCPU]    sets dtrain_version (its --version line),
+#                              git_rev, cpu_model and, given NCPU,
+#                              busy_cores: what every driver's header reports
 # bench_busy_cores NCPU        sets busy_cores: cores other work kept busy over
 #                              2 s, with a warning above a quarter of a core
 # bench_launcher [ROOT-FLAGS]  sets mpirun ($MPIRUN, default mpirun) and
@@ -54,6 +57,15 @@ bench_git_rev() {
     if [[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
         git_rev+=" (modified)"
     fi
+}
+
+# shellcheck disable=SC2034  # cpu_model is for the sourcing script
+bench_about() {
+    dtrain_version=$("$1" --version 2>/dev/null | head -n 1) || dtrain_version=""
+    [[ -n $dtrain_version ]] || dtrain_version="dtrain (version unknown)"
+    bench_git_rev
+    cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+    [[ -z ${2:-} ]] || bench_busy_cores "$2"
 }
 
 # Other work on the machine skews every figure; say how busy it was just

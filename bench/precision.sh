@@ -104,10 +104,7 @@ if ! "$mpirun" "${mpi_flags[@]}" "$dtrain" "$data" --precision bf16 --epochs 1 -
     exit 1
 fi
 
-dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version="dtrain (version unknown)"
-bench_git_rev
-bench_busy_cores "$ncpu"
-cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+bench_about "$dtrain" "$ncpu"
 bf16_flags=$(grep -o -w 'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | paste -s -d ' ')
 meta=(
     "precision: seed CNN, batch 64, Adam 1e-3, one rank, one thread, fp32 against bf16"

@@ -115,10 +115,7 @@ big=$rundir/synthetic.h5
 "$prep" --quiet --synthetic "$synth" "$big" || die "dtrain-prep --synthetic $synth failed"
 big_mib=$(($(stat -c %s "$big") / 1048576))
 
-dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version="dtrain (version unknown)"
-bench_git_rev
-bench_busy_cores "$ncpu"
-cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+bench_about "$dtrain" "$ncpu"
 meta=(
     "prefetch: --prefetch 0 against --prefetch 2, one rank, one compute thread, not bound (--bind-to none)"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -125,11 +125,7 @@ else
 fi
 
 # ---- Metadata ------------------------------------------------------------------------
-dtrain_version=$("$dtrain" --version 2>/dev/null | head -n 1) || dtrain_version=""
-[[ -n $dtrain_version ]] || dtrain_version="dtrain (version unknown)"
-bench_git_rev
-bench_busy_cores "$ncpu"
-cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+bench_about "$dtrain" "$ncpu"
 meta=(
     "resnet: ResNet-20 ($model), synthetic 32x32x3, 10 classes, $samples samples, batch $batch per rank, Adam 1e-3, one thread per rank"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
