@@ -18,30 +18,9 @@
 
 enum { MAX_ROW_BYTES = 1 << 22 }; /* rows a valid tiny file cannot hold are not read */
 
-/* ASan defaults for this harness: a huge allocation returns NULL, as malloc
- * does without ASan, because HDF5 sizes some buffers from lengths in the file
- * and fails cleanly when they cannot be had; and no leak check at exit, where
- * MPI's components (never finalized, see below) hold memory. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-    return "allocator_may_return_null=1:leak_check_at_exit=0";
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    /* Never finalized: MPI_Finalize unloads Open MPI's components, and what
-     * they still hold would be reported as leaks with no module to suppress. */
-    MPI_Init(argc, argv);
-    /* Open MPI loads its MPI-IO components at the first file HDF5 opens through
-     * it, and their set-up allocations would count as that input's leak: write
-     * and read one file that way now. */
-    const char *warm = fuzz_write_temp(".h5", (const uint8_t *)"", 0);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
-    H5Fclose(H5Fcreate(warm, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    H5Fclose(H5Fopen(warm, H5F_ACC_RDONLY, fapl));
-    H5Pclose(fapl);
+    fuzz_h5_init(argc, argv);
     return 0;
 }
 
