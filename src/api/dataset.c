@@ -84,6 +84,20 @@ static int finish_open(dtrain_dataset *ds, const dtrain_dataset_options *o, cons
     return DT_OK;
 }
 
+/* A dataset handle for ctx and batch; *opts NULL means the defaults (in def). */
+static dtrain_dataset *dataset_new(dtrain_context *ctx, int batch, const dtrain_dataset_options **opts,
+                                   dtrain_dataset_options *def)
+{
+    if (!*opts) {
+        dtrain_dataset_options_init(def);
+        *opts = def;
+    }
+    dtrain_dataset *ds = dt_xcalloc(1, sizeof *ds);
+    ds->ctx = ctx;
+    ds->batch = batch;
+    return ds;
+}
+
 int dtrain_dataset_open(dtrain_context *ctx, const char *const *paths, int npaths, int batch,
                         const dtrain_dataset_options *opts, dtrain_dataset **out)
 {
@@ -92,13 +106,7 @@ int dtrain_dataset_open(dtrain_context *ctx, const char *const *paths, int npath
     struct dt_augment aug;
     if (!ctx || !out) return DTRAIN_EUSAGE;
     *out = NULL;
-    if (!opts) {
-        dtrain_dataset_options_init(&def);
-        opts = &def;
-    }
-    dtrain_dataset *ds = dt_xcalloc(1, sizeof *ds);
-    ds->ctx = ctx;
-    ds->batch = batch;
+    dtrain_dataset *ds = dataset_new(ctx, batch, &opts, &def);
     if (npaths < 1 || !paths)
         dt_fail(&st, DT_EUSAGE, "dtrain_dataset_open: expected at least one HDF5 file, found %d", npaths);
     for (int i = 0; st.code == DT_OK && i < npaths; i++)
@@ -131,13 +139,7 @@ int dtrain_dataset_synthetic(dtrain_context *ctx, const char *spec, int batch, c
     struct dt_synthetic sy;
     if (!ctx || !out) return DTRAIN_EUSAGE;
     *out = NULL;
-    if (!opts) {
-        dtrain_dataset_options_init(&def);
-        opts = &def;
-    }
-    dtrain_dataset *ds = dt_xcalloc(1, sizeof *ds);
-    ds->ctx = ctx;
-    ds->batch = batch;
+    dtrain_dataset *ds = dataset_new(ctx, batch, &opts, &def);
     if (!spec) dt_fail(&st, DT_EUSAGE, "dtrain_dataset_synthetic: spec is NULL; expected HxWxC:CLASSES[:N]");
     else dt_synthetic_parse(spec, &sy, &st);
     if (dt_status_agree(&st, ctx->comm) != DT_OK || check_options(ctx, opts, batch, &ds->policy, &aug, &st) != DT_OK) {
