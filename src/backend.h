@@ -15,16 +15,27 @@
 #include "rng.h"
 
 /* Arithmetic of convolutions and matmuls (--precision). Parameters,
- * optimizer state and the tensors between layers stay float32 in every mode
- * (fp32 master weights); fp16/bf16 run the convolutions and matrix products
- * with 16-bit inputs and float32 accumulation (tensor cores on the GPU,
- * AVX512-BF16/AMX through oneDNN on the CPU). */
+ * optimizer state and parameter gradients stay float32 in every mode (fp32
+ * master weights); fp16/bf16 run the convolutions and matrix products with
+ * 16-bit inputs and float32 accumulation (tensor cores on the GPU,
+ * AVX512-BF16/AMX through oneDNN on the CPU). The same values name the
+ * element type activations are stored in (set_act_type below). */
 enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_FP16 = 1, DT_PREC_BF16 = 2 };
 
 static inline const char *dt_precision_name(int p)
 {
     return p == DT_PREC_FP16 ? "fp16" : p == DT_PREC_BF16 ? "bf16" : "fp32";
 }
+
+/* An activation: the tensors between layers and their gradients. Their
+ * element type is the backend's act_type() (float32, or a 16-bit type under
+ * --precision fp16|bf16 where the backend stores 16 bits), so layers and
+ * the model never index them: they size them with dt_act_size and hand
+ * them to the ops below. Parameters, parameter gradients, optimizer state
+ * and dropout masks are float everywhere. */
+typedef void dt_act;
+
+static inline size_t dt_act_size(int type) { return type == DT_PREC_FP32 ? 4 : 2; }
 
 /* A 2-D convolution (or pooling window) over NHWC tensors. */
 struct dt_conv_shape {
@@ -63,50 +74,69 @@ struct dt_backend {
      * Returns 0, or -1 with the reason in why when the backend cannot run
      * that precision here (fp16 on the CPU, bf16 without bf16 instructions). */
     int (*setup)(int nthreads, int precision, char *why, size_t whylen);
+    /* The element type of activations (enum dt_precision): float32 after
+     * setup. set_act_type asks for type (the precision's 16-bit type, or
+     * float32) before any activation is allocated and returns the type now
+     * in effect: the CPU stores float32 whatever is asked (its bf16 runs
+     * convert inside the convolution and GEMM); the GPU stores 16 bits when
+     * asked. */
+    int (*set_act_type)(int type);
+    int (*act_type)(void);
 
     /* Convolution with bias, optionally followed by ReLU in the same pass
      * (relu != 0). Batch size n may vary from call to call. */
     dt_conv_plan *(*conv_create)(const struct dt_conv_shape *shape, int relu);
     void (*conv_destroy)(dt_conv_plan *plan);
-    void (*conv_forward)(dt_conv_plan *plan, int n, float *out, const float *inp,
+    void (*conv_forward)(dt_conv_plan *plan, int n, dt_act *out, const dt_act *inp,
                          const float *weight, const float *bias);
     /* dinp may be NULL (first layer). dweight/dbias are overwritten. */
-    void (*conv_backward)(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
-                          const float *dout, const float *inp, const float *weight);
+    void (*conv_backward)(dt_conv_plan *plan, int n, dt_act *dinp, float *dweight, float *dbias,
+                          const dt_act *dout, const dt_act *inp, const float *weight);
 
     /* Max pooling; the plan keeps what backward needs from the last forward. */
     dt_pool_plan *(*pool_create)(const struct dt_conv_shape *shape);
     void (*pool_destroy)(dt_pool_plan *plan);
-    void (*pool_forward)(dt_pool_plan *plan, int n, float *out, const float *inp, int train);
+    void (*pool_forward)(dt_pool_plan *plan, int n, dt_act *out, const dt_act *inp, int train);
     /* relu_out != NULL: the pooled input was a ReLU's output, and relu_out is
      * this pool's output; the ReLU's backward is applied here (on the small
      * side) by passing gradient only where relu_out > 0. */
-    void (*pool_backward)(dt_pool_plan *plan, int n, float *dinp, const float *dout,
-                          const float *relu_out);
+    void (*pool_backward)(dt_pool_plan *plan, int n, dt_act *dinp, const dt_act *dout,
+                          const dt_act *relu_out);
 
-    /* Row-major C = alpha * op(A) op(B) + beta * C, as cblas_sgemm. */
+    /* A dense layer over n rows: out [n][units] = inp [n][in] . weight
+     * [in][units] + bias. backward overwrites dweight (inp^T . dout, zero
+     * when n is 0) and dbias (column sums of dout), and writes dinp = dout .
+     * weight^T unless dinp is NULL. */
+    void (*dense_forward)(int n, int in, int units, dt_act *out, const dt_act *inp, const float *weight,
+                          const float *bias);
+    void (*dense_backward)(int n, int in, int units, dt_act *dinp, float *dweight, float *dbias,
+                           const dt_act *dout, const dt_act *inp, const float *weight);
+    /* The float32 pieces the dense ops are made of, on float buffers:
+     * row-major C = alpha * op(A) op(B) + beta * C as cblas_sgemm (16-bit
+     * operands under --precision fp16|bf16), and the bias's forward and
+     * gradient (overwrites). */
     void (*gemm)(int transa, int transb, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
     void (*bias_add)(float *out, const float *bias, int rows, int cols);
-    void (*bias_grad)(float *dbias, const float *dout, int rows, int cols); /* overwrites */
+    void (*bias_grad)(float *dbias, const float *dout, int rows, int cols);
 
-    void (*relu_forward)(float *out, const float *inp, size_t n);
-    void (*relu_backward)(float *dinp, const float *dout, const float *out, size_t n);
+    void (*relu_forward)(dt_act *out, const dt_act *inp, size_t n);
+    void (*relu_backward)(dt_act *dinp, const dt_act *dout, const dt_act *out, size_t n);
 
     /* Inverted dropout: keep with probability 1-rate, scale kept by 1/(1-rate).
      * mask holds the scale (0 or 1/(1-rate)) per element for backward. */
-    void (*dropout_forward)(float *out, float *mask, const float *inp, size_t n, float rate,
+    void (*dropout_forward)(dt_act *out, float *mask, const dt_act *inp, size_t n, float rate,
                             dt_rng *rng);
-    void (*dropout_backward)(float *dinp, const float *dout, const float *mask, size_t n);
+    void (*dropout_backward)(dt_act *dinp, const dt_act *dout, const float *mask, size_t n);
 
     /* Softmax cross-entropy over logits [n][classes] with integer labels.
      * Returns the summed loss (double); counts correct argmax predictions;
      * writes dlogits = (softmax - onehot) * grad_scale when dlogits != NULL. */
-    double (*softmax_xent)(float *dlogits, long *ncorrect, const float *logits,
+    double (*softmax_xent)(dt_act *dlogits, long *ncorrect, const dt_act *logits,
                            const uint8_t *labels, int n, int classes, float grad_scale);
 
-    /* uint8 pixels to floats scaled by 1/255 (the seed's x / 255.0). */
-    void (*images_to_float)(float *dst, const uint8_t *src, size_t n);
+    /* uint8 pixels to activations scaled by 1/255 (the seed's x / 255.0). */
+    void (*images_to_float)(dt_act *dst, const uint8_t *src, size_t n);
 
     /* Fused optimizer updates over a whole flat block. */
     void (*adam_update)(float *param, float *m, float *v, const float *grad, size_t n,
@@ -119,24 +149,27 @@ struct dt_backend {
      * any is NaN or infinite. */
     int (*unscale_check)(float *grad, size_t n, float inv_scale);
 
-    /* dst += src, element-wise (gradient accumulation over micro-batches). */
+    /* dst += src, element-wise: accumulate on float buffers (gradient
+     * accumulation over micro-batches), act_add on activations (residual
+     * additions and the gradients of tensors used twice). */
     void (*accumulate)(float *dst, const float *src, size_t n);
+    void (*act_add)(dt_act *dst, const dt_act *src, size_t n);
 
     /* Per-channel arithmetic over [rows][c] tensors (NHWC with rows = n*h*w),
      * for batch normalization. The per-channel vectors (s1, s2, p, q, r) are
      * host memory: c values, against rows * c in the tensors.
      * channel_sums: s1[j] = sum of a, s2[j] = sum of a * b (b == a gives the
      * sum of squares), accumulated in double; both overwritten. */
-    void (*channel_sums)(double *s1, double *s2, const float *a, const float *b, size_t rows, int c);
+    void (*channel_sums)(double *s1, double *s2, const dt_act *a, const dt_act *b, size_t rows, int c);
     /* out = p[j] * a + q[j] * b + r[j] for channel j (b == NULL: no b term),
      * then max(0, .) when relu. out may be a. */
-    void (*channel_affine)(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
+    void (*channel_affine)(dt_act *out, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
                            const float *q, const float *r, int relu);
     /* Average pooling over 'valid' windows (kh x kw, stride); every window is
      * whole, so each output is the plain mean of kh * kw inputs. backward
      * overwrites dinp. */
-    void (*avgpool_forward)(const struct dt_conv_shape *s, int n, float *out, const float *inp);
-    void (*avgpool_backward)(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
+    void (*avgpool_forward)(const struct dt_conv_shape *s, int n, dt_act *out, const dt_act *inp);
+    void (*avgpool_backward)(const struct dt_conv_shape *s, int n, dt_act *dinp, const dt_act *dout);
 
     /* Recording (--cuda-graphs); all NULL where the backend has none (CPU).
      * After capture_begin the ops are recorded, not run, until capture_end,

@@ -97,6 +97,10 @@ int dt_device_open(struct dt_device *d, const struct dt_config *cfg, const struc
         cpu_desc(d->desc, sizeof d->desc, cfg->threads);
     if (st->code == DT_OK && d->be->setup(cfg->threads, cfg->precision, why, sizeof why) != 0)
         dt_fail(st, DT_EUSAGE, "--precision %s on %s: %s", dt_precision_name(cfg->precision), d->be->name, why);
+    /* 16-bit activations where the backend stores them (the GPU), unless
+     * --fp32-activations; the model allocates them in this type. */
+    if (st->code == DT_OK && cfg->precision != DT_PREC_FP32 && !cfg->fp32_activations)
+        d->be->set_act_type(cfg->precision);
     return dt_status_agree(st, topo->world);
 }
 

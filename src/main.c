@@ -79,8 +79,11 @@ int main(int argc, char **argv)
                                                   : "; /test is empty, so there is no validation");
         char layout[160];
         dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
-        printf("device: %s%s; precision %s%s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",
-               dt_precision_name(cfg.precision),
+        char acts[32] = "";
+        if (cfg.precision != DT_PREC_FP32)
+            snprintf(acts, sizeof acts, " (activations %s)", dt_precision_name(trainer.model.act_type));
+        printf("device: %s%s; precision %s%s%s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",
+               dt_precision_name(cfg.precision), acts,
                trainer.strategy.loss_scale.on ? (trainer.strategy.loss_scale.dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
                trainer.graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
         const struct dt_strategy *s = &trainer.strategy;

@@ -79,7 +79,10 @@ void dt_options_usage(FILE *out)
         "                           then exit\n"
         "      --precision P        fp32 (default), bf16 or fp16: 16-bit convolutions\n"
         "                           and matmuls with fp32 master weights and 16-bit\n"
-        "                           gradient transport (fp16: GPU only)\n"
+        "                           gradient transport (fp16: GPU only); on the GPU\n"
+        "                           the activations are stored in 16 bits too\n"
+        "      --fp32-activations   keep activations in float32 under --precision\n"
+        "                           bf16|fp16 (the CPU always does)\n"
         "      --loss-scale S       dynamic (default with fp16: start 2^15, halve and\n"
         "                           skip the step on overflow, double after 2000 clean\n"
         "                           steps), none (default otherwise), or a fixed number\n"
@@ -184,7 +187,7 @@ enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
        OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT,
        OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN, OPT_NAN_POLICY, OPT_STALL, OPT_DEBUG_COLL,
-       OPT_CUDA_GRAPHS };
+       OPT_CUDA_GRAPHS, OPT_FP32_ACT };
 
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
 {
@@ -233,6 +236,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"gpus-per-node", required_argument, 0, OPT_GPN},
         {"devices", no_argument, 0, OPT_DEVICES},
         {"cuda-graphs", no_argument, 0, OPT_CUDA_GRAPHS},
+        {"fp32-activations", no_argument, 0, OPT_FP32_ACT},
         {"precision", required_argument, 0, OPT_PRECISION},
         {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
         {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
@@ -419,6 +423,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             break;
         case OPT_SYNC_BN: cfg->sync_bn = 1; break;
         case OPT_CUDA_GRAPHS: cfg->cuda_graphs = 1; break;
+        case OPT_FP32_ACT: cfg->fp32_activations = 1; break;
         case OPT_STALL: {
             float v2;
             rc = parse_float("--stall-timeout", optarg, 0.0, 1e7, 0, &v2, st);

@@ -51,6 +51,7 @@ struct dt_config {
     int gpus_per_node;      /* 0 = every visible device */
     int list_devices;       /* --devices: print the per-rank device map and exit */
     int cuda_graphs;        /* --cuda-graphs: replay the step as a CUDA graph */
+    int fp32_activations;   /* --fp32-activations: no 16-bit activation storage */
     /* gradient exchange (src/collectives/) */
     const char *strategy;   /* auto | mirrored | multi-worker | sharded | tpu (refused) */
     int num_ps;             /* parameter-server: server ranks (1) */

@@ -15,6 +15,7 @@
 #include "data/augment.h"
 #include "data/synthetic.h"
 #include "device.h"
+#include "half.h"
 #include "metrics/timeline.h"
 #include "nn/model_file.h"
 #include "train.h"
@@ -545,7 +546,9 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         updates++;
         if (t->noverflow && injected(t, t->global_step) && t->strategy.replica == 0 && n > 0) {
             const float inf = INFINITY;
-            t->be->upload(t->model.dact[t->model.nlayers], &inf, sizeof inf);
+            uint32_t bits; /* room for one element of any activation type */
+            dt_act_encode(t->model.act_type, &bits, &inf, 1);
+            t->be->upload(t->model.dact[t->model.nlayers], &bits, dt_act_size(t->model.act_type));
         }
         float stats[DT_STATS] = {group_stats[0], group_stats[1]};
         t->strategy.ops->begin(&t->strategy, stats);

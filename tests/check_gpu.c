@@ -5,14 +5,19 @@
  * where both sides do the same single rounding (ReLU, bias add, pixel
  * conversion, dropout's scaling, unscaling), else as a norm-wise relative
  * error max|gpu - cpu| / max|cpu| against a tolerance sized for the
- * precision: the GEMM and convolution checks run once per precision the
- * device accepts (fp32, bf16, fp16). Dropout draws its own mask on the
+ * precision: the GEMM, dense and convolution checks run once per precision
+ * the device accepts (fp32, bf16, fp16). Dropout draws its own mask on the
  * device, so it is checked statistically. Batchnorm's per-channel ops and
- * average pooling are compared op by op. Last, the seed CNN and a small
+ * average pooling are compared op by op. Then the seed CNN and a small
  * residual network (batchnorm, add, route, average pooling) train a few
  * steps on both backends from the same parameters and data (dropout 0), and
  * losses, first-step gradients, moving statistics and parameter updates
- * are compared.
+ * are compared. With activations stored in 16 bits (set_act_type, under
+ * bf16 and fp16), every op on activations and the same training runs are
+ * compared with act16_ref.c, the CPU's float ops on the same 16-bit
+ * inputs, element by element against bounds on the 16-bit roundings. Last,
+ * recorded steps (--cuda-graphs) must equal plain ones bit for bit, with
+ * float and with bf16 activations.
  *
  * Plain C, no MPI, no Check: it runs wherever a GPU is, and exits 77
  * ("SKIP: no GPU: <reason>") where none is. One line per check, a summary,
@@ -26,8 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act16_ref.h"
 #include "backend.h"
 #include "gpu/gpu.h"
+#include "half.h"
 #include "nn/model.h"
 #include "optim/optim.h"
 #include "rng.h"
@@ -36,6 +43,7 @@
 
 static const struct dt_backend *const G = &dt_backend_cuda;
 static const struct dt_backend *const C = &dt_backend_cpu;
+static const struct dt_backend *R; /* dt_act16_ref(): the CPU's ops on 16-bit activations */
 
 /* Tolerances per precision, as norm-wise relative errors. fp32: cuBLAS and
  * cuDNN sum in other orders than OpenBLAS and oneDNN (~1e-6 for these
@@ -62,6 +70,13 @@ static const struct tol tolerances[] = {
     {"bf16", DT_PREC_BF16, 2e-2, 2e-2, 3e-2, 5e-1},
     {"fp16", DT_PREC_FP16, 5e-3, 5e-3, 1e-2, 3e-1},
 };
+
+static const struct tol *tol_for(int prec)
+{
+    size_t i = 0;
+    while (tolerances[i].prec != prec) i++; /* every precision has its row */
+    return &tolerances[i];
+}
 
 static int nchecks, nfailed;
 static dt_rng rng;
@@ -247,6 +262,91 @@ static void test_gemm(const struct tol *t)
     G->free(dummy);
     free(c);
     free(g);
+}
+
+/* ---- dense ------------------------------------------------------------------ */
+
+/* dense_forward/backward with float activations: against the CPU's (the
+ * GEMM tolerance; dbias is a float sum at every precision), and bit for
+ * bit against the float pieces they are made of on the GPU (gemm,
+ * bias_add, bias_grad), which is what the layer called before them. */
+struct dense_case {
+    int n, in, units;
+};
+static const struct dense_case dense_cases[] = {
+    {64, 1600, 128}, /* the seed CNN's dense layer */
+    {64, 128, 10},   /* its output layer */
+    {7, 128, 10},    /* a ragged last batch */
+    {13, 29, 17},    /* odd sizes */
+};
+
+static void dense_run(const struct tol *t, const struct dense_case *dc, int with_dinp)
+{
+    const int n = dc->n, in = dc->in, units = dc->units;
+    size_t nx = (size_t)n * in, ny = (size_t)n * units, nw = (size_t)in * units, nb = (size_t)units;
+    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.1f, 0.1f), *b = fill(nb, -0.5f, 0.5f);
+    float *dy = fill(ny, -1.0f, 1.0f);
+    float *y = xmalloc(sizeof(float) * ny), *dx = xmalloc(sizeof(float) * nx);
+    float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
+    float *x_d = to_dev(x, nx), *w_d = to_dev(w, nw), *b_d = to_dev(b, nb), *dy_d = to_dev(dy, ny);
+    float *y_d = G->alloc(sizeof(float) * ny), *dx_d = G->alloc(sizeof(float) * nx);
+    float *dw_d = G->alloc(sizeof(float) * nw), *db_d = G->alloc(sizeof(float) * nb);
+    float *y2_d = G->alloc(sizeof(float) * ny), *dx2_d = G->alloc(sizeof(float) * nx);
+    float *dw2_d = G->alloc(sizeof(float) * nw), *db2_d = G->alloc(sizeof(float) * nb);
+
+    C->dense_forward(n, in, units, y, x, w, b);
+    G->dense_forward(n, in, units, y_d, x_d, w_d, b_d);
+    C->dense_backward(n, in, units, with_dinp ? dx : NULL, dw, db, dy, x, w);
+    G->dense_backward(n, in, units, with_dinp ? dx_d : NULL, dw_d, db_d, dy_d, x_d, w_d);
+    G->gemm(0, 0, n, units, in, 1.0f, x_d, in, w_d, units, 0.0f, y2_d, units);
+    G->bias_add(y2_d, b_d, n, units);
+    G->gemm(1, 0, in, units, n, 1.0f, x_d, in, dy_d, units, 0.0f, dw2_d, units);
+    G->bias_grad(db2_d, dy_d, n, units);
+    G->gemm(0, 1, n, in, units, 1.0f, dy_d, units, w_d, units, 0.0f, dx2_d, in);
+
+    float *gy = from_dev(y_d, ny), *gdx = from_dev(dx_d, nx), *gdw = from_dev(dw_d, nw), *gdb = from_dev(db_d, nb);
+    float *py = from_dev(y2_d, ny), *pdx = from_dev(dx2_d, nx), *pdw = from_dev(dw2_d, nw), *pdb = from_dev(db2_d, nb);
+    double ey = rel_err(gy, y, ny), edx = with_dinp ? rel_err(gdx, dx, nx) : 0.0;
+    double edw = rel_err(gdw, dw, nw), edb = rel_err(gdb, db, nb);
+    double tb = 1e-6 + 3e-7 * sqrt((double)n); /* as test_bias */
+    check(ey <= t->gemm && edx <= t->gemm && edw <= t->gemm && edb <= tb,
+          "dense %s n=%d in=%d units=%d%s: rel err out %.1e, dinp %.1e, dweight %.1e (tol %.0e), dbias %.1e (tol %.0e)",
+          t->name, n, in, units, with_dinp ? "" : " (no dinp)", ey, edx, edw, t->gemm, edb, tb);
+    size_t d = ndiff(gy, py, ny) + ndiff(gdw, pdw, nw) + ndiff(gdb, pdb, nb) + (with_dinp ? ndiff(gdx, pdx, nx) : 0);
+    check(d == 0, "dense %s n=%d in=%d units=%d%s: bit for bit gemm + bias_add, gemm + bias_grad + gemm (%zu differ)",
+          t->name, n, in, units, with_dinp ? "" : " (no dinp)", d);
+
+    float *bufs_d[] = {x_d, w_d, b_d, dy_d, y_d, dx_d, dw_d, db_d, y2_d, dx2_d, dw2_d, db2_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    float *bufs[] = {x, w, b, dy, y, dx, dw, db, gy, gdx, gdw, gdb, py, pdx, pdw, pdb};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* No samples: dweight and dbias are overwritten with zeros (the garbage
+ * ones here must go), nothing else is touched. */
+static void dense_empty(const char *name)
+{
+    const int in = 29, units = 17;
+    size_t nw = (size_t)in * units;
+    float *ones = fill(nw + (size_t)units, 1.0f, 1.0f), *g_d = to_dev(ones, nw + (size_t)units);
+    void *dummy = G->alloc(64);
+    G->dense_forward(0, in, units, dummy, dummy, dummy, dummy);
+    G->dense_backward(0, in, units, NULL, g_d, g_d + nw, dummy, dummy, dummy);
+    float *g = from_dev(g_d, nw + (size_t)units);
+    size_t nz = 0;
+    for (size_t j = 0; j < nw + (size_t)units; j++) nz += g[j] != 0.0f;
+    check(nz == 0, "dense %s n=0: dweight and dbias cleared (%zu not zero)", name, nz);
+    G->free(g_d);
+    G->free(dummy);
+    free(ones);
+    free(g);
+}
+
+static void test_dense(const struct tol *t)
+{
+    for (size_t i = 0; i < sizeof dense_cases / sizeof *dense_cases; i++) dense_run(t, &dense_cases[i], 1);
+    dense_run(t, &dense_cases[2], 0);
+    dense_empty(t->name);
 }
 
 /* ---- bias, ReLU, dropout, pixels ---------------------------------------- */
@@ -857,6 +957,550 @@ static void test_avgpool(void)
     }
 }
 
+/* ---- 16-bit activations: the ops against the reference backend ------------- */
+
+/* Under --precision fp16|bf16 the GPU stores activations in that type once
+ * set_act_type asks for it. Its ops are compared with act16_ref.c (R): the
+ * CPU's float ops between a decode and an encode (round to nearest even),
+ * fed the same 16-bit inputs. Element-wise ops round the same float result
+ * on both sides: exact (ReLU, dropout's scaling, pixels, act_add, max
+ * pooling forward), or an ulp apart where the CPU and the GPU contract a
+ * multiply-add differently or sum overlapping windows in another order.
+ * Sums of products (convolution, dense) differ more, element by element:
+ * the GPU rounds the weights to 16 bits (so does the reference in bf16,
+ * through oneDNN, but not in fp16, which the CPU computes in float), and
+ * rounds a convolution's or dense layer's output twice (cuDNN's or
+ * cuBLAS's 16-bit result, then its bias); each rounding costs at most half
+ * a unit of the 16-bit type, of the sum of absolute products S = sum |a b|
+ * or of the result. An element passes when |gpu - ref| <= 2 eps |ref| +
+ * 1.5 eps S (eps: the type's spacing at 1, 2^-7 in bf16, 2^-10 in fp16),
+ * which a wiring error (a wrong layout, padding or transpose) misses by
+ * far on most elements. Float sums of 16-bit values (dbias) differ only in
+ * the order of float additions. */
+struct act16 {
+    const char *name;
+    int type;
+    double eps;  /* spacing of the type's numbers in [1, 2) */
+    double tiny; /* its smallest step (fp16's subnormals), for results near zero */
+    const struct tol *t; /* its training tolerances */
+};
+
+/* x rounded to the type in place; returns the encoding (host memory). */
+static void *encode(int type, float *x, size_t n)
+{
+    void *e = xmalloc(dt_act_size(type) * n);
+    dt_act_encode(type, e, x, n);
+    dt_act_decode(type, x, e, n);
+    return e;
+}
+
+static float *decode(int type, const void *e, size_t n)
+{
+    float *x = xmalloc(sizeof(float) * n);
+    dt_act_decode(type, x, e, n);
+    return x;
+}
+
+static void *to_dev_bytes(const void *h, size_t bytes)
+{
+    void *d = G->alloc(bytes);
+    G->upload(d, h, bytes);
+    return d;
+}
+
+/* n activations of the type, from the device, decoded. */
+static float *from_dev_act(int type, const void *d, size_t n)
+{
+    void *h = xmalloc(dt_act_size(type) * n);
+    G->download(h, d, dt_act_size(type) * n);
+    float *x = decode(type, h, n);
+    free(h);
+    return x;
+}
+
+/* Elements outside |got - ref| <= rel |ref| + abs mag + tiny (no mag term
+ * when mag is NULL); *worst gets the largest |got - ref| / bound. NaN or
+ * infinity counts as outside. */
+static size_t outside(const float *got, const float *ref, const float *mag, size_t n, double rel, double abs,
+                      double tiny, double *worst)
+{
+    size_t bad = 0;
+    *worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)ref[i]);
+        double bound = rel * fabs((double)ref[i]) + (mag ? abs * (double)mag[i] : 0.0) + tiny;
+        if (!isfinite(d)) {
+            bad++;
+            *worst = INFINITY;
+            continue;
+        }
+        bad += d > bound;
+        if (d / bound > *worst) *worst = d / bound;
+    }
+    return bad;
+}
+
+static float *absolute(const float *x, size_t n)
+{
+    float *y = xmalloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) y[i] = fabsf(x[i]);
+    return y;
+}
+
+/* The S of a convolution's results, directly from the definition (NHWC
+ * input, HWIO weights, the window at (o * stride - pad)): my = |b| + sum
+ * |x| |w| per output, mdx and mdw the same products summed into the input
+ * and the weight they came from with |dy| in place of |w| or |x|, mdb =
+ * sum |dy| per channel. */
+static void conv_mags(const struct dt_conv_shape *s, int n, const float *x, const float *w, const float *b,
+                      const float *dy, float *my, float *mdx, float *mdw, float *mdb)
+{
+    memset(mdx, 0, sizeof(float) * (size_t)n * s->h * s->w * s->c);
+    memset(mdw, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
+    memset(mdb, 0, sizeof(float) * (size_t)s->k);
+    for (int bi = 0; bi < n; bi++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++)
+                for (int k = 0; k < s->k; k++) {
+                    size_t yi = (((size_t)bi * s->oh + oy) * s->ow + ox) * s->k + k;
+                    float acc = fabsf(b[k]), g = fabsf(dy[yi]);
+                    mdb[k] += g;
+                    for (int ky = 0; ky < s->kh; ky++)
+                        for (int kx = 0; kx < s->kw; kx++) {
+                            int iy = oy * s->stride + ky - s->pad, ix = ox * s->stride + kx - s->pad;
+                            if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
+                            for (int c = 0; c < s->c; c++) {
+                                size_t xi = (((size_t)bi * s->h + iy) * s->w + ix) * s->c + c;
+                                size_t wi = (((size_t)ky * s->kw + kx) * s->c + c) * s->k + k;
+                                acc += fabsf(x[xi]) * fabsf(w[wi]);
+                                mdx[xi] += g * fabsf(w[wi]);
+                                mdw[wi] += fabsf(x[xi]) * g;
+                            }
+                        }
+                    my[yi] = acc;
+                }
+}
+
+static void conv16_run(const struct act16 *a, const struct conv_case *cc, dt_conv_plan *pr, dt_conv_plan *pg,
+                       const struct dt_conv_shape *s, int n, int with_dinp)
+{
+    const int ty = a->type;
+    const size_t es = dt_act_size(ty);
+    size_t nx = (size_t)n * s->h * s->w * s->c, ny = (size_t)n * s->oh * s->ow * s->k;
+    size_t nw = (size_t)s->kh * s->kw * s->c * s->k, nb = (size_t)s->k;
+    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.5f, 0.5f), *b = fill(nb, -0.5f, 0.5f);
+    float *dy = fill(ny, -1.0f, 1.0f);
+    void *x16 = encode(ty, x, nx), *dy16 = encode(ty, dy, ny);
+    void *y16 = xmalloc(es * ny), *dx16 = xmalloc(es * nx);
+    float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
+    void *x_d = to_dev_bytes(x16, es * nx), *dy_d = to_dev_bytes(dy16, es * ny);
+    void *y_d = G->alloc(es * ny), *dx_d = G->alloc(es * nx);
+    float *w_d = to_dev(w, nw), *b_d = to_dev(b, nb);
+    float *dw_d = G->alloc(sizeof(float) * nw), *db_d = G->alloc(sizeof(float) * nb);
+    memset(dx16, 0, es * nx); /* read back (not compared) when there is no dinp */
+    G->zero(dx_d, es * nx);
+
+    R->conv_forward(pr, n, y16, x16, w, b);
+    G->conv_forward(pg, n, y_d, x_d, w_d, b_d);
+    R->conv_backward(pr, n, with_dinp ? dx16 : NULL, dw, db, dy16, x16, w);
+    G->conv_backward(pg, n, with_dinp ? dx_d : NULL, dw_d, db_d, dy_d, x_d, w_d);
+    float *ry = decode(ty, y16, ny), *gy = from_dev_act(ty, y_d, ny);
+    float *rdx = decode(ty, dx16, nx), *gdx = from_dev_act(ty, dx_d, nx);
+    float *gdw = from_dev(dw_d, nw), *gdb = from_dev(db_d, nb);
+    float *my = xmalloc(sizeof(float) * ny), *mdx = xmalloc(sizeof(float) * nx);
+    float *mdw = xmalloc(sizeof(float) * nw), *mdb = xmalloc(sizeof(float) * nb);
+    conv_mags(s, n, x, w, b, dy, my, mdx, mdw, mdb);
+
+    const double rel = 2.0 * a->eps, abs = 1.5 * a->eps, sums = 1e-6 * sqrt((double)n * s->oh * s->ow);
+    double wy, wdx = 0.0, wdw, wdb;
+    size_t by = outside(gy, ry, my, ny, rel, abs, a->tiny, &wy);
+    size_t bdx = with_dinp ? outside(gdx, rdx, mdx, nx, rel, abs, a->tiny, &wdx) : 0;
+    size_t bdw = outside(gdw, dw, mdw, nw, rel, abs, a->tiny, &wdw);
+    size_t bdb = outside(gdb, db, mdb, nb, 1e-6, sums, 1e-30, &wdb);
+    check(by + bdx + bdw + bdb == 0,
+          "act %s conv %s n=%d%s: outside the bound: out %zu (worst %.2f of it), dinp %zu (%.2f), dweight %zu "
+          "(%.2f), dbias %zu (%.2f)", a->name, cc->name, n, with_dinp ? "" : " (no dinp)", by, wy, bdx, wdx, bdw, wdw,
+          bdb, wdb);
+
+    void *bufs_d[] = {x_d, dy_d, y_d, dx_d, w_d, b_d, dw_d, db_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {x, w, b, dy, x16, dy16, y16, dx16, dw, db, ry, gy, rdx, gdx, gdw, gdb, my, mdx, mdw, mdb};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+static void test_conv16(const struct act16 *a)
+{
+    for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
+        const struct conv_case *cc = &conv_cases[i];
+        struct dt_conv_shape s = conv_shape(cc);
+        dt_conv_plan *pr = R->conv_create(&s, cc->relu), *pg = G->conv_create(&s, cc->relu);
+        conv16_run(a, cc, pr, pg, &s, 7, 1);
+        if (i < 2) { /* the seed's layers: a larger batch, and the first layer's backward without dinp */
+            conv16_run(a, cc, pr, pg, &s, 32, 1);
+            if (i == 0) conv16_run(a, cc, pr, pg, &s, 32, 0);
+        }
+        R->conv_destroy(pr);
+        G->conv_destroy(pg);
+    }
+}
+
+static void dense16_run(const struct act16 *a, const struct dense_case *dc, int with_dinp)
+{
+    const int ty = a->type, n = dc->n, in = dc->in, units = dc->units;
+    const size_t es = dt_act_size(ty);
+    size_t nx = (size_t)n * in, ny = (size_t)n * units, nw = (size_t)in * units, nb = (size_t)units;
+    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.1f, 0.1f), *b = fill(nb, -0.5f, 0.5f);
+    float *dy = fill(ny, -1.0f, 1.0f);
+    void *x16 = encode(ty, x, nx), *dy16 = encode(ty, dy, ny);
+    void *y16 = xmalloc(es * ny), *dx16 = xmalloc(es * nx);
+    float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
+    void *x_d = to_dev_bytes(x16, es * nx), *dy_d = to_dev_bytes(dy16, es * ny);
+    void *y_d = G->alloc(es * ny), *dx_d = G->alloc(es * nx);
+    float *w_d = to_dev(w, nw), *b_d = to_dev(b, nb);
+    float *dw_d = G->alloc(sizeof(float) * nw), *db_d = G->alloc(sizeof(float) * nb);
+    memset(dx16, 0, es * nx); /* read back (not compared) when there is no dinp */
+    G->zero(dx_d, es * nx);
+
+    R->dense_forward(n, in, units, y16, x16, w, b);
+    G->dense_forward(n, in, units, y_d, x_d, w_d, b_d);
+    R->dense_backward(n, in, units, with_dinp ? dx16 : NULL, dw, db, dy16, x16, w);
+    G->dense_backward(n, in, units, with_dinp ? dx_d : NULL, dw_d, db_d, dy_d, x_d, w_d);
+    float *ry = decode(ty, y16, ny), *gy = from_dev_act(ty, y_d, ny);
+    float *rdx = decode(ty, dx16, nx), *gdx = from_dev_act(ty, dx_d, nx);
+    float *gdw = from_dev(dw_d, nw), *gdb = from_dev(db_d, nb);
+
+    /* S per element, as conv_mags does for convolutions */
+    float *my = xmalloc(sizeof(float) * ny), *mdx = xmalloc(sizeof(float) * nx);
+    float *mdw = xmalloc(sizeof(float) * nw), *mdb = xmalloc(sizeof(float) * nb);
+    memset(mdx, 0, sizeof(float) * nx);
+    memset(mdw, 0, sizeof(float) * nw);
+    memset(mdb, 0, sizeof(float) * nb);
+    for (int i = 0; i < n; i++)
+        for (int u = 0; u < units; u++) {
+            size_t yi = (size_t)i * units + u;
+            float acc = fabsf(b[u]), g = fabsf(dy[yi]);
+            mdb[u] += g;
+            for (int k = 0; k < in; k++) {
+                size_t xi = (size_t)i * in + k, wi = (size_t)k * units + u;
+                acc += fabsf(x[xi]) * fabsf(w[wi]);
+                mdx[xi] += g * fabsf(w[wi]);
+                mdw[wi] += fabsf(x[xi]) * g;
+            }
+            my[yi] = acc;
+        }
+
+    const double rel = 2.0 * a->eps, abs = 1.5 * a->eps, sums = 1e-6 * sqrt((double)n);
+    double wy, wdx = 0.0, wdw, wdb;
+    size_t by = outside(gy, ry, my, ny, rel, abs, a->tiny, &wy);
+    size_t bdx = with_dinp ? outside(gdx, rdx, mdx, nx, rel, abs, a->tiny, &wdx) : 0;
+    size_t bdw = outside(gdw, dw, mdw, nw, rel, abs, a->tiny, &wdw);
+    size_t bdb = outside(gdb, db, mdb, nb, 1e-6, sums, 1e-30, &wdb);
+    check(by + bdx + bdw + bdb == 0,
+          "act %s dense n=%d in=%d units=%d%s: outside the bound: out %zu (worst %.2f of it), dinp %zu (%.2f), "
+          "dweight %zu (%.2f), dbias %zu (%.2f)", a->name, n, in, units, with_dinp ? "" : " (no dinp)", by, wy, bdx,
+          wdx, bdw, wdw, bdb, wdb);
+
+    void *bufs_d[] = {x_d, dy_d, y_d, dx_d, w_d, b_d, dw_d, db_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {x, w, b, dy, x16, dy16, y16, dx16, dw, db, ry, gy, rdx, gdx, gdw, gdb, my, mdx, mdw, mdb};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+static void test_dense16(const struct act16 *a)
+{
+    for (size_t i = 0; i < sizeof dense_cases / sizeof *dense_cases; i++) dense16_run(a, &dense_cases[i], 1);
+    dense16_run(a, &dense_cases[2], 0);
+    dense_empty(a->name);
+}
+
+static void pool16_run(const struct act16 *a, const struct pool_case *pcase, int relu)
+{
+    struct dt_conv_shape s = {.h = pcase->h, .w = pcase->w, .c = pcase->c, .k = pcase->c, .kh = pcase->k,
+                              .kw = pcase->k, .stride = pcase->stride,
+                              .oh = (pcase->h - pcase->k) / pcase->stride + 1,
+                              .ow = (pcase->w - pcase->k) / pcase->stride + 1};
+    const int ty = a->type, n = pcase->n;
+    const size_t es = dt_act_size(ty);
+    size_t nx = (size_t)n * s.h * s.w * s.c, ny = (size_t)n * s.oh * s.ow * s.c;
+    float *x = fill(nx, -1.0f, 1.0f), *z = fill(nx, -1.0f, 1.0f), *dy = fill(ny, -1.0f, 1.0f);
+    if (relu) /* a ReLU's output: about half zeros, ties the mask must settle */
+        for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    void *x16 = encode(ty, x, nx), *z16 = encode(ty, z, nx), *dy16 = encode(ty, dy, ny);
+    float *ady = absolute(dy, ny);
+    void *ady16 = encode(ty, ady, ny);
+    void *y16 = xmalloc(es * ny), *yz16 = xmalloc(es * ny), *dx16 = xmalloc(es * nx), *m16 = xmalloc(es * nx);
+    void *x_d = to_dev_bytes(x16, es * nx), *z_d = to_dev_bytes(z16, es * nx), *dy_d = to_dev_bytes(dy16, es * ny);
+    void *y_d = G->alloc(es * ny), *yz_d = G->alloc(es * ny), *dx_d = G->alloc(es * nx);
+    dt_pool_plan *pr = R->pool_create(&s), *pg = G->pool_create(&s);
+    R->pool_forward(pr, n, y16, x16, 1);
+    G->pool_forward(pg, n, y_d, x_d, 1);
+    R->pool_forward(pr, n, yz16, z16, 0); /* an inference forward in between changes nothing for backward */
+    G->pool_forward(pg, n, yz_d, z_d, 0);
+    R->pool_backward(pr, n, dx16, dy16, relu ? y16 : NULL);
+    G->pool_backward(pg, n, dx_d, dy_d, relu ? y_d : NULL);
+    R->pool_backward(pr, n, m16, ady16, relu ? y16 : NULL); /* S: the |dy| each input gathers */
+    float *ry = decode(ty, y16, ny), *ryz = decode(ty, yz16, ny), *rdx = decode(ty, dx16, nx), *m = decode(ty, m16, nx);
+    float *gy = from_dev_act(ty, y_d, ny), *gyz = from_dev_act(ty, yz_d, ny), *gdx = from_dev_act(ty, dx_d, nx);
+    size_t d1 = ndiff(gy, ry, ny), d2 = ndiff(gyz, ryz, ny);
+    double worst;
+    size_t bad = outside(gdx, rdx, m, nx, 2.0 * a->eps, a->eps, a->tiny, &worst);
+    check(d1 == 0 && d2 == 0 && bad == 0, "act %s max pool %s n=%d%s: forward exact (%zu, %zu differ), dinp %zu "
+          "outside an ulp of the gathered sum (worst %.2f)", a->name, pcase->name, n, relu ? " after ReLU" : "", d1, d2,
+          bad, worst);
+    R->pool_destroy(pr);
+    G->pool_destroy(pg);
+    void *bufs_d[] = {x_d, z_d, dy_d, y_d, yz_d, dx_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {x, z, dy, x16, z16, dy16, ady, ady16, y16, yz16, dx16, m16, ry, ryz, rdx, m, gy, gyz, gdx};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* ReLU, dropout, pixels and act_add: one rounding of the same float value
+ * on both sides, so exact. The GPU draws its own dropout mask (a hash of
+ * one host draw, where the CPU draws per element), so the reference
+ * applies the GPU's mask: its dropout_backward is the same product. */
+static void test_elementwise16(const struct act16 *a)
+{
+    const int ty = a->type;
+    const size_t n = 100003, es = dt_act_size(ty);
+    float *x = fill(n, -3.0f, 3.0f), *u = fill(n, -3.0f, 3.0f);
+    for (size_t i = 0; i < n; i += 97) x[i] = 0.0f;
+    void *x16 = encode(ty, x, n), *u16 = encode(ty, u, n);
+    void *x_d = to_dev_bytes(x16, es * n), *u_d = to_dev_bytes(u16, es * n), *y_d = G->alloc(es * n);
+    void *y16 = xmalloc(es * n);
+
+    R->relu_forward(y16, x16, n);
+    G->relu_forward(y_d, x_d, n);
+    float *r = decode(ty, y16, n), *g = from_dev_act(ty, y_d, n);
+    check(ndiff(g, r, n) == 0, "act %s relu_forward: exact (%zu differ)", a->name, ndiff(g, r, n));
+    free(r);
+    free(g);
+    void *d16 = xmalloc(es * n);
+    memcpy(d16, u16, es * n);
+    void *d_d = to_dev_bytes(u16, es * n);
+    R->relu_backward(d16, d16, y16, n); /* in place, as the layers call it */
+    G->relu_backward(d_d, d_d, y_d, n);
+    r = decode(ty, d16, n);
+    g = from_dev_act(ty, d_d, n);
+    check(ndiff(g, r, n) == 0, "act %s relu_backward in place: exact (%zu differ)", a->name, ndiff(g, r, n));
+    free(r);
+    free(g);
+
+    const float rate = 0.3f;
+    float *mask_d = G->alloc(sizeof(float) * n);
+    dt_rng dr;
+    dt_rng_seed(&dr, 7, 3);
+    G->dropout_forward(y_d, mask_d, x_d, n, rate, &dr);
+    float *mask = from_dev(mask_d, n);
+    R->dropout_backward(y16, x16, mask, n); /* x * mask, rounded */
+    r = decode(ty, y16, n);
+    g = from_dev_act(ty, y_d, n);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) kept += mask[i] != 0.0f;
+    check(ndiff(g, r, n) == 0 && kept > n / 2 && kept < n - n / 5, "act %s dropout_forward: out = inp * mask rounded "
+          "once, exact (%zu differ; %zu of %zu kept)", a->name, ndiff(g, r, n), kept, n);
+    free(r);
+    free(g);
+    R->dropout_backward(d16, u16, mask, n);
+    G->dropout_backward(d_d, u_d, mask_d, n);
+    r = decode(ty, d16, n);
+    g = from_dev_act(ty, d_d, n);
+    check(ndiff(g, r, n) == 0, "act %s dropout_backward: exact (%zu differ)", a->name, ndiff(g, r, n));
+    free(r);
+    free(g);
+
+    memcpy(d16, x16, es * n);
+    G->upload(d_d, x16, es * n);
+    R->act_add(d16, u16, n);
+    G->act_add(d_d, u_d, n);
+    r = decode(ty, d16, n);
+    g = from_dev_act(ty, d_d, n);
+    check(ndiff(g, r, n) == 0, "act %s act_add: exact (%zu differ)", a->name, ndiff(g, r, n));
+    free(r);
+    free(g);
+
+    const size_t np = 64 * 784 + 13;
+    uint8_t *px = xmalloc(np);
+    for (size_t i = 0; i < np; i++) px[i] = (uint8_t)dt_rng_below(&rng, 256);
+    px[0] = 0;
+    px[1] = 255;
+    uint8_t *px_d = G->alloc(np);
+    G->upload(px_d, px, np);
+    void *p16 = xmalloc(es * np), *p_d = G->alloc(es * np);
+    R->images_to_float(p16, px, np);
+    G->images_to_float(p_d, px_d, np);
+    r = decode(ty, p16, np);
+    g = from_dev_act(ty, p_d, np);
+    check(ndiff(g, r, np) == 0, "act %s images_to_float: exact (%zu differ)", a->name, ndiff(g, r, np));
+    free(r);
+    free(g);
+
+    void *bufs_d[] = {x_d, u_d, y_d, d_d, mask_d, px_d, p_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {x, u, x16, u16, y16, d16, mask, px, p16};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* The loss is computed in double from the same logits on both sides
+ * (1e-10); dlogits is the same float value rounded once, but p comes from
+ * exp in double on the device and on the host, which may differ in the
+ * last bit: an ulp of the type, and a little absolute slack where p - 1
+ * cancels. 16-bit logits tie more often than float ones: both sides take
+ * the first maximal class. */
+static void test_softmax16(const struct act16 *a)
+{
+    static const struct { int n, classes; float scale; } cases[] = {
+        {64, 10, 1.0f / 64.0f}, {7, 1000, 1.0f / 7.0f}, {33, 3, 1.0f}, {5, 1, 0.2f}};
+    const int ty = a->type;
+    const size_t es = dt_act_size(ty);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int n = cases[c].n, k = cases[c].classes;
+        size_t nz = (size_t)n * k;
+        float *z = fill(nz, -5.0f, 5.0f);
+        uint8_t *lab = xmalloc((size_t)n);
+        for (int i = 0; i < n; i++) lab[i] = (uint8_t)dt_rng_below(&rng, (uint64_t)(k < 256 ? k : 256));
+        if (k >= 3) {
+            z[1 * (size_t)k + 0] = z[1 * (size_t)k + 2] = 6.0f;
+            lab[1] = 0;
+            z[2 * (size_t)k + 1] = z[2 * (size_t)k + 2] = 6.0f;
+            lab[2] = 2;
+        }
+        void *z16 = encode(ty, z, nz), *d16 = xmalloc(es * nz);
+        void *z_d = to_dev_bytes(z16, es * nz), *d_d = G->alloc(es * nz);
+        uint8_t *lab_d = G->alloc((size_t)n);
+        G->upload(lab_d, lab, (size_t)n);
+        long rc = 5, gc = 5;
+        double lr = R->softmax_xent(d16, &rc, z16, lab, n, k, cases[c].scale);
+        double lg = G->softmax_xent(d_d, &gc, z_d, lab_d, n, k, cases[c].scale);
+        float *r = decode(ty, d16, nz), *g = from_dev_act(ty, d_d, nz);
+        double el = fabs(lg - lr) / fmax(1.0, fabs(lr)), worst;
+        size_t bad = outside(g, r, NULL, nz, a->eps, 0.0, a->tiny + 1e-6 * (double)cases[c].scale, &worst);
+        check(el <= 1e-10 && gc == rc && bad == 0, "act %s softmax_xent n=%d classes=%d: loss %.10g vs %.10g (rel "
+              "%.1e), correct %ld vs %ld, dlogits %zu outside an ulp (worst %.2f)", a->name, n, k, lg, lr, el, gc, rc,
+              bad, worst);
+        G->free(z_d);
+        G->free(d_d);
+        G->free(lab_d);
+        void *bufs[] = {z, lab, z16, d16, r, g};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    }
+}
+
+/* channel_sums: double sums of the same values (the CPU's float blocks
+ * give 1e-5, as in fp32). channel_affine and average pooling: the same
+ * float formula rounded once, up to a contracted multiply-add: an ulp,
+ * and absolute slack of float rounding on the terms' magnitude. */
+static void test_norm16(const struct act16 *a)
+{
+    static const struct { size_t rows; int c; } cases[] = {{1, 3}, {97, 16}, {4096, 37}, {200000, 64}};
+    const int ty = a->type;
+    const size_t es = dt_act_size(ty);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        size_t rows = cases[k].rows, n = rows * (size_t)cases[k].c;
+        int c = cases[k].c;
+        float *av = fill(n, -1.0f, 3.0f), *bv = fill(n, -2.0f, 2.0f);
+        void *a16 = encode(ty, av, n), *b16 = encode(ty, bv, n);
+        void *a_d = to_dev_bytes(a16, es * n), *b_d = to_dev_bytes(b16, es * n);
+        double *c1 = xmalloc(sizeof(double) * 4 * (size_t)c), *c2 = c1 + c, *g1 = c2 + c, *g2 = g1 + c;
+        for (int same = 1; same >= 0; same--) {
+            R->channel_sums(c1, c2, a16, same ? a16 : b16, rows, c);
+            G->channel_sums(g1, g2, a_d, same ? a_d : b_d, rows, c);
+            double e = 0.0, den = 0.0;
+            for (int j = 0; j < c; j++) {
+                e = fmax(e, fmax(fabs(g1[j] - c1[j]), fabs(g2[j] - c2[j])));
+                den = fmax(den, fmax(fabs(c1[j]), fabs(c2[j])));
+            }
+            e = den > 0.0 ? e / den : e;
+            check(e <= 1e-5, "act %s channel_sums rows=%zu c=%d %s: rel err %.1e (tol 1e-5)", a->name, rows, c,
+                  same ? "(sum, sum of squares)" : "(sum a, sum a*b)", e);
+        }
+        float *p = fill((size_t)c, -2.0f, 2.0f), *q = fill((size_t)c, -2.0f, 2.0f), *r = fill((size_t)c, -1.0f, 1.0f);
+        float *mag = xmalloc(sizeof(float) * n);
+        void *o16 = xmalloc(es * n), *o_d = G->alloc(es * n);
+        for (int form = 0; form < 3; form++) { /* p*a + r; p*a + q*b + r; then ReLU, in place */
+            const void *bb = form == 1 ? b16 : NULL, *bb_d = form == 1 ? b_d : NULL;
+            if (form == 2) {
+                memcpy(o16, a16, es * n);
+                G->upload(o_d, a16, es * n);
+            }
+            R->channel_affine(o16, form == 2 ? o16 : a16, bb, rows, c, p, q, r, form == 2);
+            G->channel_affine(o_d, form == 2 ? o_d : a_d, bb_d, rows, c, p, q, r, form == 2);
+            for (size_t i = 0; i < n; i++) {
+                int j = (int)(i % (size_t)c);
+                mag[i] = fabsf(p[j] * av[i]) + (form == 1 ? fabsf(q[j] * bv[i]) : 0.0f) + fabsf(r[j]);
+            }
+            float *ro = decode(ty, o16, n), *go = from_dev_act(ty, o_d, n);
+            double worst;
+            size_t bad = outside(go, ro, mag, n, a->eps, 1e-6, a->tiny, &worst);
+            check(bad == 0, "act %s channel_affine rows=%zu c=%d %s: %zu outside an ulp (worst %.2f)", a->name, rows, c,
+                  form == 0 ? "p*a + r" : form == 1 ? "p*a + q*b + r" : "p*a + r, ReLU, in place", bad, worst);
+            free(ro);
+            free(go);
+        }
+        G->free(a_d);
+        G->free(b_d);
+        G->free(o_d);
+        void *bufs[] = {av, bv, a16, b16, c1, p, q, r, mag, o16};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    }
+
+    static const struct pool_case pcases[] = {
+        {"2x2 stride 2", 16, 16, 32, 2, 2, 8},
+        {"3x3 stride 2 (overlapping)", 13, 11, 7, 3, 2, 4},
+        {"global 8x8", 8, 8, 64, 8, 1, 16},
+    };
+    for (size_t k = 0; k < sizeof pcases / sizeof *pcases; k++) {
+        const struct pool_case *pc = &pcases[k];
+        struct dt_conv_shape s = {.h = pc->h, .w = pc->w, .c = pc->c, .k = pc->c, .kh = pc->k, .kw = pc->k,
+                                  .stride = pc->stride, .oh = (pc->h - pc->k) / pc->stride + 1,
+                                  .ow = (pc->w - pc->k) / pc->stride + 1};
+        size_t nx = (size_t)pc->n * s.h * s.w * s.c, ny = (size_t)pc->n * s.oh * s.ow * s.c;
+        float *x = fill(nx, -1.0f, 1.0f), *dy = fill(ny, -1.0f, 1.0f);
+        void *x16 = encode(ty, x, nx), *dy16 = encode(ty, dy, ny), *y16 = xmalloc(es * ny), *dx16 = xmalloc(es * nx);
+        void *x_d = to_dev_bytes(x16, es * nx), *dy_d = to_dev_bytes(dy16, es * ny), *y_d = G->alloc(es * ny);
+        void *dx_d = to_dev_bytes(x16, es * nx); /* garbage that backward must overwrite */
+        R->avgpool_forward(&s, pc->n, y16, x16);
+        G->avgpool_forward(&s, pc->n, y_d, x_d);
+        R->avgpool_backward(&s, pc->n, dx16, dy16);
+        G->avgpool_backward(&s, pc->n, dx_d, dy_d);
+        float *ry = decode(ty, y16, ny), *gy = from_dev_act(ty, y_d, ny);
+        float *rdx = decode(ty, dx16, nx), *gdx = from_dev_act(ty, dx_d, nx);
+        double wy, wd; /* inputs are within [-1, 1]: float slack 1e-5 */
+        size_t by = outside(gy, ry, NULL, ny, a->eps, 0.0, a->tiny + 1e-5, &wy);
+        size_t bd = outside(gdx, rdx, NULL, nx, a->eps, 0.0, a->tiny + 1e-5, &wd);
+        check(by == 0 && bd == 0, "act %s avgpool %s n=%d: outside an ulp: forward %zu (worst %.2f), dinp %zu (%.2f)",
+              a->name, pc->name, pc->n, by, wy, bd, wd);
+        void *bufs_d[] = {x_d, dy_d, y_d, dx_d};
+        for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+        void *bufs[] = {x, dy, x16, dy16, y16, dx16, ry, gy, rdx, gdx};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    }
+}
+
+/* What set_act_type grants: the precision's 16-bit type, or float. */
+static void test_act_type(const struct act16 *a)
+{
+    const int other = a->type == DT_PREC_BF16 ? DT_PREC_FP16 : DT_PREC_BF16;
+    int o = G->set_act_type(other), f = G->set_act_type(DT_PREC_FP32), t = G->set_act_type(a->type);
+    check(o == DT_PREC_FP32 && f == DT_PREC_FP32 && t == a->type && G->act_type() == a->type,
+          "act %s: set_act_type grants %s (%s), fp32 (%s), not %s (gives %s)", a->name, a->name, dt_precision_name(t),
+          dt_precision_name(f), dt_precision_name(other), dt_precision_name(o));
+}
+
+static void test_act16_ops(const struct act16 *a)
+{
+    test_act_type(a);
+    test_elementwise16(a);
+    test_softmax16(a);
+    test_dense16(a);
+    test_conv16(a);
+    for (size_t i = 0; i < sizeof pool_cases / sizeof *pool_cases; i++) {
+        pool16_run(a, &pool_cases[i], 0);
+        pool16_run(a, &pool_cases[i], 1);
+    }
+    test_norm16(a);
+}
+
 /* ---- training: the seed CNN and a residual network ------------------------- */
 
 /* A residual network with every graph layer (batchnorm with and without
@@ -884,20 +1528,22 @@ static const struct dt_layer_spec residual_specs[] = {
     {.type = "dense", .filters = 10},
 };
 
-/* Trains mc (CPU) and mg (GPU), built alike, for `steps` steps from the
- * same parameters and data, the last batch ragged, and compares per-step
- * losses, first-step gradients per layer, the moving statistics (models
- * with batchnorm) and the parameters' total update. Frees both models.
+/* Trains mc (on ref: the CPU, or act16_ref for 16-bit activations) and mg
+ * (GPU), built alike, for `steps` steps from the same parameters and data,
+ * the last batch ragged, and compares per-step losses, first-step
+ * gradients per layer, the moving statistics (models with batchnorm) and
+ * the parameters' total update. Each model stores activations in its
+ * backend's act_type() as it is now. Frees both models.
  *
  * Adam divides each gradient by its own running magnitude, so where a
  * gradient is tiny (or flipped, see the tolerances) its update follows the
  * noise: Adam's updates are compared in fp32 only (update_tol). */
-static void train_both(const struct tol *t, const char *what, const char *optname, struct dt_model *mc,
-                       struct dt_model *mg, int steps, int batch, double update_tol)
+static void train_both(const struct tol *t, const struct dt_backend *ref, const char *what, const char *optname,
+                       struct dt_model *mc, struct dt_model *mg, int steps, int batch, double update_tol)
 {
     const int npix = mc->input.h * mc->input.w * mc->input.c;
     dt_status st = {0};
-    dt_model_create(mc, C, batch);
+    dt_model_create(mc, ref, batch);
     dt_model_create(mg, G, batch);
     dt_model_init_params(mc, 1234);
     dt_model_init_params(mg, 1234);
@@ -908,7 +1554,7 @@ static void train_both(const struct tol *t, const char *what, const char *optnam
         cfg.momentum = 0.9f;
     }
     struct dt_optim oc, og;
-    dt_optim_create(&oc, C, &cfg, mc->nparams);
+    dt_optim_create(&oc, ref, &cfg, mc->nparams);
     dt_optim_create(&og, G, &cfg, mg->nparams);
     const size_t np = mc->nparams, nb = mc->nbuffers;
     float *p0 = dup(mc->params, np);
@@ -922,7 +1568,7 @@ static void train_both(const struct tol *t, const char *what, const char *optnam
         int n = step == steps - 1 ? 7 : batch; /* a ragged last batch */
         for (int i = 0; i < n * npix; i++) img[i] = (uint8_t)dt_rng_below(&data, 256);
         for (int i = 0; i < n; i++) lab[i] = (uint8_t)dt_rng_below(&data, 10);
-        C->images_to_float(mc->act[0], img, (size_t)n * npix);
+        ref->images_to_float(mc->act[0], img, (size_t)n * npix);
         G->upload(img_d, img, (size_t)n * npix);
         G->upload(lab_d, lab, (size_t)n);
         G->images_to_float(mg->act[0], img_d, (size_t)n * npix);
@@ -980,7 +1626,8 @@ static void train_both(const struct tol *t, const char *what, const char *optnam
     free(uc);
 }
 
-static void test_training(const struct tol *t, const char *optname, double update_tol)
+static void test_training(const struct tol *t, const struct dt_backend *ref, const char *what, const char *optname,
+                          double update_tol)
 {
     const struct dt_shape in = {28, 28, 1};
     struct dt_model mc, mg;
@@ -989,10 +1636,10 @@ static void test_training(const struct tol *t, const char *optname, double updat
         check(0, "train: building the seed CNN: %s", st.msg);
         return;
     }
-    train_both(t, "cnn", optname, &mc, &mg, 5, 64, update_tol);
+    train_both(t, ref, what, optname, &mc, &mg, 5, 64, update_tol);
 }
 
-static void test_residual_training(const struct tol *t)
+static void test_residual_training(const struct tol *t, const struct dt_backend *ref, const char *what)
 {
     const struct dt_shape in = {16, 16, 3};
     const int nspecs = (int)(sizeof residual_specs / sizeof *residual_specs);
@@ -1005,7 +1652,7 @@ static void test_residual_training(const struct tol *t)
     }
     check(dt_model_check_backend(&mg, G, &st) == DT_OK, "residual: the CUDA backend runs every layer%s%s",
           st.code ? ": " : "", st.code ? st.msg : "");
-    train_both(t, "residual", "sgd", &mc, &mg, 4, 32, t->train);
+    train_both(t, ref, what, "sgd", &mc, &mg, 4, 32, t->train);
 }
 
 /* ---- CUDA graphs (--cuda-graphs) ---------------------------------------- */
@@ -1014,20 +1661,22 @@ static void test_residual_training(const struct tol *t)
  * plainly, and through dt_step_graphs_run (plain first step, then recorded
  * and replayed). The same kernels run in the same order on the same random
  * draws, so losses, gradients and the random stream must be identical, bit
- * for bit; a ragged batch takes its own plain step and recording. */
+ * for bit; a ragged batch takes its own plain step and recording. Run with
+ * float activations and again with 16-bit ones (G's act_type() now). */
 static void test_graph_steps(void)
 {
+    const char *act = dt_precision_name(G->act_type());
     const struct dt_shape in = {28, 28, 1};
     const int batch = 64, npix = 28 * 28, steps = 7;
     struct dt_model ma, mb;
     dt_status st = {0};
     if (dt_model_build(&ma, "cnn", in, 10, 0.5f, &st) != DT_OK || dt_model_build(&mb, "cnn", in, 10, 0.5f, &st) != DT_OK) {
-        check(0, "graph: building the seed CNN: %s", st.msg);
+        check(0, "graph %s: building the seed CNN: %s", act, st.msg);
         return;
     }
     struct dt_step_graphs sg;
-    check(dt_step_graphs_init(&sg, &mb, G, &st) == DT_OK, "graph: the seed CNN can be recorded%s%s", st.code ? ": " : "",
-          st.code ? st.msg : "");
+    check(dt_step_graphs_init(&sg, &mb, G, &st) == DT_OK, "graph %s: the seed CNN can be recorded%s%s", act,
+          st.code ? ": " : "", st.code ? st.msg : "");
     dt_model_create(&ma, G, batch);
     dt_model_create(&mb, G, batch);
     dt_model_init_params(&ma, 77);
@@ -1055,9 +1704,9 @@ static void test_graph_steps(void)
         float *ga = from_dev(ma.grads, np), *gb = from_dev(mb.grads, np);
         size_t d = ndiff(ga, gb, np);
         check(la.loss_sum == lb.loss_sum && la.correct == lb.correct && d == 0 && !memcmp(&ra, &rb, sizeof ra),
-              "graph step %d n=%d (%s): loss %.9g vs %.9g, correct %ld vs %ld, %zu of %zu gradients differ, random "
-              "streams %s", step, n, sg.replayed > replays ? "replayed" : "plain", lb.loss_sum, la.loss_sum, lb.correct,
-              la.correct, d, np, memcmp(&ra, &rb, sizeof ra) ? "differ" : "agree");
+              "graph %s step %d n=%d (%s): loss %.9g vs %.9g, correct %ld vs %ld, %zu of %zu gradients differ, "
+              "random streams %s", act, step, n, sg.replayed > replays ? "replayed" : "plain", lb.loss_sum,
+              la.loss_sum, lb.correct, la.correct, d, np, memcmp(&ra, &rb, sizeof ra) ? "differ" : "agree");
         free(ga);
         free(gb);
     }
@@ -1065,7 +1714,7 @@ static void test_graph_steps(void)
      * or 3 if the plain step at 9 grew a workspace the first graph uses
      * (any reallocation makes every graph stale). */
     check(sg.recorded >= 2 && sg.recorded <= 3 && sg.replayed == 5 && sg.plain == 2 && sg.failed == 0,
-          "graph: %ld recordings, %ld replays, %ld plain, %ld failed (want 2 or 3, 5, 2, 0)%s%s", sg.recorded,
+          "graph %s: %ld recordings, %ld replays, %ld plain, %ld failed (want 2 or 3, 5, 2, 0)%s%s", act, sg.recorded,
           sg.replayed, sg.plain, sg.failed, sg.failed ? ": " : "", sg.why);
     dt_step_graphs_free(&sg, G);
     dt_model_free(&ma);
@@ -1186,14 +1835,58 @@ int main(void)
             continue;
         }
         test_gemm(t);
+        test_dense(t);
         test_conv(t);
-        test_training(t, "sgd", t->train);
-        test_residual_training(t);
-        if (t->prec == DT_PREC_FP32) test_training(t, "adam", 5e-2);
+        test_training(t, C, "cnn", "sgd", t->train);
+        test_residual_training(t, C, "residual");
+        if (t->prec == DT_PREC_FP32) test_training(t, C, "cnn", "adam", 5e-2);
     }
+
+    /* 16-bit activations, against act16_ref on the same 16-bit inputs; its
+     * setup moves the CPU backend's precision too, so C is set up again
+     * after. Training keeps the precision's tolerances (the arithmetic is
+     * the same 16-bit arithmetic as above). */
+    R = dt_act16_ref();
+    const struct act16 acts[] = {
+        {"bf16", DT_PREC_BF16, 0x1p-7, 0x1p-133, tol_for(DT_PREC_BF16)},
+        {"fp16", DT_PREC_FP16, 0x1p-10, 0x1p-24, tol_for(DT_PREC_FP16)},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
+        const struct act16 *a = &acts[i];
+        if (G->setup(1, a->type, why, sizeof why) != 0) {
+            printf("# %s activations: not run here: %s\n", a->name, why);
+            continue;
+        }
+        /* A CPU without bf16 instructions computes in float: the bounds allow that too (as in fp16). */
+        if (R->setup(1, a->type, why, sizeof why) != 0) {
+            printf("# %s activations: the reference computes in fp32 here (%s)\n", a->name, why);
+            if (R->setup(1, DT_PREC_FP32, why, sizeof why) != 0) {
+                printf("# %s activations: not run here: %s\n", a->name, why);
+                continue;
+            }
+        }
+        int gt = G->set_act_type(a->type), rt = R->set_act_type(a->type);
+        check(gt == a->type && rt == a->type, "act %s: set_act_type gives %s on the GPU, %s on the reference", a->name,
+              dt_precision_name(gt), dt_precision_name(rt));
+        if (gt != a->type || rt != a->type) continue;
+        test_act16_ops(a);
+        test_training(a->t, R, "cnn, 16-bit activations", "sgd", a->t->train);
+        test_residual_training(a->t, R, "residual, 16-bit activations");
+    }
+    if (C->setup(1, DT_PREC_FP32, why, sizeof why) != 0) {
+        printf("FAIL setup fp32 again: %s\n", why);
+        return 1;
+    }
+
     G->setup(1, DT_PREC_FP32, why, sizeof why);
     test_capture_api();
     test_graph_steps();
+    if (G->setup(1, DT_PREC_BF16, why, sizeof why) != 0)
+        printf("# graph with bf16 activations: not run here: %s\n", why);
+    else if (G->set_act_type(DT_PREC_BF16) == DT_PREC_BF16)
+        test_graph_steps();
+    else
+        check(0, "graph: set_act_type(bf16) refused under --precision bf16");
 
     printf("# %d checks, %d failed\n", nchecks, nfailed);
     return nfailed ? 1 : 0;

@@ -499,7 +499,7 @@ static void check_fusion(struct dt_shape in)
     /* Unfused: a pool that does not know about the ReLU, then relu_backward. */
     struct dt_layer pool = {.ops = &dt_maxpool_ops, .in = m.layers[1].in, .spec = specs[1]};
     snprintf(pool.name, sizeof pool.name, "pool");
-    struct dt_ctx c = {.be = be, .n = n, .train = 1, .rng = &r};
+    struct dt_ctx c = {.be = be, .n = n, .train = 1, .rng = &r, .act_size = dt_act_size(be->act_type())};
     size_t nconv = dt_shape_size(m.layers[0].out) * (size_t)n, npool = dt_shape_size(m.layers[1].out) * (size_t)n;
     float *pout = malloc(sizeof(float) * npool), *dpout = malloc(sizeof(float) * npool);
     float *dconv = malloc(sizeof(float) * nconv);
@@ -512,7 +512,7 @@ static void check_fusion(struct dt_shape in)
     be->relu_backward(dconv, dconv, m.act[1], nconv);
 
     size_t zero_windows = 0, nonzero = 0;
-    for (size_t i = 0; i < npool; i++) zero_windows += m.act[2][i] == 0.0f;
+    for (size_t i = 0; i < npool; i++) zero_windows += ((const float *)m.act[2])[i] == 0.0f;
     for (size_t i = 0; i < nconv; i++) nonzero += dconv[i] != 0.0f;
     /* Meaningful only if some windows are all-zero after the ReLU (the case
      * the fusion must get right) and some gradient flows. */

@@ -100,7 +100,8 @@ static void setup(void)
     dt_model_init_params(&model, 1);
     for (int i = 0; i < 8; i++) labels[i] = (uint8_t)(i % 3);
     dt_rng_seed(&rng, 5, 0);
-    for (int i = 0; i < 8 * 16; i++) model.act[0][i] = dt_rng_uniform(&rng); /* the batch's pixels */
+    float *pixels = model.act[0];
+    for (int i = 0; i < 8 * 16; i++) pixels[i] = dt_rng_uniform(&rng); /* the batch's pixels */
 }
 
 static void teardown(void) { dt_model_free(&model); }

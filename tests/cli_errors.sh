@@ -73,7 +73,7 @@ run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
 for opt in --epochs --batch-size --steps-per-epoch --grad-accum --model --dropout --sync-bn --nan-policy --stall-timeout --debug-collectives --optimizer --lr --momentum \
            --lr-schedule --lr-steps --lr-factor --lr-min --warmup-epochs --lr-scale \
-           --seed --no-validation --shard-policy --synthetic --augment --prefetch --cache --cache-limit --threads --device --gpus-per-node --devices --cuda-graphs \
+           --seed --no-validation --shard-policy --synthetic --augment --prefetch --cache --cache-limit --threads --device --gpus-per-node --devices --cuda-graphs --fp32-activations \
            --precision --loss-scale --checkpoint-dir --checkpoint-every --checkpoint-seconds --keep \
            --resume --save-best --monitor --early-stopping --min-delta --restore-best --export-keras \
            --progress --metrics --metrics-every --logdir --timeline --strategy --num-ps --ps-mode --staleness \

@@ -3,7 +3,8 @@
 #
 # - fp32 on the GPU follows the CPU's per-step losses (dropout off, the same
 #   seed, so the same initial weights and batches) within 2e-3 at every step;
-# - bf16 and fp16 on the GPU train and end near fp32's loss;
+# - bf16 and fp16 on the GPU train and end near fp32's loss, with 16-bit
+#   activations (the default) and with --fp32-activations;
 # - fp16 with injected overflows (DTRAIN_TEST_OVERFLOW_STEPS) skips exactly
 #   those steps, halves the loss scale twice, and goes on learning;
 # - two ranks that act as two nodes (--ranks-per-node 1) on one GPU reduce
@@ -88,17 +89,20 @@ fi
 # --- (b) bf16 and fp16 learn about as well as fp32 ---
 l32=$(tail_mean "$T/cuda32")
 for p in bf16 fp16; do
-  train 1 --device cuda --precision "$p"
-  ran "cuda $p np=1" "$T/cuda-$p" || continue
-  if ! grep -q "precision $p" "$out"; then
-    fail "cuda $p: the run does not report 'precision $p'"; cat "$out" >&2
-  fi
-  lp=$(tail_mean "$T/cuda-$p")
-  if awk -v a="$lp" -v b="$l32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && d < 0.15) }'; then
-    pass "cuda $p: mean loss of steps 36-40 is $lp, fp32's $l32 (within 0.15)"
-  else
-    fail "cuda $p: mean loss of steps 36-40 is '$lp', fp32's '$l32' (want within 0.15)"
-  fi
+  for acts in "$p" fp32; do
+    if [ "$acts" = fp32 ]; then train 1 --device cuda --precision "$p" --fp32-activations
+    else train 1 --device cuda --precision "$p"; fi
+    ran "cuda $p np=1, activations $acts" "$T/cuda-$p-$acts" || continue
+    if ! grep -q "precision $p (activations $acts)" "$out"; then
+      fail "cuda $p: the run does not report 'precision $p (activations $acts)'"; cat "$out" >&2
+    fi
+    lp=$(tail_mean "$T/cuda-$p-$acts")
+    if awk -v a="$lp" -v b="$l32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && d < 0.15) }'; then
+      pass "cuda $p, activations $acts: mean loss of steps 36-40 is $lp, fp32's $l32 (within 0.15)"
+    else
+      fail "cuda $p, activations $acts: mean loss of steps 36-40 is '$lp', fp32's '$l32' (want within 0.15)"
+    fi
+  done
 done
 
 # --- (c) fp16 (dynamic loss scale by default): injected overflows are skipped ---

@@ -208,7 +208,7 @@ static inline void lh_setup(struct lh *h, const struct dt_layer_ops *ops, struct
     /* Random kernels and non-zero biases, so the bias path is exercised. */
     fill_uniform(h->params, h->np, &r, -0.5f, 0.5f);
     dt_rng_seed(&h->rng, seed, 2);
-    h->c = (struct dt_ctx){.be = be, .n = n, .train = 1, .rng = &h->rng};
+    h->c = (struct dt_ctx){.be = be, .n = n, .train = 1, .rng = &h->rng, .act_size = dt_act_size(be->act_type())};
 }
 
 static inline void lh_free(struct lh *h)

@@ -1,5 +1,5 @@
 /* gpu_backend.cu: the CUDA backend's operation table (see backend.h), its
- * memory operations and setup().
+ * memory operations, setup() and the activations' element type.
  *
  * Everything is queued on the one compute stream (gpu_internal.h), so ops
  * return before their work is done; download() and the ops that return a
@@ -9,7 +9,11 @@
  * copies the source into a staging buffer before returning, so the caller
  * may reuse it at once. From host_alloc()'d (pinned) memory the copy is
  * truly asynchronous: such a source must not change until the next
- * synchronize() or value-returning op. */
+ * synchronize() or value-returning op.
+ *
+ * Activations are float until set_act_type asks for the 16-bit type that
+ * --precision computes in: then they are stored in it (half the memory and
+ * traffic), which every op on dt_act honours (gpu_internal.h). */
 #include "config.h"
 
 #include <stdio.h>
@@ -88,6 +92,21 @@ static void gpu_synchronize(void)
     DT_CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
 }
 
+/* 16 bits only in the type the arithmetic uses (the convolutions and GEMMs
+ * then read activations without converting them); anything else stays
+ * float. Graphs recorded with the other type are stale. */
+static int gpu_set_act_type(int type)
+{
+    int t = type != DT_PREC_FP32 && type == gpu.precision ? type : DT_PREC_FP32;
+    if (t != gpu.act) {
+        gpu.act = t;
+        gpu.generation++;
+    }
+    return t;
+}
+
+static int gpu_act_type(void) { return gpu.act; }
+
 /* nthreads is the CPU's business; the device needs no floating-point mode. */
 /* A kernel of this file, to ask whether the binary holds code this device
  * can run (machine code for its architecture, or PTX it can compile). */
@@ -124,6 +143,7 @@ static int gpu_setup(int nthreads, int precision, char *why, size_t whylen)
         return -1;
     }
     gpu.precision = precision;
+    gpu_set_act_type(DT_PREC_FP32);
     return 0;
 }
 
@@ -139,6 +159,8 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .host_free = gpu_host_free,
     .synchronize = gpu_synchronize,
     .setup = gpu_setup,
+    .set_act_type = gpu_set_act_type,
+    .act_type = gpu_act_type,
     .conv_create = gpu_conv_create,
     .conv_destroy = gpu_conv_destroy,
     .conv_forward = gpu_conv_forward,
@@ -147,6 +169,8 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .pool_destroy = gpu_pool_destroy,
     .pool_forward = gpu_pool_forward,
     .pool_backward = gpu_pool_backward,
+    .dense_forward = gpu_dense_forward,
+    .dense_backward = gpu_dense_backward,
     .gemm = gpu_gemm,
     .bias_add = gpu_bias_add,
     .bias_grad = gpu_bias_grad,
@@ -160,6 +184,7 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .sgd_update = gpu_sgd_update,
     .unscale_check = gpu_unscale_check,
     .accumulate = gpu_accumulate,
+    .act_add = gpu_act_add,
     .channel_sums = gpu_channel_sums,
     .channel_affine = gpu_channel_affine,
     .avgpool_forward = gpu_avgpool_forward,

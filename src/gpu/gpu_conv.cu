@@ -1,4 +1,5 @@
-/* gpu_conv.cu: convolution and max pooling through cuDNN's legacy API.
+/* gpu_conv.cu: convolution through cuDNN's legacy API (max pooling:
+ * gpu_pool.cu).
  *
  * Activations are NHWC, as cuDNN's NHWC tensors. Weights live in the flat
  * parameter block as HWIO (Keras's layout) while cuDNN's NHWC filters are
@@ -9,13 +10,21 @@
  * say; such a layer pads its input explicitly into a plan buffer and crops
  * the input gradient back.
  *
- * Precision: fp32 runs true fp32 (CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH would
- * let Ampere and newer use TF32). fp16/bf16 convert the operands to 16 bits
- * in plan buffers and run with float accumulation (tensor cores); cuDNN's
+ * Precision: a plan computes in its own type (p->prec, --precision) and
+ * reads and writes activations in gpu.act's (float, or 16 bits under
+ * set_act_type; gpu_internal.h), converting between the two where they
+ * differ. fp32 runs true fp32 (CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH would let
+ * Ampere and newer use TF32). fp16/bf16 run with float accumulation (tensor
+ * cores) on 16-bit operands: activations already stored in that type go to
+ * cuDNN as they are (unless padded), float ones are converted into plan
+ * buffers, and the output is rounded to 16 bits by cuDNN, then biased (and
+ * ReLU'd) in float and rounded once more to the activations' type. cuDNN's
  * legacy API wants x, w and y of one type, so the filter gradient also comes
  * back in 16 bits before it is widened into HWIO floats. A layer cuDNN has
  * no 16-bit algorithm for (say, one input channel) falls back to fp32, with
- * a warning.
+ * a warning; with 16-bit activations it then converts its input to float
+ * and its output back. Nothing a plan caches depends on gpu.act: each call
+ * reads it.
  *
  * Algorithms come from cuDNN's heuristics (_v7), deterministic ones first,
  * each with a workspace within WORKSPACE_CAP; they are cached per batch
@@ -45,8 +54,6 @@ static cudnnDataType_t data_type(int prec)
     return prec == DT_PREC_FP16 ? CUDNN_DATA_HALF : prec == DT_PREC_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-static size_t elem_size(int prec) { return prec == DT_PREC_FP32 ? sizeof(float) : 2; }
-
 static int not_supported(cudnnStatus_t st)
 {
     return CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED;
@@ -54,10 +61,18 @@ static int not_supported(cudnnStatus_t st)
 
 /* ---- kernels ------------------------------------------------------------- */
 
+/* Kernels moving activations take the source element type Tin and the
+ * destination's Tout, each float, __half or __nv_bfloat16. */
+
+template <typename Tin, typename Tout> __global__ void convert_kernel(Tout *dst, const Tin *src, size_t n)
+{
+    GPU_FOR_EACH(i, n) dst[i] = from_f32<Tout>(to_f32(src[i]));
+}
+
 /* dst [n][hp][wp][c] = src [n][h][w][c] shifted down/right by (pt, pl),
  * zero outside; rows/columns past hp/wp are not needed by any window. */
-template <typename T>
-__global__ void pad_kernel(T *dst, const float *src, int n, int h, int w, int c, int hp, int wp, int pt, int pl)
+template <typename Tin, typename Tout>
+__global__ void pad_kernel(Tout *dst, const Tin *src, int n, int h, int w, int c, int hp, int wp, int pt, int pl)
 {
     GPU_FOR_EACH(i, (size_t)n * hp * wp * c) {
         size_t r = i / (size_t)c;
@@ -66,15 +81,15 @@ __global__ void pad_kernel(T *dst, const float *src, int n, int h, int w, int c,
         int y = (int)(r % (size_t)hp);
         size_t b = r / (size_t)hp;
         int sy = y - pt, sx = x - pl;
-        float v = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[((b * h + sy) * w + sx) * c + ci] : 0.0f;
-        dst[i] = from_f32<T>(v);
+        float v = sy >= 0 && sy < h && sx >= 0 && sx < w ? to_f32(src[((b * h + sy) * w + sx) * c + ci]) : 0.0f;
+        dst[i] = from_f32<Tout>(v);
     }
 }
 
 /* The inverse for gradients: dst [n][h][w][c] from the padded src; input
  * pixels no window reached get zero. */
-template <typename T>
-__global__ void crop_kernel(float *dst, const T *src, int n, int h, int w, int c, int hp, int wp, int pt, int pl)
+template <typename Tin, typename Tout>
+__global__ void crop_kernel(Tout *dst, const Tin *src, int n, int h, int w, int c, int hp, int wp, int pt, int pl)
 {
     GPU_FOR_EACH(i, (size_t)n * h * w * c) {
         size_t r = i / (size_t)c;
@@ -83,7 +98,7 @@ __global__ void crop_kernel(float *dst, const T *src, int n, int h, int w, int c
         int y = (int)(r % (size_t)h);
         size_t b = r / (size_t)h;
         int sy = y + pt, sx = x + pl;
-        dst[i] = sy < hp && sx < wp ? to_f32(src[((b * hp + sy) * wp + sx) * c + ci]) : 0.0f;
+        dst[i] = from_f32<Tout>(sy < hp && sx < wp ? to_f32(src[((b * hp + sy) * wp + sx) * c + ci]) : 0.0f);
     }
 }
 
@@ -98,13 +113,13 @@ __global__ void transpose_kernel(Tout *dst, const Tin *src, int rows, int cols)
     }
 }
 
-/* out = act(y + bias) per channel; y may be out itself (fp32). */
-template <typename T>
-__global__ void bias_act_kernel(float *out, const T *y, const float *bias, size_t total, int k, int relu)
+/* out = act(y + bias) per channel; y may be out itself (same type). */
+template <typename Tin, typename Tout>
+__global__ void bias_act_kernel(Tout *out, const Tin *y, const float *bias, size_t total, int k, int relu)
 {
     GPU_FOR_EACH(i, total) {
         float v = to_f32(y[i]) + bias[i % (size_t)k];
-        out[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        out[i] = from_f32<Tout>(relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
 
@@ -141,11 +156,11 @@ struct dt_conv_plan {
     unsigned clock;
     struct algos cache[CONV_CACHE];
     struct gpu_buf ws;               /* cuDNN workspace */
-    struct gpu_buf x;                /* input, padded and/or 16-bit */
+    struct gpu_buf x;                /* input, padded and/or in the compute type */
     struct gpu_buf w;                /* weights, KRSC, in the compute type */
-    struct gpu_buf y;                /* 16-bit output (forward) or output gradient (backward) */
+    struct gpu_buf y;                /* output (forward) or output gradient (backward) in the compute type */
     struct gpu_buf dw;               /* filter gradient, KRSC, in the compute type */
-    struct gpu_buf dx;               /* input gradient, padded and/or 16-bit */
+    struct gpu_buf dx;               /* input gradient, padded and/or in the compute type */
 };
 
 /* Descriptors that depend on the precision; forgets cached algorithms. */
@@ -323,26 +338,41 @@ static struct algos *lookup(struct dt_conv_plan *p, int n)
 
 /* ---- operands in the compute type ---------------------------------------- */
 
-template <typename T> static void pad_input(const struct dt_conv_plan *p, void *dst, const float *src, int n)
+/* n elements of type src_type (enum dt_precision) into dst_type. */
+static void convert(void *dst, int dst_type, const void *src, int src_type, size_t n)
 {
-    const struct dt_conv_shape *s = &p->s;
-    size_t total = (size_t)n * p->hp * p->wp * s->c;
-    pad_kernel<T><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
-        (T *)dst, src, n, s->h, s->w, s->c, p->hp, p->wp, s->pad, s->pad);
+    gpu_by_type(src_type, [&](auto ti) {
+        using Tin = decltype(ti);
+        gpu_by_type(dst_type, [&](auto to) {
+            using Tout = decltype(to);
+            convert_kernel<Tin, Tout><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+                (Tout *)dst, (const Tin *)src, n);
+        });
+    });
     DT_KERNEL_CHECK();
 }
 
-/* The input as cuDNN reads it: the caller's, or padded and/or converted. */
-static const void *input_operand(struct dt_conv_plan *p, int n, const float *inp)
+/* The input as cuDNN reads it: the caller's, or padded and/or converted
+ * from the activations' type into the compute type. */
+static const void *input_operand(struct dt_conv_plan *p, int n, const dt_act *inp)
 {
     const struct dt_conv_shape *s = &p->s;
-    if (!p->padded && p->prec == DT_PREC_FP32) return inp;
+    if (!p->padded && p->prec == gpu.act) return inp;
     size_t total = (size_t)n * p->hp * p->wp * s->c;
-    void *x = gpu_buf_reserve(&p->x, total * elem_size(p->prec));
-    if (!p->padded) dt_gpu_to16(x, inp, total, p->prec, gpu.stream);
-    else if (p->prec == DT_PREC_FP16) pad_input<__half>(p, x, inp, n);
-    else if (p->prec == DT_PREC_BF16) pad_input<__nv_bfloat16>(p, x, inp, n);
-    else pad_input<float>(p, x, inp, n);
+    void *x = gpu_buf_reserve(&p->x, total * gpu_elem_size(p->prec));
+    if (!p->padded) {
+        convert(x, p->prec, inp, gpu.act, total);
+        return x;
+    }
+    gpu_by_type(gpu.act, [&](auto ti) {
+        using Tin = decltype(ti);
+        gpu_by_type(p->prec, [&](auto to) {
+            using Tout = decltype(to);
+            pad_kernel<Tin, Tout><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+                (Tout *)x, (const Tin *)inp, n, s->h, s->w, s->c, p->hp, p->wp, s->pad, s->pad);
+        });
+    });
+    DT_KERNEL_CHECK();
     return x;
 }
 
@@ -358,7 +388,7 @@ static const void *weight_operand(struct dt_conv_plan *p, const float *weight)
 {
     const struct dt_conv_shape *s = &p->s;
     int r = s->kh * s->kw * s->c;
-    void *w = gpu_buf_reserve(&p->w, (size_t)r * s->k * elem_size(p->prec));
+    void *w = gpu_buf_reserve(&p->w, (size_t)r * s->k * gpu_elem_size(p->prec));
     if (p->prec == DT_PREC_FP16) transpose((__half *)w, weight, r, s->k);
     else if (p->prec == DT_PREC_BF16) transpose((__nv_bfloat16 *)w, weight, r, s->k);
     else transpose((float *)w, weight, r, s->k);
@@ -375,31 +405,39 @@ static void store_filter_grad(const struct dt_conv_plan *p, float *dweight, cons
     else transpose(dweight, (const float *)dw, s->k, r);
 }
 
-template <typename T> static void crop_input(const struct dt_conv_plan *p, float *dst, const void *src, int n)
-{
-    const struct dt_conv_shape *s = &p->s;
-    size_t total = (size_t)n * s->h * s->w * s->c;
-    crop_kernel<T><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
-        dst, (const T *)src, n, s->h, s->w, s->c, p->hp, p->wp, s->pad, s->pad);
-    DT_KERNEL_CHECK();
-}
-
-/* The input gradient cuDNN wrote (dx) into the caller's dinp. */
-static void store_input_grad(const struct dt_conv_plan *p, float *dinp, const void *dx, int n)
+/* The input gradient cuDNN wrote (dx, compute type, padded or not) into the
+ * caller's dinp (the activations' type). */
+static void store_input_grad(const struct dt_conv_plan *p, dt_act *dinp, const void *dx, int n)
 {
     const struct dt_conv_shape *s = &p->s;
     if (dx == dinp) return;
-    if (!p->padded) dt_gpu_from16(dinp, dx, (size_t)n * s->h * s->w * s->c, p->prec, gpu.stream);
-    else if (p->prec == DT_PREC_FP16) crop_input<__half>(p, dinp, dx, n);
-    else if (p->prec == DT_PREC_BF16) crop_input<__nv_bfloat16>(p, dinp, dx, n);
-    else crop_input<float>(p, dinp, dx, n);
+    size_t total = (size_t)n * s->h * s->w * s->c;
+    if (!p->padded) {
+        convert(dinp, gpu.act, dx, p->prec, total);
+        return;
+    }
+    gpu_by_type(p->prec, [&](auto ti) {
+        using Tin = decltype(ti);
+        gpu_by_type(gpu.act, [&](auto to) {
+            using Tout = decltype(to);
+            crop_kernel<Tin, Tout><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+                (Tout *)dinp, (const Tin *)dx, n, s->h, s->w, s->c, p->hp, p->wp, s->pad, s->pad);
+        });
+    });
+    DT_KERNEL_CHECK();
 }
 
-template <typename T> static void bias_act(const struct dt_conv_plan *p, float *out, const void *y,
-                                           const float *bias, size_t total)
+/* out (the activations' type) = act(y (the compute type) + bias). */
+static void bias_act(const struct dt_conv_plan *p, dt_act *out, const void *y, const float *bias, size_t total)
 {
-    bias_act_kernel<T><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
-        out, (const T *)y, bias, total, p->s.k, p->relu);
+    gpu_by_type(p->prec, [&](auto ti) {
+        using Tin = decltype(ti);
+        gpu_by_type(gpu.act, [&](auto to) {
+            using Tout = decltype(to);
+            bias_act_kernel<Tin, Tout><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+                (Tout *)out, (const Tin *)y, bias, total, p->s.k, p->relu);
+        });
+    });
     DT_KERNEL_CHECK();
 }
 
@@ -420,7 +458,7 @@ template <typename Call> static cudnnStatus_t run(struct dt_conv_plan *p, struct
     }
 }
 
-static cudnnStatus_t forward(struct dt_conv_plan *p, int n, float *out, const float *inp, const float *weight,
+static cudnnStatus_t forward(struct dt_conv_plan *p, int n, dt_act *out, const dt_act *inp, const float *weight,
                              const float *bias)
 {
     const struct dt_conv_shape *s = &p->s;
@@ -428,19 +466,18 @@ static cudnnStatus_t forward(struct dt_conv_plan *p, int n, float *out, const fl
     size_t ny = (size_t)n * s->oh * s->ow * s->k;
     const void *x = input_operand(p, n, inp);
     const void *w = weight_operand(p, weight);
-    void *y = p->prec == DT_PREC_FP32 ? (void *)out : gpu_buf_reserve(&p->y, ny * 2);
+    /* cuDNN writes out itself when it is of the compute type; bias_act then works in place */
+    void *y = p->prec == gpu.act ? out : gpu_buf_reserve(&p->y, ny * gpu_elem_size(p->prec));
     cudnnStatus_t st = run(p, &a->fwd, [&](int algo, void *ws, size_t bytes) {
         return cudnnConvolutionForward(gpu.dnn, &one, p->xd, x, p->wd, w, p->cd, (cudnnConvolutionFwdAlgo_t)algo,
                                        ws, bytes, &zero, p->yd, y);
     });
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    if (p->prec == DT_PREC_FP16) bias_act<__half>(p, out, y, bias, ny);
-    else if (p->prec == DT_PREC_BF16) bias_act<__nv_bfloat16>(p, out, y, bias, ny);
-    else bias_act<float>(p, out, y, bias, ny);
+    bias_act(p, out, y, bias, ny);
     return CUDNN_STATUS_SUCCESS;
 }
 
-void gpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, const float *weight,
+void gpu_conv_forward(dt_conv_plan *p, int n, dt_act *out, const dt_act *inp, const float *weight,
                       const float *bias)
 {
     if (n <= 0) return;
@@ -457,22 +494,22 @@ void gpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, cons
 
 /* No ReLU here: the layer (or the max pool after it) has already masked
  * dout by the ReLU's output, as for the CPU backend. */
-static cudnnStatus_t backward(struct dt_conv_plan *p, int n, float *dinp, float *dweight, float *dbias,
-                              const float *dout, const float *inp, const float *weight, const char **op)
+static cudnnStatus_t backward(struct dt_conv_plan *p, int n, dt_act *dinp, float *dweight, float *dbias,
+                              const dt_act *dout, const dt_act *inp, const float *weight, const char **op)
 {
     const struct dt_conv_shape *s = &p->s;
     struct algos *a = lookup(p, n);
     size_t ny = (size_t)n * s->oh * s->ow * s->k, nw = (size_t)s->kh * s->kw * s->c * s->k;
     size_t nx = (size_t)n * p->hp * p->wp * s->c;
-    gpu_bias_grad(dbias, dout, n * s->oh * s->ow, s->k);
+    gpu_act_bias_grad(dbias, dout, n * s->oh * s->ow, s->k);
     const void *x = input_operand(p, n, inp);
     const void *dy = dout;
-    if (p->prec != DT_PREC_FP32) {
-        void *dy16 = gpu_buf_reserve(&p->y, ny * 2);
-        dt_gpu_to16(dy16, dout, ny, p->prec, gpu.stream);
-        dy = dy16;
+    if (p->prec != gpu.act) {
+        void *c = gpu_buf_reserve(&p->y, ny * gpu_elem_size(p->prec));
+        convert(c, p->prec, dout, gpu.act, ny);
+        dy = c;
     }
-    void *dw = gpu_buf_reserve(&p->dw, nw * elem_size(p->prec));
+    void *dw = gpu_buf_reserve(&p->dw, nw * gpu_elem_size(p->prec));
     *op = "backward filter";
     cudnnStatus_t st = run(p, &a->filter, [&](int algo, void *ws, size_t bytes) {
         return cudnnConvolutionBackwardFilter(gpu.dnn, &one, p->xd, x, p->yd, dy, p->cd,
@@ -484,7 +521,7 @@ static cudnnStatus_t backward(struct dt_conv_plan *p, int n, float *dinp, float 
 
     *op = "backward data";
     const void *w = weight_operand(p, weight);
-    void *dx = !p->padded && p->prec == DT_PREC_FP32 ? (void *)dinp : gpu_buf_reserve(&p->dx, nx * elem_size(p->prec));
+    void *dx = !p->padded && p->prec == gpu.act ? dinp : gpu_buf_reserve(&p->dx, nx * gpu_elem_size(p->prec));
     st = run(p, &a->data, [&](int algo, void *ws, size_t bytes) {
         return cudnnConvolutionBackwardData(gpu.dnn, &one, p->wd, w, p->yd, dy, p->cd,
                                             (cudnnConvolutionBwdDataAlgo_t)algo, ws, bytes, &zero, p->xd, dx);
@@ -494,8 +531,8 @@ static cudnnStatus_t backward(struct dt_conv_plan *p, int n, float *dinp, float 
     return CUDNN_STATUS_SUCCESS;
 }
 
-void gpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, float *dbias, const float *dout,
-                       const float *inp, const float *weight)
+void gpu_conv_backward(dt_conv_plan *p, int n, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
+                       const dt_act *inp, const float *weight)
 {
     const struct dt_conv_shape *s = &p->s;
     if (n <= 0) { /* no samples, no gradient */
@@ -513,95 +550,4 @@ void gpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, floa
     else if (st != CUDNN_STATUS_SUCCESS)
         dt_die(__FILE__, __LINE__, "cuDNN convolution %s (%s, batch %d) failed: %s", op, prec_name(p->prec), n,
                cudnnGetErrorString(st));
-}
-
-/* ---- max pooling ------------------------------------------------------------ */
-
-/* cuDNN's backward recomputes each window's maximum from the forward's
- * input and output, so the plan remembers those (the model's activation
- * buffers, untouched until this layer's backward). */
-struct dt_pool_plan {
-    struct dt_conv_shape s;
-    cudnnPoolingDescriptor_t pd;
-    cudnnTensorDescriptor_t xd, yd;
-    int desc_n;
-    const float *x, *y;  /* the last training forward's input and output */
-    int n;               /* and its batch size */
-    struct gpu_buf dy;   /* dout masked by relu_out */
-};
-
-static void pool_set_batch(struct dt_pool_plan *p, int n)
-{
-    const struct dt_conv_shape *s = &p->s;
-    if (p->desc_n == n) return;
-    DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, n, s->c, s->h, s->w));
-    DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, n, s->c, s->oh, s->ow));
-    p->desc_n = n;
-}
-
-/* 'valid' windows, no padding (the layer's pad is unused, as on the CPU). */
-dt_pool_plan *gpu_pool_create(const struct dt_conv_shape *shape)
-{
-    dt_pool_plan *p = (dt_pool_plan *)xcalloc(sizeof *p);
-    const struct dt_conv_shape *s = &p->s;
-    p->s = *shape;
-    DT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&p->pd));
-    DT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pd, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
-                                               s->kh, s->kw, 0, 0, s->stride, s->stride));
-    DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->xd));
-    DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yd));
-    pool_set_batch(p, 1);
-    int on, oc, oh, ow;
-    DT_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(p->pd, p->xd, &on, &oc, &oh, &ow));
-    if (oh != s->oh || ow != s->ow)
-        dt_die(__FILE__, __LINE__, "max pool %dx%dx%d, %dx%d window, stride %d: cuDNN gives %dx%d, the layer "
-               "wants %dx%d", s->h, s->w, s->c, s->kh, s->kw, s->stride, oh, ow, s->oh, s->ow);
-    return p;
-}
-
-void gpu_pool_destroy(dt_pool_plan *p)
-{
-    if (!p) return;
-    gpu_buf_release(&p->dy);
-    DT_CUDNN_CHECK(cudnnDestroyPoolingDescriptor(p->pd));
-    DT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(p->xd));
-    DT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(p->yd));
-    free(p);
-}
-
-void gpu_pool_forward(dt_pool_plan *p, int n, float *out, const float *inp, int train)
-{
-    if (train) {
-        p->x = inp;
-        p->y = out;
-        p->n = n;
-    }
-    if (n <= 0) return;
-    pool_set_batch(p, n);
-    DT_CUDNN_CHECK(cudnnPoolingForward(gpu.dnn, p->pd, &one, p->xd, inp, &zero, p->yd, out));
-}
-
-void gpu_pool_backward(dt_pool_plan *p, int n, float *dinp, const float *dout, const float *relu_out)
-{
-    const struct dt_conv_shape *s = &p->s;
-    if (n <= 0) return;
-    if (n != p->n || !p->x)
-        dt_die(__FILE__, __LINE__, "max pool backward for %d samples, but the last training forward had %d",
-               n, p->n);
-    pool_set_batch(p, n);
-    const float *dy = dout;
-    if (relu_out) { /* the ReLU before the pool passes gradient only where its output > 0 */
-        size_t ny = (size_t)n * s->oh * s->ow * s->c;
-        float *masked = (float *)gpu_buf_reserve(&p->dy, sizeof(float) * ny);
-        gpu_relu_backward(masked, dout, relu_out, ny);
-        dy = masked;
-    }
-    /* Input pixels no window covers get zero gradient; clear them in case
-     * cuDNN only writes what windows reach: edges past the last window, and
-     * the gaps between windows when the stride exceeds the window. */
-    if ((s->oh - 1) * s->stride + s->kh < s->h || (s->ow - 1) * s->stride + s->kw < s->w ||
-        s->stride > s->kh || s->stride > s->kw)
-        DT_CUDA_CHECK(cudaMemsetAsync(dinp, 0, sizeof(float) * (size_t)n * s->h * s->w * s->c, gpu.stream));
-    DT_CUDNN_CHECK(cudnnPoolingBackward(gpu.dnn, p->pd, &one, p->yd, p->y, p->yd, dy, p->xd, p->x, &zero, p->xd,
-                                       dinp));
 }

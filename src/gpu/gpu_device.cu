@@ -11,7 +11,7 @@
 
 #include "gpu/gpu_internal.h"
 
-struct gpu_state dt_cuda::gpu = {-1, 0, 0, 0, "", NULL, NULL, NULL, DT_PREC_FP32, NULL, NULL, 0};
+struct gpu_state dt_cuda::gpu = {-1, 0, 0, 0, "", NULL, NULL, NULL, DT_PREC_FP32, DT_PREC_FP32, NULL, NULL, 0};
 
 /* Device names are up to 255 bytes; ours hold 95 (as printf's %.95s would). */
 static void copy_name(char *dst, size_t len, const char *src)
@@ -107,6 +107,7 @@ extern "C" int dt_gpu_select(int dev, char *why, size_t whylen)
     gpu.sms = p.multiProcessorCount;
     copy_name(gpu.name, sizeof gpu.name, p.name);
     gpu.precision = DT_PREC_FP32;
+    gpu.act = DT_PREC_FP32;
     return 0;
 }
 

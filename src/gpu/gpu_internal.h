@@ -1,11 +1,20 @@
 /* gpu_internal.h: what the CUDA backend's .cu files share, and nothing else
  * includes: the one device's state, the error checks, growable device
- * buffers, the element-type conversions, and the ops gathered into
- * dt_backend_cuda by gpu_backend.cu.
+ * buffers, the element-type conversions and dispatch, and the ops gathered
+ * into dt_backend_cuda by gpu_backend.cu.
  *
  * One device per process: dt_gpu_select() (gpu_device.cu) fills the single
  * `gpu` struct, and every op queues its work on gpu.stream in order, so a
- * buffer written by one op is ready for the next without events. */
+ * buffer written by one op is ready for the next without events.
+ *
+ * Activations (dt_act, backend.h) are float, or 16-bit (__half or
+ * __nv_bfloat16) under --precision fp16|bf16 once set_act_type asked for
+ * it: gpu.act says which. Each op on activations is written once, as a
+ * template over the element type T, and picks T from gpu.act at run time
+ * (gpu_by_type); an element-wise kernel reads T, computes in float and
+ * rounds once to T, so at T = float it is the float kernel exactly.
+ * Parameters, their gradients, optimizer state and dropout masks stay
+ * float whatever gpu.act is. */
 #ifndef DT_GPU_INTERNAL_H
 #define DT_GPU_INTERNAL_H
 
@@ -60,6 +69,7 @@ struct gpu_state {
     cublasHandle_t blas;    /* bound to stream */
     cudnnHandle_t dnn;      /* bound to stream */
     int precision;          /* enum dt_precision, from setup() */
+    int act;                /* enum dt_precision: the activations' element type (set_act_type) */
     void *host_result;      /* 64 pinned bytes: values an op returns to the host */
     struct gpu_capture *cap; /* gpu_graph.cu: non-NULL while ops are being recorded */
     unsigned long generation; /* bumped whenever a gpu_buf is reallocated or freed */
@@ -110,6 +120,24 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(x);
 }
 
+/* Runs f(T()) with T the element type of `type` (enum dt_precision): float,
+ * __half or __nv_bfloat16. f is a generic lambda, [&](auto t) { using T =
+ * decltype(t); ... }, so an op is written once for all three types. */
+template <typename F> static inline void gpu_by_type(int type, F f)
+{
+    if (type == DT_PREC_FP16) f(__half());
+    else if (type == DT_PREC_BF16) f(__nv_bfloat16());
+    else f(0.0f);
+}
+
+/* The element type as cuBLAS names it. */
+static inline cudaDataType gpu_blas_type(int type)
+{
+    return type == DT_PREC_FP16 ? CUDA_R_16F : type == DT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static inline size_t gpu_elem_size(int type) { return type == DT_PREC_FP32 ? sizeof(float) : 2; }
+
 /* gpu_graph.cu: recording (backend.h's capture_begin ... graph_destroy).
  * While gpu.cap is set: dropout_forward takes its seed from the device
  * slot gpu_capture_seed() gives (the value for this recording is drawn
@@ -133,44 +161,52 @@ struct gpu_xent_result {
     long long correct;
 };
 
-/* gpu_kernels.cu: element-wise kernels, loss, optimizers, GEMM */
+/* gpu_kernels.cu: element-wise kernels, loss, optimizers, GEMM and the
+ * dense layer. Pointers typed dt_act hold gpu.act elements; float ones
+ * are float whatever gpu.act is. */
 void gpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
 void gpu_bias_add(float *out, const float *bias, int rows, int cols);
 void gpu_bias_grad(float *dbias, const float *dout, int rows, int cols);
-void gpu_relu_forward(float *out, const float *inp, size_t n);
-void gpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
-void gpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,
-                         dt_rng *rng);
-void gpu_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n);
-double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits,
-                        const uint8_t *labels, int n, int classes, float grad_scale);
-void gpu_images_to_float(float *dst, const uint8_t *src, size_t n);
+/* bias_grad of an activation gradient (gpu.act elements), summed in float. */
+void gpu_act_bias_grad(float *dbias, const dt_act *dout, int rows, int cols);
+void gpu_dense_forward(int n, int in, int units, dt_act *out, const dt_act *inp, const float *weight,
+                       const float *bias);
+void gpu_dense_backward(int n, int in, int units, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
+                        const dt_act *inp, const float *weight);
+void gpu_relu_forward(dt_act *out, const dt_act *inp, size_t n);
+void gpu_relu_backward(dt_act *dinp, const dt_act *dout, const dt_act *out, size_t n);
+void gpu_dropout_forward(dt_act *out, float *mask, const dt_act *inp, size_t n, float rate, dt_rng *rng);
+void gpu_dropout_backward(dt_act *dinp, const dt_act *dout, const float *mask, size_t n);
+double gpu_softmax_xent(dt_act *dlogits, long *ncorrect, const dt_act *logits, const uint8_t *labels, int n,
+                        int classes, float grad_scale);
+void gpu_images_to_float(dt_act *dst, const uint8_t *src, size_t n);
 void gpu_adam_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha,
                      float beta1, float beta2, float eps);
 void gpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
                     float momentum);
 int gpu_unscale_check(float *grad, size_t n, float inv_scale);
 void gpu_accumulate(float *dst, const float *src, size_t n);
+void gpu_act_add(dt_act *dst, const dt_act *src, size_t n);
 
-/* gpu_conv.cu: convolution and max pooling through cuDNN */
+/* gpu_conv.cu: convolution through cuDNN */
 dt_conv_plan *gpu_conv_create(const struct dt_conv_shape *shape, int relu);
 void gpu_conv_destroy(dt_conv_plan *plan);
-void gpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, const float *weight,
+void gpu_conv_forward(dt_conv_plan *plan, int n, dt_act *out, const dt_act *inp, const float *weight,
                       const float *bias);
-void gpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight);
+void gpu_conv_backward(dt_conv_plan *plan, int n, dt_act *dinp, float *dweight, float *dbias,
+                       const dt_act *dout, const dt_act *inp, const float *weight);
+/* gpu_pool.cu: max pooling (own kernels, the CPU's tie rule) */
 dt_pool_plan *gpu_pool_create(const struct dt_conv_shape *shape);
 void gpu_pool_destroy(dt_pool_plan *plan);
-void gpu_pool_forward(dt_pool_plan *plan, int n, float *out, const float *inp, int train);
-void gpu_pool_backward(dt_pool_plan *plan, int n, float *dinp, const float *dout,
-                       const float *relu_out);
+void gpu_pool_forward(dt_pool_plan *plan, int n, dt_act *out, const dt_act *inp, int train);
+void gpu_pool_backward(dt_pool_plan *plan, int n, dt_act *dinp, const dt_act *dout, const dt_act *relu_out);
 
 /* gpu_norm.cu: per-channel sums and affine maps (batchnorm), average pooling */
-void gpu_channel_sums(double *s1, double *s2, const float *a, const float *b, size_t rows, int c);
-void gpu_channel_affine(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
+void gpu_channel_sums(double *s1, double *s2, const dt_act *a, const dt_act *b, size_t rows, int c);
+void gpu_channel_affine(dt_act *out, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
                         const float *q, const float *r, int relu);
-void gpu_avgpool_forward(const struct dt_conv_shape *s, int n, float *out, const float *inp);
-void gpu_avgpool_backward(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
+void gpu_avgpool_forward(const struct dt_conv_shape *s, int n, dt_act *out, const dt_act *inp);
+void gpu_avgpool_backward(const struct dt_conv_shape *s, int n, dt_act *dinp, const dt_act *dout);
 
 #endif

@@ -1,12 +1,17 @@
 /* gpu_kernels.cu: the CUDA backend's element-wise kernels, loss, optimizer
- * updates, GEMM and the 16-bit conversions of gpu.h.
+ * updates, GEMM, the dense layer and the 16-bit conversions of gpu.h.
  *
  * Each kernel is the CPU reference (cpu_kernels.c) written as a grid-stride
  * loop, with the same formulas in the same order. Reductions (bias gradient,
  * loss sum) go through fixed-shape trees instead of atomics, so a run
  * repeats bit for bit on the same device. Dropout draws its mask on the
  * device from a counter-based hash of one host draw per call: the host
- * dt_rng advances by exactly one step, whatever n is. */
+ * dt_rng advances by exactly one step, whatever n is.
+ *
+ * Kernels on activations are templates over their element type T (float,
+ * or 16 bits under set_act_type; gpu_internal.h): they read T, compute in
+ * float as the CPU does and round once to T, so with float activations
+ * they are the float kernels exactly. */
 #include "config.h"
 
 #include <math.h>
@@ -83,6 +88,21 @@ void gpu_accumulate(float *dst, const float *src, size_t n)
     DT_KERNEL_CHECK();
 }
 
+template <typename T> __global__ void act_add_kernel(T *dst, const T *src, size_t n)
+{
+    GPU_FOR_EACH(i, n) dst[i] = from_f32<T>(to_f32(dst[i]) + to_f32(src[i]));
+}
+
+void gpu_act_add(dt_act *dst, const dt_act *src, size_t n)
+{
+    if (!n) return;
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        act_add_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>((T *)dst, (const T *)src, n);
+    });
+    DT_KERNEL_CHECK();
+}
+
 /* ---- GEMM ---------------------------------------------------------------- */
 
 static struct gpu_buf gemm_scratch; /* 16-bit copies of A and B */
@@ -128,18 +148,20 @@ void gpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const fl
 
 /* ---- bias ---------------------------------------------------------------- */
 
-__global__ void bias_add_kernel(float *out, const float *bias, size_t total, int cols)
+template <typename T> __global__ void bias_add_kernel(T *out, const float *bias, size_t total, int cols)
 {
-    GPU_FOR_EACH(i, total) out[i] += bias[i % (size_t)cols];
+    GPU_FOR_EACH(i, total) out[i] = from_f32<T>(to_f32(out[i]) + bias[i % (size_t)cols]);
 }
 
-void gpu_bias_add(float *out, const float *bias, int rows, int cols)
+template <typename T> static void bias_add(T *out, const float *bias, int rows, int cols)
 {
     size_t total = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
     if (!total) return;
-    bias_add_kernel<<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(out, bias, total, cols);
+    bias_add_kernel<T><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(out, bias, total, cols);
     DT_KERNEL_CHECK();
 }
+
+void gpu_bias_add(float *out, const float *bias, int rows, int cols) { bias_add(out, bias, rows, cols); }
 
 /* Column sums: a block covers 32 columns (coalesced) and a chunk of rows,
  * its 8 thread rows striding through the chunk; chunk partials are then
@@ -149,14 +171,15 @@ void gpu_bias_add(float *out, const float *bias, int rows, int cols)
 
 static struct gpu_buf bias_scratch; /* [chunks][cols] partial sums */
 
-__global__ void bias_grad_partial(float *partial, const float *dout, int rows, int cols, int chunk)
+template <typename T>
+__global__ void bias_grad_partial(float *partial, const T *dout, int rows, int cols, int chunk)
 {
     __shared__ float s[BG_ROWS][BG_COLS + 1];
     int col = blockIdx.x * BG_COLS + threadIdx.x;
     int r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
     float sum = 0.0f;
     if (col < cols)
-        for (int r = r0 + (int)threadIdx.y; r < r1; r += BG_ROWS) sum += dout[(size_t)r * cols + col];
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += BG_ROWS) sum += to_f32(dout[(size_t)r * cols + col]);
     s[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
     if (threadIdx.y == 0 && col < cols) {
@@ -175,7 +198,8 @@ __global__ void bias_grad_final(float *dbias, const float *partial, int chunks, 
     }
 }
 
-void gpu_bias_grad(float *dbias, const float *dout, int rows, int cols)
+/* dout in any element type; the sums are float in every case. */
+template <typename T> static void bias_grad(float *dbias, const T *dout, int rows, int cols)
 {
     if (cols <= 0) return;
     if (rows <= 0) {
@@ -191,48 +215,135 @@ void gpu_bias_grad(float *dbias, const float *dout, int rows, int cols)
     chunks = (rows + chunk - 1) / chunk;
     dim3 grid((unsigned)colblocks, (unsigned)chunks), block(BG_COLS, BG_ROWS);
     if (chunks == 1) {
-        bias_grad_partial<<<grid, block, 0, gpu.stream>>>(dbias, dout, rows, cols, chunk);
+        bias_grad_partial<T><<<grid, block, 0, gpu.stream>>>(dbias, dout, rows, cols, chunk);
         DT_KERNEL_CHECK();
         return;
     }
     float *partial = (float *)gpu_buf_reserve(&bias_scratch, sizeof(float) * (size_t)chunks * cols);
-    bias_grad_partial<<<grid, block, 0, gpu.stream>>>(partial, dout, rows, cols, chunk);
+    bias_grad_partial<T><<<grid, block, 0, gpu.stream>>>(partial, dout, rows, cols, chunk);
     DT_KERNEL_CHECK();
     bias_grad_final<<<gpu_blocks((size_t)cols, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(dbias, partial,
                                                                                         chunks, cols);
     DT_KERNEL_CHECK();
 }
 
+void gpu_bias_grad(float *dbias, const float *dout, int rows, int cols) { bias_grad(dbias, dout, rows, cols); }
+
+void gpu_act_bias_grad(float *dbias, const dt_act *dout, int rows, int cols)
+{
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        bias_grad(dbias, (const T *)dout, rows, cols);
+    });
+}
+
+/* ---- the dense layer ------------------------------------------------------- */
+
+/* With float activations the layer is the float pieces above, as the layer
+ * called them before dense_forward existed (so fp32 runs do not change,
+ * bit for bit; gpu_gemm may still multiply in 16 bits). With 16-bit
+ * activations cuBLAS reads them where they are: only the float weights are
+ * converted, into dense_w16. Products accumulate in float; out and dinp
+ * are rounded to 16 bits by cuBLAS (out once more after its bias, as a
+ * 16-bit convolution's output), dweight stays float. */
+static struct gpu_buf dense_w16; /* the weights [in][units] in gpu.act's type */
+
+static const void *weights16(const float *weight, size_t count)
+{
+    void *w = gpu_buf_reserve(&dense_w16, count * 2);
+    dt_gpu_to16(w, weight, count, gpu.act, gpu.stream);
+    return w;
+}
+
+static const float f_one = 1.0f, f_zero = 0.0f;
+
+/* out [n][units] = inp [n][in] . weight [in][units] + bias. The cuBLAS calls
+ * are gpu_gemm's for the same transposes (row-major operands swapped). */
+void gpu_dense_forward(int n, int in, int units, dt_act *out, const dt_act *inp, const float *weight,
+                       const float *bias)
+{
+    if (n <= 0 || units <= 0) return;
+    if (gpu.act == DT_PREC_FP32) {
+        gpu_gemm(0, 0, n, units, in, 1.0f, (const float *)inp, in, weight, units, 0.0f, (float *)out, units);
+        gpu_bias_add((float *)out, bias, n, units);
+        return;
+    }
+    const cudaDataType t = gpu_blas_type(gpu.act);
+    const void *w = weights16(weight, (size_t)in * units);
+    DT_CUBLAS_CHECK(cublasGemmEx(gpu.blas, CUBLAS_OP_N, CUBLAS_OP_N, units, n, in, &f_one, w, t, units, inp, t, in,
+                                 &f_zero, out, t, units, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gpu_by_type(gpu.act, [&](auto ty) {
+        using T = decltype(ty);
+        bias_add((T *)out, bias, n, units);
+    });
+}
+
+/* dweight [in][units] = inp^T . dout and dbias (column sums of dout), both
+ * overwritten and zero for n = 0; dinp [n][in] = dout . weight^T. */
+void gpu_dense_backward(int n, int in, int units, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
+                        const dt_act *inp, const float *weight)
+{
+    if (gpu.act == DT_PREC_FP32) {
+        /* n = 0: GEMM's k = 0 with beta = 0 clears dweight, bias_grad dbias */
+        gpu_gemm(1, 0, in, units, n, 1.0f, (const float *)inp, in, (const float *)dout, units, 0.0f, dweight, units);
+        gpu_bias_grad(dbias, (const float *)dout, n, units);
+        if (dinp && n > 0)
+            gpu_gemm(0, 1, n, in, units, 1.0f, (const float *)dout, units, weight, units, 0.0f, (float *)dinp, in);
+        return;
+    }
+    if (in <= 0 || units <= 0) return;
+    if (n <= 0) { /* no samples, no gradient */
+        DT_CUDA_CHECK(cudaMemsetAsync(dweight, 0, sizeof(float) * (size_t)in * units, gpu.stream));
+        DT_CUDA_CHECK(cudaMemsetAsync(dbias, 0, sizeof(float) * (size_t)units, gpu.stream));
+        return;
+    }
+    const cudaDataType t = gpu_blas_type(gpu.act);
+    DT_CUBLAS_CHECK(cublasGemmEx(gpu.blas, CUBLAS_OP_N, CUBLAS_OP_T, units, in, n, &f_one, dout, t, units, inp, t, in,
+                                 &f_zero, dweight, CUDA_R_32F, units, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gpu_act_bias_grad(dbias, dout, n, units);
+    if (!dinp) return;
+    const void *w = weights16(weight, (size_t)in * units);
+    DT_CUBLAS_CHECK(cublasGemmEx(gpu.blas, CUBLAS_OP_T, CUBLAS_OP_N, in, n, units, &f_one, w, t, units, dout, t, units,
+                                 &f_zero, dinp, t, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 /* ---- ReLU and dropout ---------------------------------------------------- */
 
-__global__ void relu_forward_kernel(float *out, const float *inp, size_t n)
+template <typename T> __global__ void relu_forward_kernel(T *out, const T *inp, size_t n)
 {
     GPU_FOR_EACH(i, n) {
-        float x = inp[i];
-        out[i] = x > 0.0f ? x : 0.0f;
+        float x = to_f32(inp[i]);
+        out[i] = from_f32<T>(x > 0.0f ? x : 0.0f);
     }
 }
 
 /* dinp may alias dout (each element is read before it is written). */
-__global__ void relu_backward_kernel(float *dinp, const float *dout, const float *out, size_t n)
+template <typename T> __global__ void relu_backward_kernel(T *dinp, const T *dout, const T *out, size_t n)
 {
     GPU_FOR_EACH(i, n) {
-        float d = dout[i];
-        dinp[i] = out[i] > 0.0f ? d : 0.0f;
+        float d = to_f32(dout[i]);
+        dinp[i] = from_f32<T>(to_f32(out[i]) > 0.0f ? d : 0.0f);
     }
 }
 
-void gpu_relu_forward(float *out, const float *inp, size_t n)
+void gpu_relu_forward(dt_act *out, const dt_act *inp, size_t n)
 {
     if (!n) return;
-    relu_forward_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(out, inp, n);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        relu_forward_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>((T *)out, (const T *)inp, n);
+    });
     DT_KERNEL_CHECK();
 }
 
-void gpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n)
+void gpu_relu_backward(dt_act *dinp, const dt_act *dout, const dt_act *out, size_t n)
 {
     if (!n) return;
-    relu_backward_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(dinp, dout, out, n);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        relu_backward_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+            (T *)dinp, (const T *)dout, (const T *)out, n);
+    });
     DT_KERNEL_CHECK();
 }
 
@@ -248,38 +359,46 @@ static __device__ __forceinline__ uint64_t mix64(uint64_t z)
 
 /* The seed is an argument, or (while recording, gpu_graph.cu) read from
  * the device slot seedp, which each replay refills. */
-__global__ void dropout_forward_kernel(float *out, float *mask, const float *inp, size_t n,
-                                       float rate, float scale, uint64_t seed, const uint64_t *seedp)
+template <typename T>
+__global__ void dropout_forward_kernel(T *out, float *mask, const T *inp, size_t n, float rate, float scale,
+                                       uint64_t seed, const uint64_t *seedp)
 {
     if (seedp) seed = *seedp;
     GPU_FOR_EACH(i, n) {
         float u = (float)(mix64(seed + i) >> 40) * (1.0f / 16777216.0f); /* [0, 1), as dt_rng_uniform */
         float m = u >= rate ? scale : 0.0f;
         mask[i] = m;
-        out[i] = inp[i] * m;
+        out[i] = from_f32<T>(to_f32(inp[i]) * m);
     }
 }
 
-__global__ void dropout_backward_kernel(float *dinp, const float *dout, const float *mask, size_t n)
+template <typename T> __global__ void dropout_backward_kernel(T *dinp, const T *dout, const float *mask, size_t n)
 {
-    GPU_FOR_EACH(i, n) dinp[i] = dout[i] * mask[i];
+    GPU_FOR_EACH(i, n) dinp[i] = from_f32<T>(to_f32(dout[i]) * mask[i]);
 }
 
-void gpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate, dt_rng *rng)
+void gpu_dropout_forward(dt_act *out, float *mask, const dt_act *inp, size_t n, float rate, dt_rng *rng)
 {
     if (!n) return; /* no samples, no draw (the CPU draws none either) */
     const float scale = 1.0f / (1.0f - rate);
     const uint64_t *seedp = gpu.cap ? gpu_capture_seed(rng) : NULL;
     uint64_t seed = seedp ? 0 : dt_rng_u64(rng);
-    dropout_forward_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(out, mask, inp, n,
-                                                                                    rate, scale, seed, seedp);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        dropout_forward_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+            (T *)out, mask, (const T *)inp, n, rate, scale, seed, seedp);
+    });
     DT_KERNEL_CHECK();
 }
 
-void gpu_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n)
+void gpu_dropout_backward(dt_act *dinp, const dt_act *dout, const float *mask, size_t n)
 {
     if (!n) return;
-    dropout_backward_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(dinp, dout, mask, n);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        dropout_backward_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+            (T *)dinp, (const T *)dout, mask, n);
+    });
     DT_KERNEL_CHECK();
 }
 
@@ -289,16 +408,17 @@ static struct gpu_buf xent_scratch; /* result, then [n] row losses, [n] hits */
 
 /* One warp per row. The row maximum is the first maximal element (the CPU's
  * argmax); exp and the sum are in double, like the CPU's. */
-__global__ void xent_rows_kernel(float *dlogits, double *row_loss, int *row_hit, const float *logits,
+template <typename T>
+__global__ void xent_rows_kernel(T *dlogits, double *row_loss, int *row_hit, const T *logits,
                                  const uint8_t *labels, int n, int classes, float grad_scale)
 {
     int row = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = (int)(threadIdx.x % 32);
     if (row >= n) return; /* the whole warp leaves together */
-    const float *z = logits + (size_t)row * classes;
+    const T *z = logits + (size_t)row * classes;
     float best = 0.0f;
     int arg = classes; /* none yet */
     for (int j = lane; j < classes; j += 32) {
-        float v = z[j];
+        float v = to_f32(z[j]);
         if (arg == classes || v > best) { best = v; arg = j; }
     }
     for (int off = 16; off > 0; off >>= 1) {
@@ -308,19 +428,19 @@ __global__ void xent_rows_kernel(float *dlogits, double *row_loss, int *row_hit,
     }
     const float zmax = best;
     double sum = 0.0;
-    for (int j = lane; j < classes; j += 32) sum += exp((double)(z[j] - zmax));
+    for (int j = lane; j < classes; j += 32) sum += exp((double)(to_f32(z[j]) - zmax));
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(FULL_WARP, sum, off);
     const int y = labels[row];
     if (lane == 0) {
         /* A label outside the classes gives NaN, not a stray read. */
-        row_loss[row] = y < classes ? log(sum) - (double)(z[y] - zmax) : (double)NAN;
+        row_loss[row] = y < classes ? log(sum) - (double)(to_f32(z[y]) - zmax) : (double)NAN;
         row_hit[row] = arg == y;
     }
     if (dlogits) {
-        float *d = dlogits + (size_t)row * classes;
+        T *d = dlogits + (size_t)row * classes;
         for (int j = lane; j < classes; j += 32) {
-            float p = (float)(exp((double)(z[j] - zmax)) / sum);
-            d[j] = (p - (j == y ? 1.0f : 0.0f)) * grad_scale;
+            float p = (float)(exp((double)(to_f32(z[j]) - zmax)) / sum);
+            d[j] = from_f32<T>((p - (j == y ? 1.0f : 0.0f)) * grad_scale);
         }
     }
 }
@@ -353,7 +473,7 @@ __global__ void xent_sum_kernel(struct gpu_xent_result *out, const double *row_l
     }
 }
 
-double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits, const uint8_t *labels,
+double gpu_softmax_xent(dt_act *dlogits, long *ncorrect, const dt_act *logits, const uint8_t *labels,
                         int n, int classes, float grad_scale)
 {
     if (n <= 0 || classes <= 0) return 0.0;
@@ -364,8 +484,12 @@ double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits, con
     int *row_hit = (int *)(s + hits_off);
     const unsigned warps_per_block = 4;
     unsigned blocks = (unsigned)(((size_t)n + warps_per_block - 1) / warps_per_block);
-    xent_rows_kernel<<<blocks, 32 * warps_per_block, 0, gpu.stream>>>(dlogits, row_loss, row_hit, logits,
-                                                                     labels, n, classes, grad_scale);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        xent_rows_kernel<T><<<blocks, 32 * warps_per_block, 0, gpu.stream>>>((T *)dlogits, row_loss, row_hit,
+                                                                            (const T *)logits, labels, n, classes,
+                                                                            grad_scale);
+    });
     DT_KERNEL_CHECK();
     xent_sum_kernel<<<1, XENT_THREADS, 0, gpu.stream>>>(res, row_loss, row_hit, n);
     DT_KERNEL_CHECK();
@@ -382,16 +506,19 @@ double gpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits, con
 
 /* ---- input conversion ----------------------------------------------------- */
 
-__global__ void images_to_float_kernel(float *dst, const uint8_t *src, size_t n)
+template <typename T> __global__ void images_to_float_kernel(T *dst, const uint8_t *src, size_t n)
 {
     const float s = 1.0f / 255.0f;
-    GPU_FOR_EACH(i, n) dst[i] = (float)src[i] * s;
+    GPU_FOR_EACH(i, n) dst[i] = from_f32<T>((float)src[i] * s);
 }
 
-void gpu_images_to_float(float *dst, const uint8_t *src, size_t n)
+void gpu_images_to_float(dt_act *dst, const uint8_t *src, size_t n)
 {
     if (!n) return;
-    images_to_float_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(dst, src, n);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        images_to_float_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>((T *)dst, src, n);
+    });
     DT_KERNEL_CHECK();
 }
 

@@ -19,7 +19,11 @@
  *
  * Average pooling keeps the CPU's order of additions: forward sums the
  * window row by row, then scales; backward gathers, for each input element,
- * the windows that cover it in the order the CPU scatters them. */
+ * the windows that cover it in the order the CPU scatters them.
+ *
+ * The tensors are activations (gpu.act's element type, gpu_internal.h):
+ * each kernel reads them as float, computes as it would for float tensors,
+ * and rounds its output once; the sums stay double, the vectors float. */
 #include "config.h"
 
 #include "gpu/gpu_internal.h"
@@ -32,8 +36,9 @@
 static struct gpu_buf sums_partial; /* [R][2][c] doubles, then [2][c] results */
 
 /* Block (bx, by): channels bx*32 .. +31, rows [by*chunk, (by+1)*chunk). */
-__global__ void channel_sums_partial_kernel(double *partial, const float *a, const float *b, size_t rows,
-                                            int c, size_t chunk)
+template <typename T>
+__global__ void channel_sums_partial_kernel(double *partial, const T *a, const T *b, size_t rows, int c,
+                                            size_t chunk)
 {
     __shared__ double sa[SUM_TY][SUM_TX], sb[SUM_TY][SUM_TX];
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, j = (int)blockIdx.x * SUM_TX + tx;
@@ -41,7 +46,7 @@ __global__ void channel_sums_partial_kernel(double *partial, const float *a, con
     double s1 = 0.0, s2 = 0.0;
     if (j < c)
         for (size_t r = r0 + (size_t)ty; r < r1; r += SUM_TY) {
-            float x = a[r * (size_t)c + j], y = b[r * (size_t)c + j];
+            float x = to_f32(a[r * (size_t)c + j]), y = to_f32(b[r * (size_t)c + j]);
             s1 += (double)x;
             s2 += (double)x * (double)y;
         }
@@ -72,7 +77,7 @@ __global__ void channel_sums_fold_kernel(double *out, const double *partial, int
     out[c + j] = s2;
 }
 
-void gpu_channel_sums(double *s1, double *s2, const float *a, const float *b, size_t rows, int c)
+void gpu_channel_sums(double *s1, double *s2, const dt_act *a, const dt_act *b, size_t rows, int c)
 {
     if (c <= 0) return;
     if (rows == 0 || gpu.cap) { /* a recording cannot bring values to the host: it fails (gpu_graph.cu) */
@@ -91,8 +96,11 @@ void gpu_channel_sums(double *s1, double *s2, const float *a, const float *b, si
     nparts = (rows + chunk - 1) / chunk;
     double *partial = (double *)gpu_buf_reserve(&sums_partial, sizeof(double) * 2 * (size_t)c * (nparts + 1));
     double *out = partial + nparts * 2 * (size_t)c;
-    channel_sums_partial_kernel<<<dim3(cblocks, (unsigned)nparts), dim3(SUM_TX, SUM_TY), 0, gpu.stream>>>(
-        partial, a, b, rows, c, chunk);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        channel_sums_partial_kernel<T><<<dim3(cblocks, (unsigned)nparts), dim3(SUM_TX, SUM_TY), 0, gpu.stream>>>(
+            partial, (const T *)a, (const T *)b, rows, c, chunk);
+    });
     DT_KERNEL_CHECK();
     channel_sums_fold_kernel<<<(unsigned)((c + 127) / 128), 128, 0, gpu.stream>>>(out, partial, (int)nparts, c);
     DT_KERNEL_CHECK();
@@ -106,17 +114,18 @@ void gpu_channel_sums(double *s1, double *s2, const float *a, const float *b, si
 static struct gpu_buf affine_vec; /* p, q, r: 3 x c floats */
 
 /* out may alias a (each element is read before it is written). */
-__global__ void channel_affine_kernel(float *out, const float *a, const float *b, size_t n, int c,
-                                      const float *p, const float *q, const float *r, int relu)
+template <typename T>
+__global__ void channel_affine_kernel(T *out, const T *a, const T *b, size_t n, int c, const float *p,
+                                      const float *q, const float *r, int relu)
 {
     GPU_FOR_EACH(i, n) {
         int j = (int)(i % (size_t)c);
-        float o = b ? p[j] * a[i] + q[j] * b[i] + r[j] : p[j] * a[i] + r[j];
-        out[i] = relu ? (o > 0.0f ? o : 0.0f) : o;
+        float o = b ? p[j] * to_f32(a[i]) + q[j] * to_f32(b[i]) + r[j] : p[j] * to_f32(a[i]) + r[j];
+        out[i] = from_f32<T>(relu ? (o > 0.0f ? o : 0.0f) : o);
     }
 }
 
-void gpu_channel_affine(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
+void gpu_channel_affine(dt_act *out, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
                         const float *q, const float *r, int relu)
 {
     size_t n = rows * (size_t)c;
@@ -129,8 +138,11 @@ void gpu_channel_affine(float *out, const float *a, const float *b, size_t rows,
     DT_CUDA_CHECK(cudaMemcpyAsync(v, p, sizeof(float) * (size_t)c, cudaMemcpyHostToDevice, gpu.stream));
     if (b) DT_CUDA_CHECK(cudaMemcpyAsync(v + c, q, sizeof(float) * (size_t)c, cudaMemcpyHostToDevice, gpu.stream));
     DT_CUDA_CHECK(cudaMemcpyAsync(v + 2 * c, r, sizeof(float) * (size_t)c, cudaMemcpyHostToDevice, gpu.stream));
-    channel_affine_kernel<<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(out, a, b, n, c, v, v + c,
-                                                                                     v + 2 * c, relu);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        channel_affine_kernel<T><<<gpu_blocks(n, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+            (T *)out, (const T *)a, (const T *)b, n, c, v, v + c, v + 2 * c, relu);
+    });
     DT_KERNEL_CHECK();
 }
 
@@ -146,7 +158,7 @@ static struct avg_geom geom(const struct dt_conv_shape *s)
 }
 
 /* One thread per output element (b, oy, ox, j). */
-__global__ void avgpool_forward_kernel(struct avg_geom g, size_t total, float *out, const float *inp)
+template <typename T> __global__ void avgpool_forward_kernel(struct avg_geom g, size_t total, T *out, const T *inp)
 {
     const float inv = 1.0f / (float)(g.kh * g.kw);
     GPU_FOR_EACH(i, total) {
@@ -156,19 +168,19 @@ __global__ void avgpool_forward_kernel(struct avg_geom g, size_t total, float *o
         t /= (size_t)g.ow;
         int oy = (int)(t % (size_t)g.oh);
         size_t b = t / (size_t)g.oh;
-        const float *x = inp + b * (size_t)g.h * g.w * g.c;
+        const T *x = inp + b * (size_t)g.h * g.w * g.c;
         float s = 0.0f;
         for (int ky = 0; ky < g.kh; ky++)
             for (int kx = 0; kx < g.kw; kx++)
-                s += x[((size_t)(oy * g.stride + ky) * g.w + ox * g.stride + kx) * g.c + j];
-        out[i] = s * inv;
+                s += to_f32(x[((size_t)(oy * g.stride + ky) * g.w + ox * g.stride + kx) * g.c + j]);
+        out[i] = from_f32<T>(s * inv);
     }
 }
 
 /* One thread per input element (b, y, x, j): the windows covering (y, x)
  * are oy in [ceil((y - kh + 1) / stride), y / stride] (clipped to the
  * output), likewise ox; visited in ascending (oy, ox), the CPU's order. */
-__global__ void avgpool_backward_kernel(struct avg_geom g, size_t total, float *dinp, const float *dout)
+template <typename T> __global__ void avgpool_backward_kernel(struct avg_geom g, size_t total, T *dinp, const T *dout)
 {
     const float inv = 1.0f / (float)(g.kh * g.kw);
     GPU_FOR_EACH(i, total) {
@@ -182,27 +194,34 @@ __global__ void avgpool_backward_kernel(struct avg_geom g, size_t total, float *
         int ox0 = x - g.kw + 1 > 0 ? (x - g.kw + 1 + g.stride - 1) / g.stride : 0;
         int oy1 = y / g.stride < g.oh - 1 ? y / g.stride : g.oh - 1;
         int ox1 = x / g.stride < g.ow - 1 ? x / g.stride : g.ow - 1;
-        const float *d = dout + b * (size_t)g.oh * g.ow * g.c;
+        const T *d = dout + b * (size_t)g.oh * g.ow * g.c;
         float s = 0.0f;
         for (int oy = oy0; oy <= oy1; oy++)
-            for (int ox = ox0; ox <= ox1; ox++) s += d[((size_t)oy * g.ow + ox) * g.c + j] * inv;
-        dinp[i] = s;
+            for (int ox = ox0; ox <= ox1; ox++) s += to_f32(d[((size_t)oy * g.ow + ox) * g.c + j]) * inv;
+        dinp[i] = from_f32<T>(s);
     }
 }
 
-void gpu_avgpool_forward(const struct dt_conv_shape *s, int n, float *out, const float *inp)
+void gpu_avgpool_forward(const struct dt_conv_shape *s, int n, dt_act *out, const dt_act *inp)
 {
     size_t total = (size_t)n * s->oh * s->ow * s->c;
     if (!total) return;
-    avgpool_forward_kernel<<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(geom(s), total, out, inp);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        avgpool_forward_kernel<T><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+            geom(s), total, (T *)out, (const T *)inp);
+    });
     DT_KERNEL_CHECK();
 }
 
-void gpu_avgpool_backward(const struct dt_conv_shape *s, int n, float *dinp, const float *dout)
+void gpu_avgpool_backward(const struct dt_conv_shape *s, int n, dt_act *dinp, const dt_act *dout)
 {
     size_t total = (size_t)n * s->h * s->w * s->c;
     if (!total) return;
-    avgpool_backward_kernel<<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(geom(s), total, dinp,
-                                                                                          dout);
+    gpu_by_type(gpu.act, [&](auto t) {
+        using T = decltype(t);
+        avgpool_backward_kernel<T><<<gpu_blocks(total, GPU_THREADS), GPU_THREADS, 0, gpu.stream>>>(
+            geom(s), total, (T *)dinp, (const T *)dout);
+    });
     DT_KERNEL_CHECK();
 }

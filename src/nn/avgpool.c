@@ -43,15 +43,15 @@ static void pool_destroy(struct dt_layer *l, const struct dt_backend *be)
 
 static int pool_supported(const struct dt_backend *be) { return be->avgpool_forward && be->avgpool_backward; }
 
-static void pool_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void pool_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                          const float *params)
 {
     (void)params;
     c->be->avgpool_forward(l->state, c->n, out, inp);
 }
 
-static void pool_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout, const float *inp,
-                          const float *out, const float *params, float *dparams)
+static void pool_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout, const dt_act *inp,
+                          const dt_act *out, const float *params, float *dparams)
 {
     (void)inp; (void)out; (void)params; (void)dparams;
     if (dinp) c->be->avgpool_backward(l->state, c->n, dinp, dout);

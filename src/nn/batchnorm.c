@@ -102,7 +102,7 @@ static void bn_init_buffers(struct dt_layer *l, float *buf)
 
 static int bn_supported(const struct dt_backend *be) { return be->channel_sums && be->channel_affine; }
 
-static void bn_forward(struct dt_layer *l, const struct dt_ctx *ctx, float *out, const float *inp,
+static void bn_forward(struct dt_layer *l, const struct dt_ctx *ctx, dt_act *out, const dt_act *inp,
                        const float *params)
 {
     struct bn_state *s = l->state;
@@ -145,8 +145,8 @@ static void bn_forward(struct dt_layer *l, const struct dt_ctx *ctx, float *out,
     if (rows) be->channel_affine(out, inp, NULL, rows, c, s->p, NULL, s->r, l->spec.activation == DT_ACT_RELU);
 }
 
-static void bn_backward(struct dt_layer *l, const struct dt_ctx *ctx, float *dinp, float *dout, const float *inp,
-                        const float *out, const float *params, float *dparams)
+static void bn_backward(struct dt_layer *l, const struct dt_ctx *ctx, dt_act *dinp, dt_act *dout, const dt_act *inp,
+                        const dt_act *out, const float *params, float *dparams)
 {
     struct bn_state *s = l->state;
     const struct dt_backend *be = ctx->be;

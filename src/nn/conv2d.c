@@ -67,7 +67,7 @@ static void conv2d_init(struct dt_layer *l, float *params, dt_rng *rng)
     for (int i = 0; i < s->k; i++) params[nw + (size_t)i] = 0.0f;
 }
 
-static void conv2d_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void conv2d_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                            const float *params)
 {
     struct conv_state *s = l->state;
@@ -75,8 +75,8 @@ static void conv2d_forward(struct dt_layer *l, const struct dt_ctx *c, float *ou
     c->be->conv_forward(s->plan, c->n, out, inp, params, params + nw);
 }
 
-static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
-                            const float *inp, const float *out, const float *params, float *dparams)
+static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
+                            const dt_act *inp, const dt_act *out, const float *params, float *dparams)
 {
     struct conv_state *s = l->state;
     size_t nw = (size_t)s->shape.kh * s->shape.kw * s->shape.c * s->shape.k;

@@ -1,6 +1,7 @@
 /* dense.c: Keras Dense (optional fused ReLU) on the flattened input.
  * Parameters: kernel [in][units] (Keras's layout), then bias [units].
- * out[n][units] = inp[n][in] . W + b, as one GEMM. */
+ * out[n][units] = inp[n][in] . W + b: the backend's dense ops (one GEMM
+ * and the bias forward; three pieces backward). */
 #include "config.h"
 
 #include "nn/layer.h"
@@ -20,25 +21,21 @@ static void dense_init(struct dt_layer *l, float *params, dt_rng *rng)
     for (int i = 0; i < units; i++) params[(size_t)in * units + (size_t)i] = 0.0f;
 }
 
-static void dense_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void dense_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                           const float *params)
 {
     int in = (int)dt_shape_size(l->in), units = l->out.c;
     if (c->n == 0) return;
-    c->be->gemm(0, 0, c->n, units, in, 1.0f, inp, in, params, units, 0.0f, out, units);
-    c->be->bias_add(out, params + (size_t)in * units, c->n, units);
+    c->be->dense_forward(c->n, in, units, out, inp, params, params + (size_t)in * units);
     if (l->spec.activation == DT_ACT_RELU) c->be->relu_forward(out, out, (size_t)c->n * units);
 }
 
-static void dense_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
-                           const float *inp, const float *out, const float *params, float *dparams)
+static void dense_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
+                           const dt_act *inp, const dt_act *out, const float *params, float *dparams)
 {
     int in = (int)dt_shape_size(l->in), units = l->out.c;
     if (l->spec.activation == DT_ACT_RELU && !l->relu_bwd_by_next) c->be->relu_backward(dout, dout, out, (size_t)c->n * units);
-    /* dW[in][units] = inp^T . dout; with no samples GEMM's beta=0 still zeroes it. */
-    c->be->gemm(1, 0, in, units, c->n, 1.0f, inp, in, dout, units, 0.0f, dparams, units);
-    c->be->bias_grad(dparams + (size_t)in * units, dout, c->n, units);
-    if (dinp && c->n > 0) c->be->gemm(0, 1, c->n, in, units, 1.0f, dout, units, params, units, 0.0f, dinp, in);
+    c->be->dense_backward(c->n, in, units, dinp, dparams, dparams + (size_t)in * units, dout, inp, params);
 }
 
 const struct dt_layer_ops dt_dense_ops = {

@@ -33,7 +33,7 @@ static void dropout_destroy(struct dt_layer *l, const struct dt_backend *be)
     l->state = NULL;
 }
 
-static void dropout_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void dropout_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                             const float *params)
 {
     struct dropout_state *s = l->state;
@@ -42,11 +42,11 @@ static void dropout_forward(struct dt_layer *l, const struct dt_ctx *c, float *o
     if (c->train && l->spec.rate > 0.0f)
         c->be->dropout_forward(out, s->mask, inp, n, l->spec.rate, c->rng);
     else if (out != inp)
-        c->be->copy(out, inp, sizeof(float) * n);
+        c->be->copy(out, inp, c->act_size * n);
 }
 
-static void dropout_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
-                             const float *inp, const float *out, const float *params, float *dparams)
+static void dropout_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
+                             const dt_act *inp, const dt_act *out, const float *params, float *dparams)
 {
     struct dropout_state *s = l->state;
     size_t n = dt_shape_size(l->out) * (size_t)c->n;
@@ -55,7 +55,7 @@ static void dropout_backward(struct dt_layer *l, const struct dt_ctx *c, float *
     if (l->spec.rate > 0.0f)
         c->be->dropout_backward(dinp, dout, s->mask, n);
     else
-        c->be->copy(dinp, dout, sizeof(float) * n);
+        c->be->copy(dinp, dout, c->act_size * n);
 }
 
 const struct dt_layer_ops dt_dropout_ops = {

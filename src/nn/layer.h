@@ -45,7 +45,8 @@ struct dt_ctx {
     int n;            /* samples in this batch (may be 0) */
     int train;        /* dropout active, pool keeps argmax, batchnorm uses batch statistics */
     dt_rng *rng;      /* the replica's dropout stream */
-    float *const *act; /* the model's activations: act[0] input, act[i+1] layer i's output */
+    dt_act *const *act; /* the model's activations: act[0] input, act[i+1] layer i's output */
+    size_t act_size;  /* bytes per activation element (dt_act_size of the backend's act_type) */
     /* --sync-bn: sums n doubles over all replicas in place (NULL: this
      * replica's batch alone). Every replica calls it at the same layers. */
     void (*reduce)(void *arg, double *buf, int n);
@@ -71,12 +72,12 @@ struct dt_layer_ops {
     /* Non-NULL when a pass brings values to the host between its kernels
      * (batchnorm's statistics), which a recorded graph cannot hold: why. */
     const char *host_roundtrip;
-    void (*forward)(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+    void (*forward)(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                     const float *params);
     /* dout may be overwritten (activations are undone in place). dinp is NULL
      * for the first layer. dparams is overwritten, never accumulated. */
-    void (*backward)(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
-                     const float *inp, const float *out, const float *params, float *dparams);
+    void (*backward)(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
+                     const dt_act *inp, const dt_act *out, const float *params, float *dparams);
 };
 
 struct dt_layer {

@@ -3,8 +3,8 @@
 
 #include "nn/loss.h"
 
-struct dt_loss_result dt_softmax_xent(const struct dt_backend *be, float *dlogits,
-                                      const float *logits, const uint8_t *labels, int n,
+struct dt_loss_result dt_softmax_xent(const struct dt_backend *be, dt_act *dlogits,
+                                      const dt_act *logits, const uint8_t *labels, int n,
                                       int classes, float grad_scale)
 {
     struct dt_loss_result r = {0.0, 0};

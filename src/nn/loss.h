@@ -15,8 +15,8 @@ struct dt_loss_result {
 /* dlogits (may be NULL for evaluation) receives d(sum loss)/d(logits) scaled
  * by grad_scale; the trainer passes 1/global_batch so that summing replicas'
  * gradients yields the mean over the global batch. */
-struct dt_loss_result dt_softmax_xent(const struct dt_backend *be, float *dlogits,
-                                      const float *logits, const uint8_t *labels, int n,
+struct dt_loss_result dt_softmax_xent(const struct dt_backend *be, dt_act *dlogits,
+                                      const dt_act *logits, const uint8_t *labels, int n,
                                       int classes, float grad_scale);
 
 #endif

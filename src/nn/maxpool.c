@@ -42,7 +42,7 @@ static void maxpool_destroy(struct dt_layer *l, const struct dt_backend *be)
     l->state = NULL;
 }
 
-static void maxpool_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void maxpool_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                             const float *params)
 {
     struct pool_state *ps = l->state;
@@ -50,8 +50,8 @@ static void maxpool_forward(struct dt_layer *l, const struct dt_ctx *c, float *o
     c->be->pool_forward(ps->plan, c->n, out, inp, c->train);
 }
 
-static void maxpool_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout,
-                             const float *inp, const float *out, const float *params, float *dparams)
+static void maxpool_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
+                             const dt_act *inp, const dt_act *out, const float *params, float *dparams)
 {
     struct pool_state *ps = l->state;
     (void)inp; (void)params; (void)dparams;

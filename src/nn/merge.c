@@ -23,23 +23,23 @@ static int add_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_stat
     return DT_OK;
 }
 
-static void add_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void add_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                         const float *params)
 {
     size_t n = dt_shape_size(l->out) * (size_t)c->n;
     (void)params;
-    c->be->copy(out, inp, sizeof(float) * n);
-    c->be->accumulate(out, c->act[l->src], n);
+    c->be->copy(out, inp, c->act_size * n);
+    c->be->act_add(out, c->act[l->src], n);
     if (l->spec.activation == DT_ACT_RELU) c->be->relu_forward(out, out, n);
 }
 
-static void add_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout, const float *inp,
-                         const float *out, const float *params, float *dparams)
+static void add_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout, const dt_act *inp,
+                         const dt_act *out, const float *params, float *dparams)
 {
     size_t n = dt_shape_size(l->out) * (size_t)c->n;
     (void)inp; (void)params; (void)dparams;
     if (l->spec.activation == DT_ACT_RELU) c->be->relu_backward(dout, dout, out, n);
-    if (dinp) c->be->copy(dinp, dout, sizeof(float) * n);
+    if (dinp) c->be->copy(dinp, dout, c->act_size * n);
 }
 
 const struct dt_layer_ops dt_add_ops = {
@@ -57,18 +57,18 @@ static int route_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_st
     return DT_OK;
 }
 
-static void route_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void route_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                           const float *params)
 {
     (void)inp; (void)params;
-    c->be->copy(out, c->act[l->src], sizeof(float) * dt_shape_size(l->out) * (size_t)c->n);
+    c->be->copy(out, c->act[l->src], c->act_size * dt_shape_size(l->out) * (size_t)c->n);
 }
 
-static void route_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout, const float *inp,
-                           const float *out, const float *params, float *dparams)
+static void route_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout, const dt_act *inp,
+                           const dt_act *out, const float *params, float *dparams)
 {
     (void)dout; (void)out; (void)params; (void)dparams; (void)inp;
-    if (dinp) c->be->zero(dinp, sizeof(float) * dt_shape_size(l->in) * (size_t)c->n);
+    if (dinp) c->be->zero(dinp, c->act_size * dt_shape_size(l->in) * (size_t)c->n);
 }
 
 const struct dt_layer_ops dt_route_ops = {

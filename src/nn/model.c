@@ -165,6 +165,7 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
 {
     m->be = be;
     m->max_n = max_n > 0 ? max_n : 1;
+    m->act_type = be->act_type();
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
     be->zero(m->grads, sizeof(float) * m->nparams);
@@ -174,7 +175,7 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     m->dact = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact);
     for (int i = 0; i <= m->nlayers; i++) {
         struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
-        size_t bytes = sizeof(float) * dt_shape_size(s) * (size_t)m->max_n;
+        size_t bytes = dt_act_size(m->act_type) * dt_shape_size(s) * (size_t)m->max_n;
         m->act[i] = be->alloc(bytes);
         if (i > 0) m->dact[i] = be->alloc(bytes);
     }
@@ -229,8 +230,8 @@ void dt_model_free(struct dt_model *m)
 
 void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
 {
-    struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng, .act = m->act, .reduce = m->reduce,
-                       .reduce_arg = m->reduce_arg};
+    struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng, .act = m->act,
+                       .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
         DT_TL_BEGIN(tl0);
@@ -248,8 +249,8 @@ struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, i
 void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
                               void (*done)(void *ctx, size_t offset), void *ctx)
 {
-    struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng, .act = m->act, .reduce = m->reduce,
-                       .reduce_arg = m->reduce_arg};
+    struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng, .act = m->act,
+                       .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct dt_layer *l = &m->layers[i];
         DT_TL_BEGIN(tl0);
@@ -259,7 +260,7 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
          * (final by now: backward ran past them) join its gradient. */
         for (int k = i; k < m->nlayers && m->dact[i] && n > 0; k++)
             if (m->layers[k].src == i)
-                m->be->accumulate(m->dact[i], m->dact[k + 1], dt_shape_size(m->layers[i - 1].out) * (size_t)n);
+                m->be->act_add(m->dact[i], m->dact[k + 1], dt_shape_size(m->layers[i - 1].out) * (size_t)n);
         DT_TL_END2(tl0, DT_TL_COMPUTE, "backward", l->name, NULL);
         if (done && l->nparams) done(ctx, l->param_offset);
     }

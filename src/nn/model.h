@@ -3,7 +3,8 @@
  * All parameters live in one contiguous allocation and all gradients in a
  * matching one, so the trainer reduces the whole model with one call and a
  * layer's parameters are just an offset. Activations are kept per layer for
- * backward: act[0] is the input batch, act[i+1] the output of layer i. */
+ * backward: act[0] is the input batch, act[i+1] the output of layer i; their
+ * element type is the backend's (float32, or 16 bits: backend.h). */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
@@ -26,8 +27,9 @@ struct dt_model {
     float *grads;    /* [nparams], device: d(loss)/d(params) of the last backward */
     int grads_borrowed; /* grads belongs to someone else (a shared window) */
     int max_n;       /* largest batch the buffers hold */
-    float **act;     /* [nlayers+1][max_n * shape] */
-    float **dact;    /* gradients of act; dact[0] is NULL (no one needs d input) */
+    int act_type;    /* element type of act and dact (the backend's act_type at create) */
+    dt_act **act;    /* [nlayers+1][max_n * shape] */
+    dt_act **dact;   /* gradients of act; dact[0] is NULL (no one needs d input) */
     size_t nbuffers; /* non-trained state (batchnorm's moving statistics) */
     float *buffers;  /* [nbuffers], device; each rank its own (see dt_model_has_batchnorm) */
     /* --sync-bn: how batchnorm sums its statistics over the replicas (layer.h) */
@@ -53,7 +55,8 @@ int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be
 int dt_model_check_capture(const struct dt_model *m, const struct dt_backend *be, const char *flag, dt_status *st);
 /* Whether the model has add or route layers (it is not a Keras Sequential). */
 int dt_model_is_graph(const struct dt_model *m);
-/* Allocate device buffers for batches of up to max_n samples. */
+/* Allocate device buffers for batches of up to max_n samples; activations
+ * in be->act_type() as it is now. */
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n);
 /* Keras's initialisers, drawn from seed (host RNG), uploaded; buffers too. */
 void dt_model_init_params(struct dt_model *m, uint64_t seed);

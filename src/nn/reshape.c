@@ -23,18 +23,18 @@ static int reshape_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_
     return DT_OK;
 }
 
-static void copy_forward(struct dt_layer *l, const struct dt_ctx *c, float *out, const float *inp,
+static void copy_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out, const dt_act *inp,
                          const float *params)
 {
     (void)params;
-    c->be->copy(out, inp, sizeof(float) * dt_shape_size(l->out) * (size_t)c->n);
+    c->be->copy(out, inp, c->act_size * dt_shape_size(l->out) * (size_t)c->n);
 }
 
-static void copy_backward(struct dt_layer *l, const struct dt_ctx *c, float *dinp, float *dout, const float *inp,
-                          const float *out, const float *params, float *dparams)
+static void copy_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout, const dt_act *inp,
+                          const dt_act *out, const float *params, float *dparams)
 {
     (void)inp; (void)out; (void)params; (void)dparams;
-    if (dinp) c->be->copy(dinp, dout, sizeof(float) * dt_shape_size(l->out) * (size_t)c->n);
+    if (dinp) c->be->copy(dinp, dout, c->act_size * dt_shape_size(l->out) * (size_t)c->n);
 }
 
 const struct dt_layer_ops dt_flatten_ops = {
