@@ -40,7 +40,7 @@ static float float_of(uint32_t x)
 /* Float bit patterns to try: every exponent, mantissas spread over the
  * range with the low bits (where the rounding decides) all covered. */
 static uint32_t pattern(uint32_t i) { return i * 2654435761u; }
-#define NPATTERNS (1u << 22)
+#define NPATTERNS (1u << 18) /* about a thousand per exponent; Valgrind runs this too */
 
 /* ---- fp16 ------------------------------------------------------------------ */
 
@@ -177,8 +177,10 @@ static const struct dt_layer_spec residual[] = {
     {.type = "dense", .filters = 10},
 };
 
+#define STEPS 4
+
 struct run {
-    double loss[6];
+    double loss[STEPS];
     float *grad0;  /* the first step's gradient */
     float *update; /* parameters after training minus before */
     size_t n;
@@ -195,13 +197,14 @@ static double rel_l2(const float *a, const float *b, size_t n)
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-/* Trains model `which` ("cnn", or the residual network above) for 6 SGD
+/* Trains model `which` ("cnn", or the residual network above) for STEPS SGD
  * steps on be with activations of type act, from fixed parameters and
  * data; the last batch is ragged. */
 static struct run train(const char *which, const struct dt_backend *be, int act)
 {
-    const int batch = 16, steps = 6;
-    struct dt_shape in = !strcmp(which, "cnn") ? (struct dt_shape){28, 28, 1} : (struct dt_shape){12, 12, 3};
+    const int batch = 8, steps = STEPS;
+    /* the seed CNN on 16x16 images (its layers, a third of its work: Valgrind runs this) */
+    struct dt_shape in = !strcmp(which, "cnn") ? (struct dt_shape){16, 16, 1} : (struct dt_shape){12, 12, 3};
     const int npix = (int)dt_shape_size(in);
     struct dt_model m;
     dt_status st = {0};
@@ -223,7 +226,7 @@ static struct run train(const char *which, const struct dt_backend *be, int act)
     dt_optim_create(&o, be, &cfg, m.nparams);
     struct run r = {.n = m.nparams, .update = malloc(sizeof(float) * m.nparams)};
     memcpy(r.update, m.params, sizeof(float) * m.nparams);
-    uint8_t *img = malloc((size_t)batch * npix), lab[16];
+    uint8_t *img = malloc((size_t)batch * npix), lab[8];
     dt_rng data, drop;
     dt_rng_seed(&data, 99, 1);
     dt_rng_seed(&drop, 5, 0);
@@ -260,7 +263,7 @@ struct gap {
 static struct gap compare(const struct run *a, const struct run *b)
 {
     struct gap g = {0, rel_l2(b->grad0, a->grad0, a->n), rel_l2(b->update, a->update, a->n)};
-    for (int s = 0; s < 6; s++) {
+    for (int s = 0; s < STEPS; s++) {
         double e = fabs(b->loss[s] - a->loss[s]) / a->loss[s];
         if (e > g.loss) g.loss = e;
     }
@@ -273,16 +276,17 @@ static void free_run(struct run *r)
     free(r->update);
 }
 
-/* Tolerances, from runs on this machine with about a factor of 4 to spare
- * (cnn, then residual: fp16 1.3e-3 / 9.5e-5 loss, 1.3e-2 / 2.0e-2 first
- * gradient, 6.2e-2 / 2.3e-2 update; bf16 2.2e-3 / 1.8e-3, 5.1e-2 / 5.7e-2,
- * 1.1e-1 / 4.5e-2). The losses move by what rounding each stored value
- * explains; the gradients move more: where two inputs of a max-pooling
- * window round to the same 16-bit value, the gradient goes to the other
- * one, a whole value moved for one in a few hundred windows. Adding a
- * 16-bit stored tensor to one read as float32 elsewhere, or copying half of
- * one, would move them by order 1. */
-static const struct gap tol_fp16 = {5e-3, 5e-2, 0.25}, tol_bf16 = {1e-2, 0.2, 0.4};
+/* Tolerances, from runs on this machine with a factor of 3 or more to
+ * spare (cnn, then residual: fp16 1.0e-5 / 1.0e-4 loss, 1.9e-3 / 2.3e-2
+ * first gradient, 1.6e-2 / 3.4e-2 update; bf16 4.2e-4 / 3.9e-4, 3.5e-2 /
+ * 4.4e-2, 5.4e-2 / 5.2e-2; Valgrind's AVX2 code paths move them a little).
+ * The losses move by what rounding each stored value explains; the
+ * gradients move more: where two inputs of a max-pooling window round to
+ * the same 16-bit value, the gradient goes to the other one, a whole value
+ * moved for one in a few hundred windows. Adding a 16-bit stored tensor to
+ * one read as float32 elsewhere, or copying half of one, moves them by
+ * order 1. */
+static const struct gap tol_fp16 = {5e-3, 8e-2, 0.25}, tol_bf16 = {1e-2, 0.2, 0.4};
 
 static void check_gap(const char *which, const char *type, struct gap g, struct gap tol)
 {
@@ -306,7 +310,7 @@ static void storage_tracks_float32(const char *which)
     check_gap(which, "fp16", gh, tol_fp16);
     check_gap(which, "bf16", gb, tol_bf16);
     ck_assert_msg(gh.grad0 > 0 && gb.grad0 > 0, "%s: 16-bit storage changed nothing: nothing was rounded", which);
-    ck_assert_msg(gb.grad0 > 1.5 * gh.grad0,
+    ck_assert_msg(gb.grad0 > 1.3 * gh.grad0,
                   "%s: bf16 (8-bit mantissa) should move the gradient more than fp16 (11 bits): %.1e vs %.1e", which,
                   gb.grad0, gh.grad0);
     free_run(&f32);
