@@ -797,6 +797,7 @@ static const struct pool_case pool_cases[] = {
     {"3x3 stride 2 (overlapping)", 13, 13, 5, 3, 2, 7},
     {"2x2 stride 1 (overlapping)", 9, 10, 3, 2, 1, 5},
     {"3x3 stride 3 (odd edges)", 7, 8, 4, 3, 3, 3},
+    {"2x2 stride 3 (gaps no window covers)", 11, 10, 3, 2, 3, 4},
 };
 
 static void pool_run(const struct pool_case *pcase, int relu)

@@ -12,8 +12,9 @@
  * it: gpu.act says which. Each op on activations is written once, as a
  * template over the element type T, and picks T from gpu.act at run time
  * (gpu_by_type); an element-wise kernel reads T, computes in float and
- * rounds once to T, so at T = float it is the float kernel exactly.
- * Parameters, their gradients, optimizer state and dropout masks stay
+ * rounds once to T, so at T = float it is the float kernel exactly. (A
+ * 16-bit convolution or dense output is rounded twice: cuDNN's or cuBLAS's
+ * 16-bit result, then the sum with the bias.) Parameters, their gradients, optimizer state and dropout masks stay
  * float whatever gpu.act is. */
 #ifndef DT_GPU_INTERNAL_H
 #define DT_GPU_INTERNAL_H

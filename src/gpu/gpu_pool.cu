@@ -85,6 +85,10 @@ __global__ void maxpool_backward_kernel(T *dinp, const T *dout, const T *relu_ou
 
 dt_pool_plan *gpu_pool_create(const struct dt_conv_shape *shape)
 {
+    const struct dt_conv_shape *s = shape;
+    if (s->oh < 1 || s->ow < 1 || (s->oh - 1) * s->stride + s->kh > s->h || (s->ow - 1) * s->stride + s->kw > s->w)
+        dt_die(__FILE__, __LINE__, "max pool %dx%dx%d, %dx%d window, stride %d: an output of %dx%d reads past the input",
+               s->h, s->w, s->c, s->kh, s->kw, s->stride, s->oh, s->ow);
     dt_pool_plan *p = (dt_pool_plan *)calloc(1, sizeof *p);
     if (!p) dt_die(__FILE__, __LINE__, "out of memory allocating a max-pool plan");
     p->s = *shape;
