@@ -856,6 +856,18 @@ static void test_pool(void)
 
 /* ---- batchnorm's per-channel ops and average pooling ----------------------- */
 
+/* The largest difference of the GPU's channel sums (g1, g2) from the
+ * reference's (c1, c2), relative to the largest reference sum. */
+static double sums_err(const double *c1, const double *c2, const double *g1, const double *g2, int c)
+{
+    double e = 0.0, den = 0.0;
+    for (int j = 0; j < c; j++) {
+        e = fmax(e, fmax(fabs(g1[j] - c1[j]), fabs(g2[j] - c2[j])));
+        den = fmax(den, fmax(fabs(c1[j]), fabs(c2[j])));
+    }
+    return den > 0.0 ? e / den : e;
+}
+
 /* channel_sums: the GPU sums in double throughout, the CPU in float blocks
  * of 64 rows folded into double (~4e-6 relative), so 1e-5. channel_affine:
  * one fused multiply-add more or less, so 1e-6. Shapes: fewer channels than
@@ -872,12 +884,7 @@ static void test_channel_ops(void)
         for (int same = 1; same >= 0; same--) {
             C->channel_sums(c1, c2, a, same ? a : b, rows, c);
             G->channel_sums(g1, g2, a_d, same ? a_d : b_d, rows, c);
-            double e = 0.0, den = 0.0;
-            for (int j = 0; j < c; j++) {
-                e = fmax(e, fmax(fabs(g1[j] - c1[j]), fabs(g2[j] - c2[j])));
-                den = fmax(den, fmax(fabs(c1[j]), fabs(c2[j])));
-            }
-            e = den > 0.0 ? e / den : e;
+            double e = sums_err(c1, c2, g1, g2, c);
             check(e <= 1e-5, "channel_sums rows=%zu c=%d %s: rel err %.1e (tol 1e-5)", rows, c,
                   same ? "(sum, sum of squares)" : "(sum a, sum a*b)", e);
         }
@@ -1082,51 +1089,98 @@ static void conv_mags(const struct dt_conv_shape *s, int n, const float *x, cons
                 }
 }
 
+/* A weighted layer's operands at 16-bit storage (convolution or dense):
+ * x [nx], weights [nw], bias [nb] and an output gradient dy [ny] drawn in
+ * that order; their 16-bit copies, on the host for the reference and on
+ * the device for the GPU; both sides' results; and the S magnitudes (my,
+ * mdx, mdw, mdb, zeroed) the bounds scale with. */
+struct wop16 {
+    int ty;
+    size_t nx, ny, nw, nb;
+    float *x, *w, *b, *dy;
+    void *x16, *dy16, *y16, *dx16; /* the reference's: host */
+    float *dw, *db;
+    void *x_d, *dy_d, *y_d, *dx_d; /* the GPU's: device */
+    float *w_d, *b_d, *dw_d, *db_d;
+    float *my, *mdx, *mdw, *mdb;
+};
+
+static float *zeros(size_t n)
+{
+    float *z = xmalloc(sizeof(float) * n);
+    memset(z, 0, sizeof(float) * n);
+    return z;
+}
+
+static void wop16_make(struct wop16 *o, int ty, size_t nx, size_t ny, size_t nw, size_t nb, float wscale)
+{
+    const size_t es = dt_act_size(ty);
+    *o = (struct wop16){.ty = ty, .nx = nx, .ny = ny, .nw = nw, .nb = nb};
+    o->x = fill(nx, -1.0f, 1.0f);
+    o->w = fill(nw, -wscale, wscale);
+    o->b = fill(nb, -0.5f, 0.5f);
+    o->dy = fill(ny, -1.0f, 1.0f);
+    o->x16 = encode(ty, o->x, nx);
+    o->dy16 = encode(ty, o->dy, ny);
+    o->y16 = xmalloc(es * ny);
+    o->dx16 = xmalloc(es * nx);
+    o->dw = xmalloc(sizeof(float) * nw);
+    o->db = xmalloc(sizeof(float) * nb);
+    o->x_d = to_dev_bytes(o->x16, es * nx);
+    o->dy_d = to_dev_bytes(o->dy16, es * ny);
+    o->y_d = G->alloc(es * ny);
+    o->dx_d = G->alloc(es * nx);
+    o->w_d = to_dev(o->w, nw);
+    o->b_d = to_dev(o->b, nb);
+    o->dw_d = G->alloc(sizeof(float) * nw);
+    o->db_d = G->alloc(sizeof(float) * nb);
+    memset(o->dx16, 0, es * nx); /* read back (not compared) when there is no dinp */
+    G->zero(o->dx_d, es * nx);
+    o->my = zeros(ny);
+    o->mdx = zeros(nx);
+    o->mdw = zeros(nw);
+    o->mdb = zeros(nb);
+}
+
+/* Both sides' results within 2 eps |ref| + 1.5 eps S per element (the
+ * bias gradient, float sums of 16-bit values: 1e-6 relative plus `sums`
+ * times S); what names the case in the message. Frees everything. */
+static void wop16_check(struct wop16 *o, const struct act16 *a, int with_dinp, double sums, const char *what)
+{
+    const int ty = o->ty;
+    float *ry = decode(ty, o->y16, o->ny), *gy = from_dev_act(ty, o->y_d, o->ny);
+    float *rdx = decode(ty, o->dx16, o->nx), *gdx = from_dev_act(ty, o->dx_d, o->nx);
+    float *gdw = from_dev(o->dw_d, o->nw), *gdb = from_dev(o->db_d, o->nb);
+    const double rel = 2.0 * a->eps, abs = 1.5 * a->eps;
+    double wy, wdx = 0.0, wdw, wdb;
+    size_t by = outside(gy, ry, o->my, o->ny, rel, abs, a->tiny, &wy);
+    size_t bdx = with_dinp ? outside(gdx, rdx, o->mdx, o->nx, rel, abs, a->tiny, &wdx) : 0;
+    size_t bdw = outside(gdw, o->dw, o->mdw, o->nw, rel, abs, a->tiny, &wdw);
+    size_t bdb = outside(gdb, o->db, o->mdb, o->nb, 1e-6, sums, 1e-30, &wdb);
+    check(by + bdx + bdw + bdb == 0,
+          "act %s %s%s: outside the bound: out %zu (worst %.2f of it), dinp %zu (%.2f), dweight %zu (%.2f), "
+          "dbias %zu (%.2f)", a->name, what, with_dinp ? "" : " (no dinp)", by, wy, bdx, wdx, bdw, wdw, bdb, wdb);
+    void *bufs_d[] = {o->x_d, o->dy_d, o->y_d, o->dx_d, o->w_d, o->b_d, o->dw_d, o->db_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {o->x, o->w, o->b, o->dy, o->x16, o->dy16, o->y16, o->dx16, o->dw, o->db, ry, gy, rdx, gdx,
+                    gdw, gdb, o->my, o->mdx, o->mdw, o->mdb};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
 static void conv16_run(const struct act16 *a, const struct conv_case *cc, dt_conv_plan *pr, dt_conv_plan *pg,
                        const struct dt_conv_shape *s, int n, int with_dinp)
 {
-    const int ty = a->type;
-    const size_t es = dt_act_size(ty);
-    size_t nx = (size_t)n * s->h * s->w * s->c, ny = (size_t)n * s->oh * s->ow * s->k;
-    size_t nw = (size_t)s->kh * s->kw * s->c * s->k, nb = (size_t)s->k;
-    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.5f, 0.5f), *b = fill(nb, -0.5f, 0.5f);
-    float *dy = fill(ny, -1.0f, 1.0f);
-    void *x16 = encode(ty, x, nx), *dy16 = encode(ty, dy, ny);
-    void *y16 = xmalloc(es * ny), *dx16 = xmalloc(es * nx);
-    float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
-    void *x_d = to_dev_bytes(x16, es * nx), *dy_d = to_dev_bytes(dy16, es * ny);
-    void *y_d = G->alloc(es * ny), *dx_d = G->alloc(es * nx);
-    float *w_d = to_dev(w, nw), *b_d = to_dev(b, nb);
-    float *dw_d = G->alloc(sizeof(float) * nw), *db_d = G->alloc(sizeof(float) * nb);
-    memset(dx16, 0, es * nx); /* read back (not compared) when there is no dinp */
-    G->zero(dx_d, es * nx);
-
-    R->conv_forward(pr, n, y16, x16, w, b);
-    G->conv_forward(pg, n, y_d, x_d, w_d, b_d);
-    R->conv_backward(pr, n, with_dinp ? dx16 : NULL, dw, db, dy16, x16, w);
-    G->conv_backward(pg, n, with_dinp ? dx_d : NULL, dw_d, db_d, dy_d, x_d, w_d);
-    float *ry = decode(ty, y16, ny), *gy = from_dev_act(ty, y_d, ny);
-    float *rdx = decode(ty, dx16, nx), *gdx = from_dev_act(ty, dx_d, nx);
-    float *gdw = from_dev(dw_d, nw), *gdb = from_dev(db_d, nb);
-    float *my = xmalloc(sizeof(float) * ny), *mdx = xmalloc(sizeof(float) * nx);
-    float *mdw = xmalloc(sizeof(float) * nw), *mdb = xmalloc(sizeof(float) * nb);
-    conv_mags(s, n, x, w, b, dy, my, mdx, mdw, mdb);
-
-    const double rel = 2.0 * a->eps, abs = 1.5 * a->eps, sums = 1e-6 * sqrt((double)n * s->oh * s->ow);
-    double wy, wdx = 0.0, wdw, wdb;
-    size_t by = outside(gy, ry, my, ny, rel, abs, a->tiny, &wy);
-    size_t bdx = with_dinp ? outside(gdx, rdx, mdx, nx, rel, abs, a->tiny, &wdx) : 0;
-    size_t bdw = outside(gdw, dw, mdw, nw, rel, abs, a->tiny, &wdw);
-    size_t bdb = outside(gdb, db, mdb, nb, 1e-6, sums, 1e-30, &wdb);
-    check(by + bdx + bdw + bdb == 0,
-          "act %s conv %s n=%d%s: outside the bound: out %zu (worst %.2f of it), dinp %zu (%.2f), dweight %zu "
-          "(%.2f), dbias %zu (%.2f)", a->name, cc->name, n, with_dinp ? "" : " (no dinp)", by, wy, bdx, wdx, bdw, wdw,
-          bdb, wdb);
-
-    void *bufs_d[] = {x_d, dy_d, y_d, dx_d, w_d, b_d, dw_d, db_d};
-    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
-    void *bufs[] = {x, w, b, dy, x16, dy16, y16, dx16, dw, db, ry, gy, rdx, gdx, gdw, gdb, my, mdx, mdw, mdb};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    struct wop16 o;
+    wop16_make(&o, a->type, (size_t)n * s->h * s->w * s->c, (size_t)n * s->oh * s->ow * s->k,
+               (size_t)s->kh * s->kw * s->c * s->k, (size_t)s->k, 0.5f);
+    R->conv_forward(pr, n, o.y16, o.x16, o.w, o.b);
+    G->conv_forward(pg, n, o.y_d, o.x_d, o.w_d, o.b_d);
+    R->conv_backward(pr, n, with_dinp ? o.dx16 : NULL, o.dw, o.db, o.dy16, o.x16, o.w);
+    G->conv_backward(pg, n, with_dinp ? o.dx_d : NULL, o.dw_d, o.db_d, o.dy_d, o.x_d, o.w_d);
+    conv_mags(s, n, o.x, o.w, o.b, o.dy, o.my, o.mdx, o.mdw, o.mdb);
+    char what[96];
+    snprintf(what, sizeof what, "conv %s n=%d", cc->name, n);
+    wop16_check(&o, a, with_dinp, 1e-6 * sqrt((double)n * s->oh * s->ow), what);
 }
 
 static void test_conv16(const struct act16 *a)
@@ -1147,64 +1201,30 @@ static void test_conv16(const struct act16 *a)
 
 static void dense16_run(const struct act16 *a, const struct dense_case *dc, int with_dinp)
 {
-    const int ty = a->type, n = dc->n, in = dc->in, units = dc->units;
-    const size_t es = dt_act_size(ty);
-    size_t nx = (size_t)n * in, ny = (size_t)n * units, nw = (size_t)in * units, nb = (size_t)units;
-    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.1f, 0.1f), *b = fill(nb, -0.5f, 0.5f);
-    float *dy = fill(ny, -1.0f, 1.0f);
-    void *x16 = encode(ty, x, nx), *dy16 = encode(ty, dy, ny);
-    void *y16 = xmalloc(es * ny), *dx16 = xmalloc(es * nx);
-    float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
-    void *x_d = to_dev_bytes(x16, es * nx), *dy_d = to_dev_bytes(dy16, es * ny);
-    void *y_d = G->alloc(es * ny), *dx_d = G->alloc(es * nx);
-    float *w_d = to_dev(w, nw), *b_d = to_dev(b, nb);
-    float *dw_d = G->alloc(sizeof(float) * nw), *db_d = G->alloc(sizeof(float) * nb);
-    memset(dx16, 0, es * nx); /* read back (not compared) when there is no dinp */
-    G->zero(dx_d, es * nx);
-
-    R->dense_forward(n, in, units, y16, x16, w, b);
-    G->dense_forward(n, in, units, y_d, x_d, w_d, b_d);
-    R->dense_backward(n, in, units, with_dinp ? dx16 : NULL, dw, db, dy16, x16, w);
-    G->dense_backward(n, in, units, with_dinp ? dx_d : NULL, dw_d, db_d, dy_d, x_d, w_d);
-    float *ry = decode(ty, y16, ny), *gy = from_dev_act(ty, y_d, ny);
-    float *rdx = decode(ty, dx16, nx), *gdx = from_dev_act(ty, dx_d, nx);
-    float *gdw = from_dev(dw_d, nw), *gdb = from_dev(db_d, nb);
-
+    const int n = dc->n, in = dc->in, units = dc->units;
+    struct wop16 o;
+    wop16_make(&o, a->type, (size_t)n * in, (size_t)n * units, (size_t)in * units, (size_t)units, 0.1f);
+    R->dense_forward(n, in, units, o.y16, o.x16, o.w, o.b);
+    G->dense_forward(n, in, units, o.y_d, o.x_d, o.w_d, o.b_d);
+    R->dense_backward(n, in, units, with_dinp ? o.dx16 : NULL, o.dw, o.db, o.dy16, o.x16, o.w);
+    G->dense_backward(n, in, units, with_dinp ? o.dx_d : NULL, o.dw_d, o.db_d, o.dy_d, o.x_d, o.w_d);
     /* S per element, as conv_mags does for convolutions */
-    float *my = xmalloc(sizeof(float) * ny), *mdx = xmalloc(sizeof(float) * nx);
-    float *mdw = xmalloc(sizeof(float) * nw), *mdb = xmalloc(sizeof(float) * nb);
-    memset(mdx, 0, sizeof(float) * nx);
-    memset(mdw, 0, sizeof(float) * nw);
-    memset(mdb, 0, sizeof(float) * nb);
     for (int i = 0; i < n; i++)
         for (int u = 0; u < units; u++) {
             size_t yi = (size_t)i * units + u;
-            float acc = fabsf(b[u]), g = fabsf(dy[yi]);
-            mdb[u] += g;
+            float acc = fabsf(o.b[u]), g = fabsf(o.dy[yi]);
+            o.mdb[u] += g;
             for (int k = 0; k < in; k++) {
                 size_t xi = (size_t)i * in + k, wi = (size_t)k * units + u;
-                acc += fabsf(x[xi]) * fabsf(w[wi]);
-                mdx[xi] += g * fabsf(w[wi]);
-                mdw[wi] += fabsf(x[xi]) * g;
+                acc += fabsf(o.x[xi]) * fabsf(o.w[wi]);
+                o.mdx[xi] += g * fabsf(o.w[wi]);
+                o.mdw[wi] += fabsf(o.x[xi]) * g;
             }
-            my[yi] = acc;
+            o.my[yi] = acc;
         }
-
-    const double rel = 2.0 * a->eps, abs = 1.5 * a->eps, sums = 1e-6 * sqrt((double)n);
-    double wy, wdx = 0.0, wdw, wdb;
-    size_t by = outside(gy, ry, my, ny, rel, abs, a->tiny, &wy);
-    size_t bdx = with_dinp ? outside(gdx, rdx, mdx, nx, rel, abs, a->tiny, &wdx) : 0;
-    size_t bdw = outside(gdw, dw, mdw, nw, rel, abs, a->tiny, &wdw);
-    size_t bdb = outside(gdb, db, mdb, nb, 1e-6, sums, 1e-30, &wdb);
-    check(by + bdx + bdw + bdb == 0,
-          "act %s dense n=%d in=%d units=%d%s: outside the bound: out %zu (worst %.2f of it), dinp %zu (%.2f), "
-          "dweight %zu (%.2f), dbias %zu (%.2f)", a->name, n, in, units, with_dinp ? "" : " (no dinp)", by, wy, bdx,
-          wdx, bdw, wdw, bdb, wdb);
-
-    void *bufs_d[] = {x_d, dy_d, y_d, dx_d, w_d, b_d, dw_d, db_d};
-    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
-    void *bufs[] = {x, w, b, dy, x16, dy16, y16, dx16, dw, db, ry, gy, rdx, gdx, gdw, gdb, my, mdx, mdw, mdb};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    char what[96];
+    snprintf(what, sizeof what, "dense n=%d in=%d units=%d", n, in, units);
+    wop16_check(&o, a, with_dinp, 1e-6 * sqrt((double)n), what);
 }
 
 static void test_dense16(const struct act16 *a)
@@ -1406,12 +1426,7 @@ static void test_norm16(const struct act16 *a)
         for (int same = 1; same >= 0; same--) {
             R->channel_sums(c1, c2, a16, same ? a16 : b16, rows, c);
             G->channel_sums(g1, g2, a_d, same ? a_d : b_d, rows, c);
-            double e = 0.0, den = 0.0;
-            for (int j = 0; j < c; j++) {
-                e = fmax(e, fmax(fabs(g1[j] - c1[j]), fabs(g2[j] - c2[j])));
-                den = fmax(den, fmax(fabs(c1[j]), fabs(c2[j])));
-            }
-            e = den > 0.0 ? e / den : e;
+            double e = sums_err(c1, c2, g1, g2, c);
             check(e <= 1e-5, "act %s channel_sums rows=%zu c=%d %s: rel err %.1e (tol 1e-5)", a->name, rows, c,
                   same ? "(sum, sum of squares)" : "(sum a, sum a*b)", e);
         }
