@@ -2,10 +2,11 @@
  *
  * Layers in src/nn/ never touch a loop over elements or a library handle:
  * they call the operations in this table. The CPU backend (src/cpu/, oneDNN +
- * CBLAS + plain C) fills it today; a CUDA backend (src/gpu/) fills the same
- * table later, so adding it does not touch the layers. Every pointer argument
- * is device memory of the backend that owns the table. Layouts are fixed:
- * activations NHWC, conv kernels HWIO, dense kernels [in][out] (Keras's). */
+ * CBLAS + plain C) and the CUDA backend (src/gpu/, cuDNN + cuBLAS + own
+ * kernels) fill the same table, so the layers know neither. Every pointer
+ * argument is device memory of the backend that owns the table. Layouts are
+ * fixed: activations NHWC, conv kernels HWIO, dense kernels [in][out]
+ * (Keras's). */
 #ifndef DT_BACKEND_H
 #define DT_BACKEND_H
 
