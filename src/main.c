@@ -14,6 +14,7 @@
 #include "device.h"
 #include "log.h"
 #include "options.h"
+#include "rma.h"
 #include "train.h"
 #ifdef DT_HAVE_CUDA
 #include "collectives/nccl.h"
@@ -34,13 +35,21 @@ int main(int argc, char **argv)
     dt_status st = {0};
     int rank, nranks;
 
-    /* Serialized: the gradient thread calls MPI only while the main thread
-     * does not (see collectives/reducer.h). */
+    /* Serialized is what training needs: the gradient thread calls MPI only
+     * while the main thread does not (see collectives/reducer.h). Multiple
+     * lets the stall watchdog receive two-sided progress reports where
+     * one-sided windows are missing (watchdog.h); asked for, not required. */
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     dt_log_rank = rank;
+    if (provided < MPI_THREAD_SERIALIZED) {
+        if (rank == 0)
+            fprintf(stderr, "dtrain: error: MPI gives %s; dtrain needs at least MPI_THREAD_SERIALIZED (its gradient "
+                    "thread calls MPI); use an MPI library built with thread support\n", dt_mpi_thread_level_name(provided));
+        return finish(DT_ERUNTIME);
+    }
 
     if (dt_options_parse(&cfg, argc, argv, &st) != DT_OK) {
         if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
@@ -91,8 +100,9 @@ int main(int argc, char **argv)
             char mode[48];
             snprintf(mode, sizeof mode, cfg.ps_mode == 0 ? "async" : cfg.ps_mode == 2 ? "sync" : "ssp, staleness %d",
                      cfg.staleness);
-            printf("layout: %s; strategy parameter-server (%s): %d server%s, %d worker%s\n", layout, mode,
-                   cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas, s->nreplicas == 1 ? "" : "s");
+            printf("layout: %s; strategy parameter-server (%s, %s): %d server%s, %d worker%s\n", layout, mode,
+                   dt_ps_transport_name(s), cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas,
+                   s->nreplicas == 1 ? "" : "s");
         }
         else if (s->ops == &dt_strategy_sharded)
             printf("layout: %s; strategy sharded: optimizer state %.2f MiB per rank (1/%d of the model's)\n",

@@ -18,6 +18,7 @@
 #include "half.h"
 #include "metrics/timeline.h"
 #include "nn/model_file.h"
+#include "rma.h"
 #include "train.h"
 
 
@@ -244,10 +245,16 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         const char *stall = getenv("DTRAIN_TEST_STALL");
         if (stall && sscanf(stall, "%d:%ld", &t->stall_rank, &t->stall_step) != 2) t->stall_step = 0;
     }
-    /* Enter/leave may publish to the table only when no other thread uses MPI. */
-    if (dt_watchdog_start(&t->watchdog, t->comm, cfg->stall_timeout, !t->strategy.overlap && !t->strategy.cuda,
-                          st) != DT_OK)
+    /* Enter/leave may publish to the table only when no other thread uses
+     * MPI then, or when MPI lets threads call it at once. */
+    const int publish = (!t->strategy.overlap && !t->strategy.cuda) || dt_mpi_thread_level() == MPI_THREAD_MULTIPLE;
+    if (dt_watchdog_start(&t->watchdog, t->comm, cfg->stall_timeout, publish, st) != DT_OK)
         return dt_status_agree(st, t->comm);
+    if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= 1)
+        fprintf(stderr, "dtrain: note: --stall-timeout: no one-sided window here (%s); the watchdog %s\n",
+                t->watchdog.why, t->watchdog.how == DT_WATCH_SEND
+                ? "gathers progress with two-sided messages instead"
+                : "still ends a stalled job, but cannot name the late ranks (MPI gives no MPI_THREAD_MULTIPLE)");
     t->last_ckpt_time = MPI_Wtime();
 
     int64_t *per_file = dt_xcalloc((size_t)cfg->ninputs, sizeof(int64_t));

@@ -10,9 +10,13 @@
 #include <unistd.h>
 
 #include "checks.h"
+#include "rma.h"
 #include "watchdog.h"
 
-#define GRACE 5.0 /* seconds other ranks give rank 0 to report first */
+#define GRACE 5.0    /* seconds other ranks give rank 0 to report first */
+#define TAG_ROW 1    /* two-sided: a report */
+#define TAG_BYE 2    /* two-sided: the last message of a rank */
+#define NSEND ((int)(sizeof ((struct dt_watchdog *)0)->sendreq / sizeof(MPI_Request)))
 
 static double now(void)
 {
@@ -21,14 +25,48 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Two-sided: a report to rank 0 from the ring of send buffers. The slot's
+ * previous send (24 bytes, eager) completed long ago. */
+static void send_row(struct dt_watchdog *w, const long *row, int tag)
+{
+    int k = w->nsent++ % NSEND;
+    DT_MPI_CHECK(MPI_Wait(&w->sendreq[k], MPI_STATUS_IGNORE));
+    memcpy(w->sendbuf[k], row, sizeof w->sendbuf[k]);
+    DT_MPI_CHECK(MPI_Isend(w->sendbuf[k], 3, MPI_LONG, 0, tag, w->comm, &w->sendreq[k]));
+}
+
+/* Update my row of rank 0's table from field index on (n fields). */
 static void put(struct dt_watchdog *w, int index, const long *vals, int n)
 {
     if (w->rank == 0) {
         memcpy(w->table + index, vals, sizeof(long) * (size_t)n); /* rank 0's own row */
         return;
     }
-    DT_MPI_CHECK(MPI_Put(vals, n, MPI_LONG, 0, (MPI_Aint)(3 * w->rank + index), n, MPI_LONG, w->win));
-    DT_MPI_CHECK(MPI_Win_flush(0, w->win));
+    if (w->how == DT_WATCH_PUT) {
+        DT_MPI_CHECK(MPI_Put(vals, n, MPI_LONG, 0, (MPI_Aint)(3 * w->rank + index), n, MPI_LONG, w->win));
+        DT_MPI_CHECK(MPI_Win_flush(0, w->win));
+    } else if (w->how == DT_WATCH_SEND) {
+        long row[3] = {w->epoch, w->step, 0};
+        memcpy(row + index, vals, sizeof(long) * (size_t)n);
+        send_row(w, row, TAG_ROW);
+    }
+}
+
+/* Rank 0's watchdog thread, two-sided: take every report that has arrived.
+ * Returns the number of ranks that said goodbye. */
+static int receive_rows(struct dt_watchdog *w)
+{
+    int byes = 0;
+    for (;;) {
+        int flag;
+        MPI_Status s;
+        DT_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->comm, &flag, &s));
+        if (!flag) return byes;
+        long row[3];
+        DT_MPI_CHECK(MPI_Recv(row, 3, MPI_LONG, s.MPI_SOURCE, s.MPI_TAG, w->comm, MPI_STATUS_IGNORE));
+        if (s.MPI_TAG == TAG_BYE) byes++;
+        else memcpy(w->table + 3 * s.MPI_SOURCE, row, sizeof row);
+    }
 }
 
 /* Rank 0: which ranks are not where this rank waits. */
@@ -38,6 +76,11 @@ static void late_ranks(const struct dt_watchdog *w, char *out, size_t len)
     size_t n = 0;
     int count = 0;
     out[0] = '\0';
+    if (w->how == DT_WATCH_BLIND) {
+        snprintf(out, len, "which rank is late is unknown (%s, and MPI gives no MPI_THREAD_MULTIPLE for a "
+                 "two-sided report)", w->why);
+        return;
+    }
     for (int r = 0; r < w->size; r++) {
         long e = t[3 * r], s = t[3 * r + 1], waiting = t[3 * r + 2];
         int behind = e < w->epoch || (e == w->epoch && s < w->step);
@@ -70,7 +113,14 @@ static void *watch(void *arg)
             until.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&w->wake, &w->lock, &until);
-        if (w->quit || !w->what) continue;
+        if (w->quit) continue;
+        if (w->how == DT_WATCH_SEND && w->rank == 0) {
+            /* MPI_THREAD_MULTIPLE: this thread may call MPI beside the main one. */
+            pthread_mutex_unlock(&w->lock);
+            receive_rows(w);
+            pthread_mutex_lock(&w->lock);
+        }
+        if (!w->what) continue;
         double waited = now() - w->since;
         if (waited < w->timeout + (w->rank ? GRACE : 0.0)) continue;
         char late[1024];
@@ -96,12 +146,19 @@ int dt_watchdog_start(struct dt_watchdog *w, MPI_Comm comm, double timeout, int 
     DT_MPI_CHECK(MPI_Comm_dup(comm, &w->comm));
     MPI_Comm_rank(w->comm, &w->rank);
     MPI_Comm_size(w->comm, &w->size);
-    MPI_Aint bytes = w->rank == 0 ? (MPI_Aint)(3 * sizeof(long) * (size_t)w->size) : 0;
-    DT_MPI_CHECK(MPI_Win_allocate(bytes, sizeof(long), MPI_INFO_NULL, w->comm, &w->table, &w->win));
-    if (w->rank == 0) memset(w->table, 0, (size_t)bytes);
-    else w->table = NULL;
-    DT_MPI_CHECK(MPI_Barrier(w->comm)); /* the table is zero before anyone puts */
-    DT_MPI_CHECK(MPI_Win_lock_all(0, w->win));
+    for (int k = 0; k < NSEND; k++) w->sendreq[k] = MPI_REQUEST_NULL;
+    size_t bytes = w->rank == 0 ? 3 * sizeof(long) * (size_t)w->size : 0;
+    long *base = NULL;
+    if (dt_rma_allocate((MPI_Aint)bytes, sizeof(long), w->comm, &base, &w->win, w->why, sizeof w->why) == 0) {
+        w->how = DT_WATCH_PUT;
+        w->table = w->rank == 0 ? base : NULL;
+    } else {
+        w->how = dt_mpi_thread_level() == MPI_THREAD_MULTIPLE ? DT_WATCH_SEND : DT_WATCH_BLIND;
+        w->table = w->rank == 0 ? dt_xcalloc((size_t)w->size * 3, sizeof(long)) : NULL;
+    }
+    if (w->rank == 0) memset(w->table, 0, bytes);
+    DT_MPI_CHECK(MPI_Barrier(w->comm)); /* the table is zero before anyone reports */
+    if (w->how == DT_WATCH_PUT) DT_MPI_CHECK(MPI_Win_lock_all(0, w->win));
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->wake, NULL);
     /* The thread inherits the signal mask: SIGUSR1/SIGTERM stay with the main thread. */
@@ -156,8 +213,32 @@ void dt_watchdog_stop(struct dt_watchdog *w)
     pthread_join(w->thread, NULL);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->wake);
-    DT_MPI_CHECK(MPI_Win_unlock_all(w->win));
-    DT_MPI_CHECK(MPI_Win_free(&w->win));
+    if (w->how == DT_WATCH_PUT) {
+        DT_MPI_CHECK(MPI_Win_unlock_all(w->win));
+        DT_MPI_CHECK(MPI_Win_free(&w->win));
+    } else {
+        if (w->how == DT_WATCH_SEND) {
+            /* Messages from one rank arrive in order: after its goodbye, none
+             * of its reports is left unreceived on the communicator. */
+            if (w->rank != 0) {
+                const long bye[3] = {0, 0, 0};
+                send_row(w, bye, TAG_BYE);
+            } else {
+                for (int byes = 0; byes < w->size - 1;) byes += receive_rows(w);
+            }
+            DT_MPI_CHECK(MPI_Waitall(NSEND, w->sendreq, MPI_STATUSES_IGNORE));
+        }
+        free(w->table);
+    }
+    w->table = NULL;
     DT_MPI_CHECK(MPI_Comm_free(&w->comm));
     w->on = 0;
+}
+
+const char *dt_watchdog_how(const struct dt_watchdog *w)
+{
+    if (!w->on) return "off";
+    return w->how == DT_WATCH_PUT    ? "one-sided window on rank 0"
+           : w->how == DT_WATCH_SEND ? "two-sided messages to rank 0"
+                                     : "no progress reports";
 }

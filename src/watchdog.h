@@ -7,13 +7,19 @@
  * one error line and aborts the whole job (MPI_Abort), so the scheduler gets
  * its nodes back instead of a job that waits until its walltime.
  *
- * Which ranks are late: at the start of every step each rank puts (epoch,
- * step, waiting) into a window on rank 0 (one MPI_Put and flush, no
- * synchronisation), and rank 0's watchdog, which fires first, reads that
- * table from its own memory: the ranks that have not reached the step the
- * others wait in, or that are not waiting at all. Other ranks fire a few
- * seconds later, in case rank 0 itself is the one stuck. The watchdog thread
- * makes no MPI call but MPI_Abort. */
+ * Which ranks are late: at the start of every step each rank reports
+ * (epoch, step, waiting) to rank 0, whose watchdog fires first and reads the
+ * table of reports: the ranks that have not reached the step the others
+ * wait in, or that are not waiting at all. Other ranks fire a few seconds
+ * later, in case rank 0 itself is the one stuck. Reports travel one of two
+ * ways, chosen at start (dt_watchdog_how says which):
+ *   - one-sided: an MPI_Put and flush into a window on rank 0, no
+ *     synchronisation; the watchdog thread makes no MPI call but MPI_Abort;
+ *   - two-sided, where the MPI cannot make that window (one-sided windows
+ *     across nodes over TCP, say): an MPI_Isend to rank 0, whose watchdog
+ *     thread receives them every 200 ms. That needs MPI_THREAD_MULTIPLE;
+ *     without it the watchdog still ends the job, but cannot name the late
+ *     ranks. */
 #ifndef DT_WATCHDOG_H
 #define DT_WATCHDOG_H
 
@@ -26,9 +32,14 @@ struct dt_watchdog {
     int on;
     int rank, size;
     double timeout;           /* seconds */
-    MPI_Comm comm;            /* a duplicate for the window */
+    int how;                  /* DT_WATCH_PUT, DT_WATCH_SEND or DT_WATCH_BLIND */
+    MPI_Comm comm;            /* a duplicate for the reports */
     MPI_Win win;
     long *table;              /* rank 0: [size][3] epoch, step, waiting; NULL elsewhere */
+    long sendbuf[8][3];       /* two-sided: reports in flight, a ring */
+    MPI_Request sendreq[8];
+    int nsent;
+    char why[160];            /* why the window could not be made (not DT_WATCH_PUT) */
     int publish_waiting;      /* enter/leave also update the table (no other thread uses MPI then) */
     pthread_t thread;
     pthread_mutex_t lock;
@@ -38,6 +49,8 @@ struct dt_watchdog {
     double since;             /* MPI_Wtime when it started waiting */
     long epoch, step;         /* the step it is in (1-based for messages) */
 };
+
+enum { DT_WATCH_PUT = 0, DT_WATCH_SEND = 1, DT_WATCH_BLIND = 2 };
 
 /* Collective over comm. timeout <= 0: off (every other call is a no-op).
  * publish_waiting: the main thread is the only one calling MPI when it
@@ -49,5 +62,7 @@ void dt_watchdog_enter(struct dt_watchdog *w, const char *what);
 void dt_watchdog_leave(struct dt_watchdog *w);
 /* Collective. */
 void dt_watchdog_stop(struct dt_watchdog *w);
+/* How reports travel, in a few words ("one-sided window", ...), or "off". */
+const char *dt_watchdog_how(const struct dt_watchdog *w);
 
 #endif
