@@ -95,10 +95,13 @@ void dt_options_usage(FILE *out)
         "                           several), mirrored, multi-worker, central-storage\n"
         "                           (one copy of parameters and optimizer per node), or\n"
         "                           sharded (ZeRO-1: each rank keeps 1/N of the optimizer),\n"
-        "                           or parameter-server (one-sided MPI)\n"
+        "                           or parameter-server\n"
         "      --num-ps K           parameter-server: ranks 0..K-1 are servers (default 1)\n"
         "      --ps-mode M          async (default), ssp or sync\n"
         "      --staleness S        ssp: steps a worker may run ahead of the slowest (2)\n"
+        "      --ps-transport T     auto (default: one-sided windows where the MPI can\n"
+        "                           make them, else two-sided messages), one-sided or\n"
+        "                           two-sided\n"
         "\n"
         "Gradient exchange:\n"
         "      --allreduce ALGO     auto (default: by size and layout), mpi, ring or hier\n"
@@ -180,7 +183,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 }
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
-       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
+       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_PS_TRANSPORT, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
        OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE,
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
@@ -224,6 +227,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"num-ps", required_argument, 0, OPT_NUM_PS},
         {"ps-mode", required_argument, 0, OPT_PS_MODE},
         {"staleness", required_argument, 0, OPT_STALENESS},
+        {"ps-transport", required_argument, 0, OPT_PS_TRANSPORT},
         {"allreduce", required_argument, 0, OPT_ALLREDUCE},
         {"allreduce-table", required_argument, 0, OPT_TABLE},
         {"ranks-per-node", required_argument, 0, OPT_RPN},
@@ -327,6 +331,12 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             else rc = dt_fail(st, DT_EUSAGE, "--ps-mode: expected async, ssp or sync, found '%s'", optarg);
             break;
         case OPT_STALENESS: rc = dt_parse_long("--staleness", optarg, 0, 1 << 20, &v, st); cfg->staleness = (int)v; break;
+        case OPT_PS_TRANSPORT:
+            if (!strcmp(optarg, "auto")) cfg->ps_transport = 0;
+            else if (!strcmp(optarg, "one-sided")) cfg->ps_transport = 1;
+            else if (!strcmp(optarg, "two-sided")) cfg->ps_transport = 2;
+            else rc = dt_fail(st, DT_EUSAGE, "--ps-transport: expected auto, one-sided or two-sided, found '%s'", optarg);
+            break;
         case OPT_RPN: rc = dt_parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
         case OPT_BUCKET: {
             float mb;

@@ -57,6 +57,7 @@ struct dt_config {
     int num_ps;             /* parameter-server: server ranks (1) */
     int ps_mode;            /* 0 async, 1 ssp, 2 sync */
     int staleness;          /* ssp: steps a worker may run ahead of the slowest (2) */
+    int ps_transport;       /* 0 auto, 1 one-sided, 2 two-sided (strategy/ps.h) */
     const char *allreduce;  /* auto | mpi | ring | hier */
     const char *allreduce_table; /* auto's table file; NULL = built in */
     int ranks_per_node;     /* 0 = detect */

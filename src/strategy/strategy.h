@@ -81,6 +81,8 @@ extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_work
     dt_strategy_central_storage, dt_strategy_parameter_server;
 /* Updates the parameter server applied on this rank (0 elsewhere). */
 long dt_ps_applied(const struct dt_strategy *s);
+/* The parameter server's transport ("one-sided", "two-sided"), or "". */
+const char *dt_ps_transport_name(const struct dt_strategy *s);
 
 /* Resolve cfg->strategy ("auto" by layout) and run its setup. Refusals
  * (tpu, mirrored across nodes, ...) are usage errors agreed on by all ranks. */
