@@ -54,6 +54,7 @@ static const char *const compress_name[] = {"none", "fp16", "bf16"};
 struct options {
     size_t minbytes, maxbytes, chunk;
     long step, iters, warmup; /* iters 0 = adaptive; warmup -1 = adaptive */
+    long rounds;               /* timed rounds per size, algorithms interleaved */
     const struct dt_allreduce_algo *algo[MAX_ALGOS];
     int nalgo;
     int buffer[NBUF];          /* which buffer kinds to run */
@@ -117,6 +118,10 @@ static void usage(FILE *out)
           "  -n, --iters N            timed calls per size (default: adaptive, about\n"
           "                           0.2 s per size and algorithm, 5 to 1000)\n"
           "  -w, --warmup N           untimed calls first (default: max(2, iters/10))\n"
+          "  -r, --rounds R           time every algorithm R times per size, interleaved\n"
+          "                           (the order turns each round), and report the median\n"
+          "                           of the rounds; the adaptive iters are split over them\n"
+          "                           (default 1)\n"
           "\n"
           "Layout and transport (as dtrain's own options):\n"
           "      --ranks-per-node K   treat each K consecutive ranks as one node\n"
@@ -225,6 +230,7 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
         {"algorithms", required_argument, 0, 'a'},
         {"iters", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'},
+        {"rounds", required_argument, 0, 'r'},
         {"ranks-per-node", required_argument, 0, OPT_RPN},
         {"grad-compression", required_argument, 0, OPT_COMPRESS},
         {"compress-cross-only", no_argument, 0, OPT_CROSS},
@@ -250,11 +256,12 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
     o->maxbytes = (size_t)256 << 20;
     o->step = 2;
     o->warmup = -1;
+    o->rounds = 1;
     o->check = 1;
     st->code = DT_OK;
     opterr = 0; /* our own messages, from rank 0 only */
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:e:f:a:n:w:hV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:e:f:a:n:w:r:hV", longopts, NULL)) != -1) {
         const char *flag = optind > 1 ? argv[optind - 1] : "?";
         int rc = DT_OK;
         switch (c) {
@@ -264,6 +271,7 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
         case 'a': rc = parse_algorithms(o, optarg, st); break;
         case 'n': rc = dt_parse_long("--iters", optarg, 1, 1000000000L, &o->iters, st); break;
         case 'w': rc = dt_parse_long("--warmup", optarg, 0, 1000000000L, &o->warmup, st); break;
+        case 'r': rc = dt_parse_long("--rounds", optarg, 1, 1001, &o->rounds, st); break;
         case OPT_RPN: rc = dt_parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); o->ranks_per_node = (int)v; break;
         case OPT_COMPRESS:
             if (!strcmp(optarg, "none")) o->compress = DT_COMPRESS_NONE;
@@ -537,47 +545,74 @@ static void check_one(struct bench *b, const struct dt_allreduce_algo *a, int bu
     DT_MPI_CHECK(MPI_Allreduce(&d, differ, 1, MPI_INT, MPI_SUM, b->comm));
 }
 
-static void measure(struct bench *b, int ai, int buf, size_t count, struct row *row, double *times)
+/* Every usable algorithm at one size: each sized and warmed up, then timed
+ * in --rounds rounds, the order turning each round so no algorithm always
+ * runs first (a shared, noisy machine drifts); a rank's time for an
+ * algorithm is the median of its rounds. Rows are appended to b->rows. */
+static void measure_size(struct bench *b, int buf, size_t count, double *times)
 {
-    const struct dt_allreduce_algo *a = b->o.algo[ai];
     const float *s;
     float *r;
-    long iters = b->o.iters, warm = b->o.warmup, probes = 0;
+    int R = (int)b->o.rounds, idx[MAX_ALGOS], n = 0;
+    long iters[MAX_ALGOS], warmup[MAX_ALGOS];
+    double *t = dt_xcalloc((size_t)MAX_ALGOS * (size_t)R, sizeof(double));
     buffers_for(b, buf, &s, &r);
     fill(&b->pat, b->rank, (float *)s, count);
-
-    if (iters == 0 || warm < 0) { /* size the run from a timed call or two */
-        double t = 0, tmax;
-        probes = warm < 0 || warm >= 2 ? 2 : 1;
-        for (long p = 0; p < probes; p++) t = timed(b, a, s, r, count, 1);
-        DT_MPI_CHECK(MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, b->comm));
-        if (iters == 0) {
-            double want = ceil(TARGET_SECONDS / (tmax > 1e-9 ? tmax : 1e-9));
-            iters = want < MIN_ITERS ? MIN_ITERS : want > MAX_ITERS ? MAX_ITERS : (long)want;
+    for (int ai = 0; ai < b->o.nalgo; ai++) {
+        if (!b->usable[ai]) continue;
+        const struct dt_allreduce_algo *a = b->o.algo[ai];
+        long it = b->o.iters, warm = b->o.warmup, probes = 0;
+        if (it == 0 || warm < 0) { /* size the run from a timed call or two */
+            double t1 = 0, tmax;
+            probes = warm < 0 || warm >= 2 ? 2 : 1;
+            for (long p = 0; p < probes; p++) t1 = timed(b, a, s, r, count, 1);
+            DT_MPI_CHECK(MPI_Allreduce(&t1, &tmax, 1, MPI_DOUBLE, MPI_MAX, b->comm));
+            if (it == 0) {
+                double want = ceil(TARGET_SECONDS / R / (tmax > 1e-9 ? tmax : 1e-9));
+                it = want < MIN_ITERS ? MIN_ITERS : want > MAX_ITERS ? MAX_ITERS : (long)want;
+            }
+            if (warm < 0) warm = it / 10 > 2 ? it / 10 : 2;
         }
-        if (warm < 0) warm = iters / 10 > 2 ? iters / 10 : 2;
+        timed(b, a, s, r, count, warm > probes ? warm - probes : 0);
+        iters[n] = it;
+        warmup[n] = warm > probes ? warm : probes;
+        idx[n++] = ai;
     }
-    timed(b, a, s, r, count, warm > probes ? warm - probes : 0);
-    double t = timed(b, a, s, r, count, iters);
-    DT_MPI_CHECK(MPI_Gather(&t, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, b->comm));
-
-    memset(row, 0, sizeof *row);
-    row->buf = buf;
-    row->algo = ai;
-    row->count = count;
-    row->iters = iters;
-    row->warmup = warm > probes ? warm : probes;
-    row->wrong = -1;
-    if (a == &dt_allreduce_auto) /* the one thing only auto has: a choice to show */
-        snprintf(row->picked, sizeof row->picked, "%s", dt_auto_choose(&b->coll, count)->name);
-    if (b->rank == 0) {
-        int n = b->size;
-        qsort(times, (size_t)n, sizeof *times, cmp_double);
-        row->tmin = times[0];
-        row->tmax = times[n - 1];
-        row->tmed = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    for (int round = 0; round < R; round++)
+        for (int q = 0; q < n; q++) {
+            int k = (q + round) % n;
+            t[k * R + round] = timed(b, b->o.algo[idx[k]], s, r, count, iters[k]);
+        }
+    for (int k = 0; k < n; k++) {
+        const struct dt_allreduce_algo *a = b->o.algo[idx[k]];
+        qsort(t + k * R, (size_t)R, sizeof *t, cmp_double);
+        double mine = R % 2 ? t[k * R + R / 2] : 0.5 * (t[k * R + R / 2 - 1] + t[k * R + R / 2]);
+        DT_MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, b->comm));
+        if (b->nrows == b->caprows) {
+            b->caprows = b->caprows ? 2 * b->caprows : 64;
+            b->rows = realloc(b->rows, sizeof *b->rows * (size_t)b->caprows);
+            if (!b->rows) DT_DIE("out of memory");
+        }
+        struct row *row = &b->rows[b->nrows++];
+        memset(row, 0, sizeof *row);
+        row->buf = buf;
+        row->algo = idx[k];
+        row->count = count;
+        row->iters = iters[k];
+        row->warmup = warmup[k];
+        row->wrong = -1;
+        if (a == &dt_allreduce_auto) /* the one thing only auto has: a choice to show */
+            snprintf(row->picked, sizeof row->picked, "%s", dt_auto_choose(&b->coll, count)->name);
+        if (b->rank == 0) {
+            int np = b->size;
+            qsort(times, (size_t)np, sizeof *times, cmp_double);
+            row->tmin = times[0];
+            row->tmax = times[np - 1];
+            row->tmed = np % 2 ? times[np / 2] : 0.5 * (times[np / 2 - 1] + times[np / 2]);
+        }
+        if (b->o.check) check_one(b, a, buf, count, &row->wrong, &row->differ);
     }
-    if (b->o.check) check_one(b, a, buf, count, &row->wrong, &row->differ);
+    free(t);
 }
 
 /* ---- reporting -------------------------------------------------------------------- */
@@ -786,6 +821,29 @@ static void write_table(const struct bench *b, FILE *f)
     }
 }
 
+/* Across real nodes auto times its candidates at start-up (auto.c), as it
+ * does in dtrain at the gradient buckets' sizes: here at the sweep's sizes,
+ * on this buffer kind, so the auto rows show what dtrain would run. */
+static void tune_auto(struct bench *b, int buf)
+{
+    int has_auto = 0, n = 0;
+    for (int ai = 0; ai < b->o.nalgo; ai++) has_auto |= b->o.algo[ai] == &dt_allreduce_auto && b->usable[ai];
+    if (!has_auto) return;
+    size_t counts[64];
+    for (size_t bytes = b->o.minbytes; n < 64; bytes *= (size_t)b->o.step) {
+        counts[n++] = bytes / sizeof(float);
+        if (bytes > b->o.maxbytes / (size_t)b->o.step) break;
+    }
+    const float *s;
+    float *r;
+    buffers_for(b, buf, &s, &r);
+    if (dt_auto_tune(&b->coll, s, r, counts, n) && b->rank == 0) {
+        char how[1024];
+        dt_auto_describe(&b->coll, how, sizeof how);
+        printf("# auto across nodes, %s buffers: %s\n", buf_name[buf], how);
+    }
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void describe(struct bench *b)
@@ -826,6 +884,9 @@ static void print_metadata(const struct bench *b)
     printf("\n# compression: %s%s; ring chunk: %s\n", compress_name[o->compress],
            o->cross_only ? " (cross-node hops only)" : "", chunk);
     printf("# sizes: %s to %s bytes, x%ld\n", lo, hi, o->step);
+    if (o->rounds > 1)
+        printf("# rounds: %ld per size, algorithms interleaved (order turned each round); times are medians "
+               "of the rounds\n", o->rounds);
     if (o->iters) printf("# iters: %ld", o->iters);
     else printf("# iters: adaptive (about %.1f s per size and algorithm, %d to %d)", TARGET_SECONDS, MIN_ITERS, MAX_ITERS);
     if (o->warmup >= 0) printf("; warmup: %ld\n", o->warmup);
@@ -941,20 +1002,14 @@ int main(int argc, char **argv)
     for (int buf = 0; buf < NBUF; buf++) {
         if (!o->buffer[buf]) continue;
         if (b->rank == 0) print_header(buf);
+        tune_auto(b, buf);
         for (size_t bytes = o->minbytes;; bytes *= (size_t)o->step) {
             size_t count = bytes / sizeof(float);
             int first = b->nrows;
-            for (int ai = 0; ai < o->nalgo; ai++) {
-                if (!b->usable[ai]) continue;
-                if (b->nrows == b->caprows) {
-                    b->caprows = b->caprows ? 2 * b->caprows : 64;
-                    b->rows = realloc(b->rows, sizeof *b->rows * (size_t)b->caprows);
-                    if (!b->rows) DT_DIE("out of memory");
-                }
-                struct row *r = &b->rows[b->nrows++];
-                measure(b, ai, buf, count, r, times);
-                if (r->wrong > 0) wrong += r->wrong;
-                if (r->differ > 0) differ += r->differ;
+            measure_size(b, buf, count, times);
+            for (int i = first; i < b->nrows; i++) {
+                if (b->rows[i].wrong > 0) wrong += b->rows[i].wrong;
+                if (b->rows[i].differ > 0) differ += b->rows[i].differ;
             }
             if (b->rank == 0) { /* a size's rows together, so vs_mpi is known whatever the order */
                 for (int i = first; i < b->nrows; i++) print_row(b, &b->rows[i]);

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "callbacks.h"
 #include "device.h"
@@ -118,12 +119,19 @@ int main(int argc, char **argv)
                    nb, nb == 1 ? "" : "s", cfg.bucket_mb);
         }
 #endif
-        else
-            printf("layout: %s; strategy %s, all-reduce %s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
-                   s->ops->name, trainer.coll.algo->name,
+        else {
+            char how[256] = "";
+            if (trainer.coll.ntuned) { /* across nodes: what auto's timing chose */
+                how[0] = ' ', how[1] = '(';
+                dt_auto_describe(&trainer.coll, how + 2, sizeof how - 3);
+                strcat(how, ")");
+            }
+            printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
+                   s->ops->name, trainer.coll.algo->name, how,
                    cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
                    s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s", cfg.bucket_mb,
                    s->reducer.overlap ? "overlapped with backward" : "after backward");
+        }
         if (cfg.verbose >= 2) dt_model_summary(&trainer.model, stdout);
         fflush(stdout);
     }

@@ -379,6 +379,7 @@ static void clean_env(void)
 {
     unsetenv("DTRAIN_RANKS_PER_NODE");
     unsetenv("DTRAIN_ALLREDUCE_TABLE");
+    unsetenv("DTRAIN_ALLREDUCE_TUNE");
 }
 
 /* ---- tests ------------------------------------------------------------------ */
@@ -756,6 +757,78 @@ START_TEST(test_auto_fallbacks)
 }
 END_TEST
 
+/* Timing at start-up (across nodes; here DTRAIN_ALLREDUCE_TUNE=1 lets the
+ * emulated layouts stand in): one choice per size class, usable, the same
+ * on every rank, used from then on, results still exact, and the buffer's
+ * contents kept. Not with a table given, at one node, or with the variable
+ * at 0; and not on emulated layouts without it. */
+START_TEST(test_auto_tune)
+{
+    static const size_t counts[] = {300, 1000, 301, 100000, 0}; /* three size classes: 1 KiB, 2 KiB, 256 KiB */
+    char path[600];
+    write_file(path, sizeof path, "tune-table.table", "0 0 0 ring\n");
+    for (int K = 1; K <= nranks; K++) {
+        if (nranks % K) continue;
+        int nn = nranks / K;
+        for (int variant = 0; variant < 4; variant++) { /* tune, env 0, table given, emulated without env */
+            struct dt_coll c;
+            struct setup su = {"auto", K, 0, 0, 0, variant == 2 ? path : NULL};
+            dt_status st = {0};
+            if (variant == 0 || variant == 2) setenv("DTRAIN_ALLREDUCE_TUNE", "1", 1);
+            else if (variant == 1) setenv("DTRAIN_ALLREDUCE_TUNE", "0", 1);
+            else unsetenv("DTRAIN_ALLREDUCE_TUNE");
+            open_coll(&c, &su);
+            float *win = dt_coll_alloc(&c, 100000);
+            for (size_t i = 0; i < 100000; i++) win[i] = (float)(i % 977) + 0.25f * (float)rank;
+            int got = dt_auto_tune(&c, win, win, counts, 5);
+            int want = variant == 0 && nn >= 2 ? 3 : 0;
+            expect(&st, got == want, "K=%d variant %d: dt_auto_tune timed %d size classes, expected %d", K, variant,
+                   got, want);
+            for (size_t i = 0; i < 100000; i++)
+                if (win[i] != (float)(i % 977) + 0.25f * (float)rank) {
+                    expect(&st, 0, "K=%d: the buffer changed at %zu", K, i);
+                    break;
+                }
+            if (got == want && want) {
+                for (int j = 0; j < 3; j++) {
+                    char why[256];
+                    const struct dt_allreduce_algo *a = c.tuned[j].pick;
+                    expect(&st, a == &dt_allreduce_mpi || a == &dt_allreduce_ring || a == &dt_allreduce_hier,
+                           "tuned choice %s", algo_name(a));
+                    if (a) expect(&st, a->usable(&c, why, sizeof why), "tuned %s cannot run: %s", a->name, why);
+                    expect(&st, c.tuned[j].pick_us > 0 && (c.tuned[j].mpi_us == 0 || c.tuned[j].pick_us <=
+                           c.tuned[j].mpi_us / 0.95 + 1e-9), "class %d: %s %.2f us against mpi %.2f us", c.tuned[j].cls,
+                           algo_name(a), c.tuned[j].pick_us, c.tuned[j].mpi_us);
+                }
+                /* Every rank made the same choices: the same index sums. */
+                long mine[3], hi[3], lo[3];
+                for (int j = 0; j < 3; j++) {
+                    const struct dt_allreduce_algo *a = dt_auto_choose(&c, counts[j == 2 ? 3 : j]);
+                    expect(&st, a == c.tuned[j].pick, "auto does not use its timed choice for class %d", c.tuned[j].cls);
+                    mine[j] = a == &dt_allreduce_mpi ? 1 : a == &dt_allreduce_ring ? 2 : 3;
+                }
+                MPI_Allreduce(mine, hi, 3, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+                MPI_Allreduce(mine, lo, 3, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+                for (int j = 0; j < 3; j++) expect(&st, hi[j] == lo[j], "ranks chose differently for class %d", j);
+                char how[512];
+                dt_auto_describe(&c, how, sizeof how);
+                expect(&st, strstr(how, "timed at start-up") != NULL, "describe says '%s'", how);
+                /* And the sums through the timed choices are still exact. */
+                for (int j = 0; j < 4; j++) {
+                    struct ref R;
+                    ref_make(&R, K_EXACT, 7u + (unsigned)j, counts[j]);
+                    run_case(&c, win, &R, M_WIN, "auto, timed");
+                    ref_free(&R);
+                }
+            }
+            dt_coll_free(&c);
+            AGREE(st);
+        }
+    }
+    unsetenv("DTRAIN_ALLREDUCE_TUNE");
+}
+END_TEST
+
 /* Bad tables: a usage error naming the file and the line. */
 START_TEST(test_auto_table_errors)
 {
@@ -827,6 +900,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_auto_table);
     tcase_add_test(tc, test_auto_fallbacks);
     tcase_add_test(tc, test_auto_table_errors);
+    tcase_add_test(tc, test_auto_tune);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */

@@ -10,10 +10,16 @@
  * 0 meaning any layout; '#' starts a comment. For a message of B bytes the
  * last rule whose layout matches and whose MIN_BYTES <= B wins. An algorithm
  * that cannot run here (hier on an uneven layout, mpi with compression) falls
- * back to ring. */
+ * back to ring.
+ *
+ * Across real nodes the built-in table says little (it was measured on one
+ * node's shared memory; over TCP between hosts it picked hier where
+ * MPI_Allreduce was 1.2x faster), so there dt_auto_tune times the candidates
+ * at start-up, at the sizes the run will reduce, and those choices win. */
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +85,10 @@ int dt_auto_load(struct dt_coll *c, dt_status *st)
 {
     const char *path = c->cfg.table;
     if (!path || !*path) path = getenv("DTRAIN_ALLREDUCE_TABLE");
-    if (!path || !*path) return parse(c, builtin, "built-in table", st);
+    if (!path || !*path) {
+        c->table_builtin = 1;
+        return parse(c, builtin, "built-in table", st);
+    }
     FILE *f = fopen(path, "r");
     if (!f) return dt_fail(st, DT_EUSAGE, "--allreduce-table: cannot open %s: %s", path, strerror(errno));
     char *text = dt_xcalloc(1 << 16, 1);
@@ -105,14 +114,150 @@ void dt_auto_resolve(struct dt_coll *c)
     }
 }
 
+static int size_class(size_t bytes)
+{
+    int k = 0;
+    while (bytes > 1) {
+        bytes >>= 1;
+        k++;
+    }
+    return k;
+}
+
 /* On every call, so it only scans the (few) resolved rules. */
 const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t count)
 {
     const struct dt_allreduce_algo *pick = &dt_allreduce_ring;
     size_t bytes = count * sizeof(float);
+    if (c->ntuned) {
+        int k = size_class(bytes);
+        for (int i = 0; i < c->ntuned; i++)
+            if (c->tuned[i].cls == k) return c->tuned[i].pick;
+    }
     for (int i = 0; i < c->nrules; i++)
         if (c->rules[i].applies && c->rules[i].min_bytes <= bytes) pick = c->rules[i].pick;
     return pick;
+}
+
+#define TUNE_ROUNDS 5
+#define TUNE_MARGIN 0.95   /* another algorithm must beat mpi's median by 5% */
+#define TUNE_SPAN 1e-3     /* seconds a timed sample lasts at least (several calls when short) */
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Seconds per call of `calls` back-to-back calls, started together. */
+static double time_calls(struct dt_coll *c, const struct dt_allreduce_algo *a, const float *send, float *recv,
+                         size_t count, int calls)
+{
+    DT_MPI_CHECK(MPI_Barrier(c->topo.world));
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < calls; i++) a->run(c, send, recv, count);
+    return (MPI_Wtime() - t0) / calls;
+}
+
+int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n)
+{
+    /* DTRAIN_ALLREDUCE_TUNE=0: never (the table decides); =1: also where
+     * --ranks-per-node emulates the nodes (tests, one-host experiments). */
+    const char *env = getenv("DTRAIN_ALLREDUCE_TUNE");
+    int force = env && strcmp(env, "1") == 0;
+    if ((env && strcmp(env, "0") == 0) || c->algo != &dt_allreduce_auto || !c->table_builtin ||
+        (c->topo.emulated && !force) || c->topo.nnodes < 2 || n <= 0)
+        return 0;
+    const struct dt_allreduce_algo *all[] = {&dt_allreduce_mpi, &dt_allreduce_ring, &dt_allreduce_hier}, *cand[3];
+    int ncand = 0;
+    char why[256];
+    for (int j = 0; j < 3; j++)
+        if (all[j]->usable(c, why, sizeof why)) cand[ncand++] = all[j];
+    if (ncand == 0) return 0;
+    /* One count per size class, the first seen; at most 64 classes. */
+    size_t pick_count[64];
+    int cls[64], ncls = 0;
+    for (int i = 0; i < n; i++) {
+        if (!counts[i]) continue;
+        int k = size_class(counts[i] * sizeof(float)), seen = 0;
+        for (int j = 0; j < ncls; j++) seen |= cls[j] == k;
+        if (seen || ncls == 64) continue;
+        cls[ncls] = k;
+        pick_count[ncls++] = counts[i];
+    }
+    if (ncls == 0) return 0;
+    size_t maxc = 0;
+    for (int j = 0; j < ncls; j++) maxc = pick_count[j] > maxc ? pick_count[j] : maxc;
+    float *keep = dt_xmalloc(sizeof(float) * maxc);
+    memcpy(keep, recv, sizeof(float) * maxc);
+    double *t = dt_xcalloc((size_t)ncls * 3 * TUNE_ROUNDS, sizeof(double));
+    for (int j = 0; j < ncls; j++) {
+        /* Warm each candidate; how many calls make a sample of TUNE_SPAN
+         * (the same number on every rank: the slowest rank's estimate). */
+        double warm = 0;
+        for (int a = 0; a < ncand; a++) {
+            double w = time_calls(c, cand[a], send, recv, pick_count[j], 1);
+            warm = w > warm ? w : warm;
+        }
+        DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &warm, 1, MPI_DOUBLE, MPI_MAX, c->topo.world));
+        int calls = warm >= TUNE_SPAN ? 1 : warm <= TUNE_SPAN / 100 ? 100 : (int)ceil(TUNE_SPAN / warm);
+        for (int r = 0; r < TUNE_ROUNDS; r++)
+            for (int q = 0; q < ncand; q++) { /* the order turns each round: no one always goes first */
+                int a = (q + r) % ncand;
+                t[((size_t)j * 3 + (size_t)a) * TUNE_ROUNDS + (size_t)r] =
+                    time_calls(c, cand[a], send, recv, pick_count[j], calls);
+            }
+    }
+    /* The slowest rank's time is the call's time; everyone decides alike. */
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, ncls * 3 * TUNE_ROUNDS, MPI_DOUBLE, MPI_MAX, c->topo.world));
+    memcpy(recv, keep, sizeof(float) * maxc);
+    free(keep);
+    free(c->tuned);
+    c->tuned = dt_xcalloc((size_t)ncls, sizeof *c->tuned);
+    c->ntuned = ncls;
+    for (int j = 0; j < ncls; j++) {
+        double med[3];
+        int best = 0, mpi = -1;
+        for (int a = 0; a < ncand; a++) {
+            double *v = t + ((size_t)j * 3 + (size_t)a) * TUNE_ROUNDS;
+            qsort(v, TUNE_ROUNDS, sizeof *v, cmp_double);
+            med[a] = v[TUNE_ROUNDS / 2];
+            if (med[a] < med[best]) best = a;
+            if (cand[a] == &dt_allreduce_mpi) mpi = a;
+        }
+        if (mpi >= 0 && best != mpi && med[best] > TUNE_MARGIN * med[mpi]) best = mpi;
+        c->tuned[j] = (struct dt_auto_tuned){.cls = cls[j], .pick = cand[best], .mpi_us = mpi >= 0 ? 1e6 * med[mpi] : 0,
+                                             .pick_us = 1e6 * med[best]};
+    }
+    free(t);
+    return ncls;
+}
+
+static void fmt_class(char *buf, size_t len, int cls)
+{
+    size_t b = (size_t)1 << cls;
+    if (b >= (1u << 20)) snprintf(buf, len, "%zu MiB", b >> 20);
+    else if (b >= 1024) snprintf(buf, len, "%zu KiB", b >> 10);
+    else snprintf(buf, len, "%zu B", b);
+}
+
+void dt_auto_describe(const struct dt_coll *c, char *buf, size_t len)
+{
+    if (!c->ntuned) {
+        snprintf(buf, len, "by %s", c->table_builtin ? "its built-in table" : "the given table");
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, len, "timed at start-up:");
+    for (int i = 0; i < c->ntuned && n < len; i++) {
+        const struct dt_auto_tuned *t = &c->tuned[i];
+        char cl[24];
+        fmt_class(cl, sizeof cl, t->cls);
+        if (t->mpi_us > 0 && t->pick != &dt_allreduce_mpi)
+            n += (size_t)snprintf(buf + n, len - n, "%s %s at %s (%.2fx mpi)", i ? "," : "", t->pick->name, cl,
+                                  t->mpi_us / t->pick_us);
+        else
+            n += (size_t)snprintf(buf + n, len - n, "%s %s at %s", i ? "," : "", t->pick->name, cl);
+    }
 }
 
 static int auto_usable(const struct dt_coll *c, char *why, size_t len)

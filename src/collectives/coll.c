@@ -107,6 +107,7 @@ void dt_coll_free(struct dt_coll *c)
     free(c->packed[0]);
     free(c->packed[1]);
     free(c->rules);
+    free(c->tuned);
     dt_topo_free(&c->topo);
     memset(c, 0, sizeof *c);
 }

@@ -45,6 +45,13 @@ struct dt_allreduce_algo {
 extern const struct dt_allreduce_algo dt_allreduce_mpi, dt_allreduce_ring, dt_allreduce_hier,
     dt_allreduce_auto;
 
+/* A size class auto timed at start-up: messages of [2^cls, 2^(cls+1)) bytes. */
+struct dt_auto_tuned {
+    int cls;
+    const struct dt_allreduce_algo *pick;
+    double mpi_us, pick_us;     /* median seconds per call x 1e6 (slowest rank); mpi_us 0: not a candidate */
+};
+
 /* One row of auto's table: at this layout and from this size on, use algo. */
 struct dt_auto_rule {
     int nodes, ranks_per_node;  /* 0 = any */
@@ -77,6 +84,9 @@ struct dt_coll {
     /* auto */
     struct dt_auto_rule *rules;
     int nrules;
+    int table_builtin;          /* rules from the built-in table (no file given) */
+    struct dt_auto_tuned *tuned; /* choices timed at start-up (dt_auto_tune) */
+    int ntuned;
 };
 
 /* Collective over comm. Checks the configuration against the layout (an
@@ -118,6 +128,16 @@ int dt_auto_load(struct dt_coll *c, dt_status *st);
 void dt_auto_resolve(struct dt_coll *c);
 /* The algorithm auto picks for count floats on this layout. */
 const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t count);
+/* Collective. Where the job spans real nodes (detected, not --ranks-per-node)
+ * and auto uses its built-in table, which was measured on one node: time the
+ * usable algorithms at the size class of each of the n counts, on these
+ * buffers (send == recv: in place; recv's contents are kept), and use the
+ * fastest there from now on; mpi unless another is 5% faster. Returns the
+ * number of size classes timed (0: nothing to do here). Environment:
+ * DTRAIN_ALLREDUCE_TUNE=0 never times, =1 times on emulated layouts too. */
+int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n);
+/* What auto does here, in words ("table", or the timed choices). */
+void dt_auto_describe(const struct dt_coll *c, char *buf, size_t len);
 
 /* fp16/bf16 conversion, round to nearest even. */
 void dt_pack16(uint16_t *dst, const float *src, size_t n, int compress);

@@ -119,6 +119,12 @@ void dt_reducer_init(struct dt_reducer *r, struct dt_coll *coll, float *buf, siz
     r->nbuckets = dt_buckets_cut(count, bounds, nbounds, bucket_bytes, &r->start);
     /* Alone, a sum is the identity: no thread, no calls. */
     if (coll->topo.size == 1) r->nbuckets = 0;
+    if (r->nbuckets > 0) { /* auto across nodes: timed at these buckets' sizes */
+        size_t *counts = dt_xmalloc(sizeof(size_t) * (size_t)r->nbuckets);
+        for (int b = 0; b < r->nbuckets; b++) counts[b] = r->start[b] - r->start[b + 1];
+        dt_auto_tune(coll, buf, buf, counts, r->nbuckets);
+        free(counts);
+    }
     r->overlap = overlap && r->nbuckets > 0;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
