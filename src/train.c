@@ -740,6 +740,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         int rc = train_epoch(t, e, out, es, st);
         dt_loader_stop(&t->loader); /* nothing reads while validation and checkpoints run */
         if (rc != DT_OK) return rc;
+        if (dt_trainer_check_replicas(t, e + 1, out, st) != DT_OK) return st->code;
         if (validate) {
             double tv = MPI_Wtime();
             dt_trainer_evaluate(t, &es->val_loss, &es->val_accuracy);
@@ -768,6 +769,35 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         }
     }
     if (cfg->export_keras && export_keras(t, cfg->export_keras, st) != DT_OK) return st->code;
+    return DT_OK;
+}
+
+int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_status *st)
+{
+    size_t np = t->model.nparams, nb = t->model.nbuffers;
+    float *host = dt_xmalloc(sizeof(float) * (np + nb + 1));
+    t->be->download(host, t->model.params, sizeof(float) * np);
+    t->be->download(host + np, t->model.buffers, sizeof(float) * nb);
+    uint64_t h = 14695981039346656037ULL; /* FNV-1a over 32-bit words: the values' bits */
+    for (size_t i = 0; i < np + nb; i++) {
+        uint32_t w;
+        memcpy(&w, &host[i], sizeof w);
+        h = (h ^ w) * 1099511628211ULL;
+    }
+    free(host);
+    static const char *const names[] = {"parameters and statistics (a hash of their bits)"};
+    const long val = (long)(h >> 1);
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %d", epoch);
+    if (dt_consistency_check(t->comm, when, &val, names, 1, st) != DT_OK) {
+        size_t n = strlen(st->msg);
+        snprintf(st->msg + n, sizeof st->msg - n, "; the replicas diverged (every strategy ends an epoch with the "
+                 "same model on every rank): rerun with --debug-collectives, or name another --allreduce");
+        return st->code;
+    }
+    if (t->rank == 0 && t->cfg->verbose >= 2)
+        fprintf(out, "epoch %d: parameters and statistics bitwise identical on all %d ranks (hash %016lx)\n", epoch,
+                t->nranks, (unsigned long)val);
     return DT_OK;
 }
 

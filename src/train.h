@@ -88,6 +88,11 @@ void dt_trainer_free(struct dt_trainer *t);
  * a synchronous step does after its update); a no-op without them. For
  * loops other than dt_trainer_fit's (the public API, src/api/). */
 void dt_trainer_average_buffers(struct dt_trainer *t);
+/* Collective: every replica holds the same parameters and batchnorm
+ * statistics, bit for bit (a hash of them compared; after an epoch every
+ * strategy promises it). DT_ERUNTIME naming the ranks that differ;
+ * --verbose --verbose prints the agreement. epoch is 1-based. */
+int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_status *st);
 /* Collective: rank 0 prints min-max over ranks of peak RSS and current PSS
  * (shared pages divided among the processes that map them, so one copy of
  * the parameters per node shows), and the optimizer state per rank. */

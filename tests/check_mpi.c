@@ -122,6 +122,8 @@ static float max_diff(const float *a, const float *b, size_t n)
 
 /* dt_trainer_init with these settings must refuse with a usage error whose
  * message contains needle; returns so the caller can print it. */
+static struct dt_config ps_cfg; /* parameter-server settings for the next train_full (and refusal's transport) */
+
 static void expect_refusal(const char *path, const char *strategy, int num_ps, const char *needle, dt_status *st)
 {
     static char arg0[] = "dtrain", quiet[] = "--quiet";
@@ -131,13 +133,13 @@ static void expect_refusal(const char *path, const char *strategy, int num_ps, c
     ck_assert_int_eq(dt_options_parse(&cfg, 3, argv, st), DT_OK);
     cfg.strategy = strategy;
     cfg.num_ps = num_ps;
+    cfg.ps_transport = ps_cfg.ps_transport;
     ck_assert_int_eq(dt_trainer_init(&t, &cfg, MPI_COMM_WORLD, st), DT_EUSAGE);
     ck_assert_msg(strstr(st->msg, needle) != NULL, "%s", st->msg);
     dt_trainer_free(&t);
     dt_options_free(&cfg);
 }
 
-static struct dt_config ps_cfg; /* parameter-server settings for the next train_full */
 
 static void train_full(const char *path, const char *model, int epochs, int batch, const char *allreduce,
                        int overlap, float dropout, const char *strategy, int ranks_per_node,
@@ -164,6 +166,7 @@ static void train_full(const char *path, const char *model, int epochs, int batc
         cfg.num_ps = ps_cfg.num_ps;
         cfg.ps_mode = ps_cfg.ps_mode;
         cfg.staleness = ps_cfg.staleness;
+        cfg.ps_transport = ps_cfg.ps_transport;
     }
     ck_assert_msg(dt_trainer_init(t, &cfg, MPI_COMM_WORLD, &st) == DT_OK, "init: %s", st.msg);
     ck_assert_msg(dt_trainer_fit(t, stdout, &st) == DT_OK, "fit: %s", st.msg);
@@ -255,47 +258,63 @@ START_TEST(test_strategies_train_alike)
 }
 END_TEST
 
-/* The parameter server in each mode: learns the quadrant rule, applies every
+/* The parameter server in each mode, over each transport (one-sided
+ * windows, two-sided messages): learns the quadrant rule, applies every
  * pushed gradient exactly once (servers' counters against the pushes the
  * workers made: servers x workers x steps), and every rank ends an epoch with
  * the same parameters. With 2 servers (3+ ranks) the shards cover the block
- * exactly once. Needs a worker besides the servers: refused otherwise. */
+ * exactly once. Sync mode gives the same bits over either transport. Needs
+ * a worker besides the servers: refused otherwise. */
 START_TEST(test_parameter_server)
 {
     char path[600];
     struct dt_trainer t;
-    const char *names[] = {"async", "ssp", "sync"};
+    const char *names[] = {"async", "ssp", "sync"}, *transports[] = {"", "one-sided", "two-sided"};
     snprintf(path, sizeof path, "%s/ps.h5", dir);
     write_dataset(path, 240);
     for (int servers = 1; servers <= 2; servers++) {
         if (servers >= nranks) continue;
+        float *sync_params = NULL;
+        for (int tr = 1; tr <= 2; tr++) {
 #ifdef MPICH_VERSION
-        if (servers > 1) { /* refused under MPICH (see parameter_server.c), and says why */
-            dt_status s2 = {0};
-            expect_refusal(path, "parameter-server", servers, "with MPICH", &s2);
-            if (rank == 0) printf("MPICH limitation: %s\n", s2.msg);
-            continue;
-        }
+            if (servers > 1 && tr == 1) { /* refused under MPICH (see parameter_server.c), and says why */
+                dt_status s2 = {0};
+                ps_cfg = (struct dt_config){.num_ps = servers, .ps_transport = tr};
+                expect_refusal(path, "parameter-server", servers, "with MPICH", &s2);
+                if (rank == 0) printf("MPICH limitation: %s\n", s2.msg);
+                continue;
+            }
 #endif
-        for (int mode = 0; mode < 3; mode++) {
-            ps_cfg = (struct dt_config){.num_ps = servers, .ps_mode = mode, .staleness = 1};
-            train_full(path, "cnn", 4, 8, "auto", -1, 0.0f, "parameter-server", 0, &t);
-            ck_assert_str_eq(t.strategy.ops->name, "parameter-server");
-            ck_assert_int_eq(t.strategy.nreplicas, nranks - servers);
-            long applied = dt_ps_applied(&t.strategy), total;
-            MPI_Allreduce(&applied, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-            ck_assert_int_eq(total, (long)servers * (nranks - servers) * 4 * t.plan.steps);
-            ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
-            ck_assert_msg(t.history[3].val_accuracy > 0.6, "%d server(s), %s: val_accuracy %f", servers,
-                          names[mode], t.history[3].val_accuracy);
-            size_t mine = t.rank < servers ? t.strategy.shard_len : 0, sum;
-            MPI_Allreduce(&mine, &sum, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
-            ck_assert_uint_eq(sum, t.model.nparams); /* shards cover the block once */
-            dt_trainer_free(&t);
+            for (int mode = 0; mode < 3; mode++) {
+                ps_cfg = (struct dt_config){.num_ps = servers, .ps_mode = mode, .staleness = 1, .ps_transport = tr};
+                train_full(path, "cnn", 4, 8, "auto", -1, 0.0f, "parameter-server", 0, &t);
+                ck_assert_str_eq(t.strategy.ops->name, "parameter-server");
+                ck_assert_str_eq(dt_ps_transport_name(&t.strategy), transports[tr]);
+                ck_assert_int_eq(t.strategy.nreplicas, nranks - servers);
+                long applied = dt_ps_applied(&t.strategy), total;
+                MPI_Allreduce(&applied, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+                ck_assert_int_eq(total, (long)servers * (nranks - servers) * 4 * t.plan.steps);
+                ck_assert(same_everywhere(t.model.params, sizeof(float) * t.model.nparams));
+                ck_assert_msg(t.history[3].val_accuracy > 0.6, "%d server(s), %s, %s: val_accuracy %f", servers,
+                              names[mode], transports[tr], t.history[3].val_accuracy);
+                size_t mine = t.rank < servers ? t.strategy.shard_len : 0, sum;
+                MPI_Allreduce(&mine, &sum, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+                ck_assert_uint_eq(sum, t.model.nparams); /* shards cover the block once */
+                if (mode == 2 && !sync_params) { /* the first transport's sync run: the other must match it */
+                    sync_params = malloc(sizeof(float) * t.model.nparams);
+                    memcpy(sync_params, t.model.params, sizeof(float) * t.model.nparams);
+                } else if (mode == 2) {
+                    ck_assert_msg(memcmp(sync_params, t.model.params, sizeof(float) * t.model.nparams) == 0,
+                                  "%d server(s), sync: the two transports' parameters differ", servers);
+                }
+                dt_trainer_free(&t);
+            }
         }
+        free(sync_params);
     }
     /* As many servers as ranks: no worker left. */
     dt_status st = {0};
+    ps_cfg = (struct dt_config){.num_ps = nranks};
     expect_refusal(path, "parameter-server", nranks, "needs at least one worker", &st);
     memset(&ps_cfg, 0, sizeof ps_cfg);
 }
@@ -322,6 +341,22 @@ START_TEST(test_replicas_stay_identical)
     dt_trainer_evaluate(&t, &loss, &acc);
     ck_assert(same_everywhere(&loss, sizeof loss));
     ck_assert(same_everywhere(&acc, sizeof acc));
+    /* The trainer's own check agrees, and catches one flipped bit on the last rank. */
+    dt_status st = {0};
+    ck_assert_int_eq(dt_trainer_check_replicas(&t, 3, stdout, &st), DT_OK);
+    if (nranks > 1) {
+        uint32_t bits;
+        memcpy(&bits, &t.model.params[t.model.nparams / 2], sizeof bits);
+        bits ^= 1u;
+        if (rank == nranks - 1) memcpy(&t.model.params[t.model.nparams / 2], &bits, sizeof bits);
+        ck_assert_int_eq(dt_trainer_check_replicas(&t, 3, stdout, &st), DT_ERUNTIME);
+        char who[32];
+        snprintf(who, sizeof who, "rank %d", nranks - 1);
+        if (rank == 0) {
+            ck_assert_msg(strstr(st.msg, "after epoch 3") && strstr(st.msg, who) && strstr(st.msg, "diverged"),
+                          "%s", st.msg);
+        }
+    }
     dt_trainer_free(&t);
 }
 END_TEST

@@ -17,7 +17,7 @@ static inline void mpi_check_init(int *argc, char ***argv, const char *name, int
                                   size_t dirlen)
 {
     int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided); /* as dtrain does */
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided); /* as dtrain does */
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, nranks);
     const char *tmp = getenv("TEST_TMP");
