@@ -8,6 +8,35 @@
 #include "checks.h"
 #include "collectives/topology.h"
 
+/* Collective. An emulated node must lie on one host: its ranks share
+ * memory windows (collectives/coll.c), which MPI cannot make across hosts. */
+static int check_emulated_node(struct dt_topo *t, int ranks_per_node, dt_status *st)
+{
+    MPI_Comm shared;
+    int n, len = 0;
+    DT_MPI_CHECK(MPI_Comm_split_type(t->node, MPI_COMM_TYPE_SHARED, t->local_rank, MPI_INFO_NULL, &shared));
+    MPI_Comm_size(shared, &n);
+    MPI_Comm_free(&shared);
+    if (n != t->local_size) {
+        char *names = dt_xcalloc((size_t)t->local_size, MPI_MAX_PROCESSOR_NAME);
+        char mine[MPI_MAX_PROCESSOR_NAME] = "";
+        MPI_Get_processor_name(mine, &len);
+        DT_MPI_CHECK(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                                   t->node));
+        int other = 1;
+        while (other < t->local_size && !strcmp(names, names + (size_t)other * MPI_MAX_PROCESSOR_NAME)) other++;
+        int first = t->rank - t->local_rank;
+        dt_fail(st, DT_EUSAGE, "--ranks-per-node %d: ranks %d-%d, one emulated node, run on more than one host "
+                "(rank %d on %.64s, rank %d on %.64s), which share no memory; an emulated node must fit in one host: "
+                "leave --ranks-per-node out (the layout is then detected), or make it divide each host's ranks",
+                ranks_per_node, first, first + t->local_size - 1, first, names,
+                first + (other < t->local_size ? other : 0),
+                names + (size_t)(other < t->local_size ? other : 0) * MPI_MAX_PROCESSOR_NAME);
+        free(names);
+    }
+    return dt_status_agree(st, t->world);
+}
+
 int dt_topo_create(struct dt_topo *t, MPI_Comm comm, int ranks_per_node, dt_status *st)
 {
     memset(t, 0, sizeof *t);
@@ -40,6 +69,12 @@ int dt_topo_create(struct dt_topo *t, MPI_Comm comm, int ranks_per_node, dt_stat
     }
     MPI_Comm_rank(t->node, &t->local_rank);
     MPI_Comm_size(t->node, &t->local_size);
+    if (t->emulated && check_emulated_node(t, ranks_per_node, st) != DT_OK) {
+        MPI_Comm_free(&t->node);
+        MPI_Comm_free(&t->world);
+        memset(t, 0, sizeof *t);
+        return st->code;
+    }
     DT_MPI_CHECK(MPI_Comm_split(t->world, t->local_rank, t->rank, &t->cross));
     MPI_Comm_size(t->cross, &t->nnodes); /* local rank 0 exists on every node */
     MPI_Comm_rank(t->cross, &t->node_index);
