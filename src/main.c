@@ -15,6 +15,7 @@
 #include "device.h"
 #include "log.h"
 #include "options.h"
+#include "preflight.h"
 #include "rma.h"
 #include "train.h"
 #ifdef DT_HAVE_CUDA
@@ -60,6 +61,11 @@ int main(int argc, char **argv)
         if (rank == 0 && cfg.help) dt_options_usage(stdout);
         if (rank == 0 && cfg.version) printf("dtrain %s\n", PACKAGE_VERSION);
         return finish(DT_OK);
+    }
+    if (cfg.preflight) { /* checks, a table, and the verdict as the exit code */
+        int rc = dt_preflight(&cfg, MPI_COMM_WORLD, stdout, &st);
+        if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+        return finish(rc);
     }
     if (cfg.list_devices) { /* like tf.config.list_physical_devices, per rank */
         struct dt_topo topo;

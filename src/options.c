@@ -143,6 +143,15 @@ void dt_options_usage(FILE *out)
         "      --timeline FILE      Chrome trace (Perfetto, chrome://tracing) of every\n"
         "                           rank's layers, all-reduces, data reads, checkpoints\n"
         "\n"
+        "Before a big job:\n"
+        "      --preflight          check what the run needs, on its launcher and with its\n"
+        "                           options: the same dtrain and MPI everywhere, the MPI\n"
+        "                           thread level, shared memory in each node, one-sided\n"
+        "                           windows, the input files and --checkpoint-dir as every\n"
+        "                           node sees them, the network between nodes beside the\n"
+        "                           all-reduce, one GPU per rank (--device cuda); print a\n"
+        "                           table and exit (1 naming the first failed check)\n"
+        "\n"
         "Output:\n"
         "  -q, --quiet              print nothing but errors\n"
         "  -v, --verbose            also print every step's loss and the model summary\n"
@@ -184,7 +193,7 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
 
 enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
        OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_PS_TRANSPORT, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
-       OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PRECISION, OPT_LOSS_SCALE,
+       OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PREFLIGHT, OPT_PRECISION, OPT_LOSS_SCALE,
        OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
        OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
        OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
@@ -239,6 +248,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         {"device", required_argument, 0, OPT_DEVICE},
         {"gpus-per-node", required_argument, 0, OPT_GPN},
         {"devices", no_argument, 0, OPT_DEVICES},
+        {"preflight", no_argument, 0, OPT_PREFLIGHT},
         {"cuda-graphs", no_argument, 0, OPT_CUDA_GRAPHS},
         {"fp32-activations", no_argument, 0, OPT_FP32_ACT},
         {"precision", required_argument, 0, OPT_PRECISION},
@@ -361,6 +371,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
             break;
         case OPT_GPN: rc = dt_parse_long("--gpus-per-node", optarg, 1, 1024, &v, st); cfg->gpus_per_node = (int)v; break;
         case OPT_DEVICES: cfg->list_devices = 1; break;
+        case OPT_PREFLIGHT: cfg->preflight = 1; break;
         case OPT_PRECISION:
             if (!strcmp(optarg, "fp32")) cfg->precision = DT_PREC_FP32;
             else if (!strcmp(optarg, "fp16")) cfg->precision = DT_PREC_FP16;
@@ -591,6 +602,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         cfg->ninputs = 1;
         return DT_OK;
     }
+    if (optind >= argc && cfg->preflight) return DT_OK; /* no input files to check */
     if (optind >= argc)
         return dt_fail(st, DT_EUSAGE, "missing INPUT.h5: give the HDF5 dataset to train on (see dtrain --help)");
     cfg->ninputs = argc - optind;

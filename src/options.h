@@ -50,6 +50,7 @@ struct dt_config {
     int loss_scale_set;     /* --loss-scale given */
     int gpus_per_node;      /* 0 = every visible device */
     int list_devices;       /* --devices: print the per-rank device map and exit */
+    int preflight;          /* --preflight: check MPI, nodes, paths and network, then exit */
     int cuda_graphs;        /* --cuda-graphs: replay the step as a CUDA graph */
     int fp32_activations;   /* --fp32-activations: no 16-bit activation storage */
     /* gradient exchange (src/collectives/) */
