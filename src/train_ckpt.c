@@ -194,6 +194,11 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
     struct kv kv;
     memset(&c, 0, sizeof c);
     config_text(t->cfg, t->nranks, &kv);
+    if (kv.n < 48 && dt_auto_encode(&t->coll, kv.buf[kv.n], sizeof kv.buf[0])) { /* auto's timed choices */
+        kv.key[kv.n] = "allreduce_timed";
+        kv.value[kv.n] = kv.buf[kv.n];
+        kv.n++;
+    }
     c.dtrain_version = PACKAGE_VERSION;
     c.strategy = s->ops->name;
     c.model = m->name;
@@ -336,8 +341,11 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
     memcpy(t->start_progress, c.progress, sizeof c.progress);
     /* The global batch decides the data order within an epoch. */
     long file_batch = 0;
-    for (int i = 0; i < c.nconfig; i++)
+    for (int i = 0; i < c.nconfig; i++) {
         if (!strcmp(c.config_keys[i], "batch_size")) file_batch = strtol(c.config_values[i], NULL, 10);
+        /* auto's algorithms as that run timed them, so the resumed run sums in the same order */
+        if (!strcmp(c.config_keys[i], "allreduce_timed")) dt_auto_preset(&t->coll, c.config_values[i]);
+    }
     int same_layout = c.file_nranks == t->nranks && file_batch == cfg->batch_size;
     if (same_layout) memcpy(t->dropout_rng.s, c.all_rng[t->rank], sizeof t->dropout_rng.s);
     if (!same_layout && t->rank == 0)

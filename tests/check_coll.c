@@ -813,6 +813,36 @@ START_TEST(test_auto_tune)
                 char how[512];
                 dt_auto_describe(&c, how, sizeof how);
                 expect(&st, strstr(how, "timed at start-up") != NULL, "describe says '%s'", how);
+                /* A checkpoint carries them: the same layout takes them back and times nothing. */
+                char text[160];
+                expect(&st, dt_auto_encode(&c, text, sizeof text) == 1, "nothing to encode");
+                struct dt_coll again;
+                open_coll(&again, &su);
+                expect(&st, dt_auto_preset(&again, text) == 1, "preset '%s' refused", text);
+                expect(&st, dt_auto_tune(&again, win, win, counts, 5) == 3 && again.tuned_preset,
+                       "the preset choices were timed again");
+                for (int j = 0; j < 3; j++)
+                    expect(&st, dt_auto_choose(&again, counts[j == 2 ? 3 : j]) == c.tuned[j].pick,
+                           "preset class %d differs", j);
+                dt_auto_describe(&again, how, sizeof how);
+                expect(&st, strstr(how, "checkpoint") != NULL, "describe says '%s'", how);
+                /* Bucket sizes the checkpoint's run did not have: timed anew. */
+                const size_t other[] = {5000000};
+                float *big = dt_coll_alloc(&again, other[0]);
+                expect(&st, dt_auto_tune(&again, big, big, other, 1) == 1 && !again.tuned_preset,
+                       "an uncovered size did not time again");
+                dt_coll_free(&again);
+                /* Another layout, or text that is not the encoding, is refused. */
+                static const char *const bad[] = {"9 9 10:mpi", "", "2", "x y 10:mpi", " 10:auto",
+                                                  " 10:nccl", " 10mpi", " 99:mpi", ""};
+                for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+                    char t2[64]; /* the first four as they are; the rest after this layout */
+                    if (b < 4) snprintf(t2, sizeof t2, "%s", bad[b]);
+                    else snprintf(t2, sizeof t2, "%d %d%s", c.topo.nnodes, c.topo.local_size, bad[b]);
+                    open_coll(&again, &su);
+                    expect(&st, dt_auto_preset(&again, t2) == 0 && again.ntuned == 0, "preset '%s' taken", t2);
+                    dt_coll_free(&again);
+                }
                 /* And the sums through the timed choices are still exact. */
                 for (int j = 0; j < 4; j++) {
                     struct ref R;

@@ -159,15 +159,69 @@ static double time_calls(struct dt_coll *c, const struct dt_allreduce_algo *a, c
     return (MPI_Wtime() - t0) / calls;
 }
 
-int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n)
+/* Whether this layout and configuration time auto's choices. */
+static int tunes_here(const struct dt_coll *c)
 {
     /* DTRAIN_ALLREDUCE_TUNE=0: never (the table decides); =1: also where
      * --ranks-per-node emulates the nodes (tests, one-host experiments). */
     const char *env = getenv("DTRAIN_ALLREDUCE_TUNE");
     int force = env && strcmp(env, "1") == 0;
-    if ((env && strcmp(env, "0") == 0) || c->algo != &dt_allreduce_auto || !c->table_builtin ||
-        (c->topo.emulated && !force) || c->topo.nnodes < 2 || n <= 0)
+    return !(env && strcmp(env, "0") == 0) && c->algo == &dt_allreduce_auto && c->table_builtin &&
+           (!c->topo.emulated || force) && c->topo.nnodes >= 2;
+}
+
+int dt_auto_encode(const struct dt_coll *c, char *buf, size_t len)
+{
+    if (!c->ntuned || !len) return 0;
+    size_t n = (size_t)snprintf(buf, len, "%d %d", c->topo.nnodes, c->topo.uniform ? c->topo.local_size : 0);
+    for (int i = 0; i < c->ntuned && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, " %d:%s", c->tuned[i].cls, c->tuned[i].pick->name);
+    if (n >= len) buf[0] = '\0'; /* cut short: better none than half */
+    return buf[0] != '\0';
+}
+
+int dt_auto_preset(struct dt_coll *c, const char *text)
+{
+    int nodes, rpn, used;
+    if (!text || !tunes_here(c) || sscanf(text, "%d %d%n", &nodes, &rpn, &used) != 2 || nodes != c->topo.nnodes ||
+        rpn != (c->topo.uniform ? c->topo.local_size : 0))
         return 0;
+    struct dt_auto_tuned t[64];
+    int n = 0;
+    char why[256];
+    for (const char *p = text + used; n < 64;) {
+        int cls, k;
+        char name[16];
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (sscanf(p, "%d:%15[a-z]%n", &cls, name, &k) != 2 || cls < 0 || cls > 62) return 0;
+        const struct dt_allreduce_algo *a = dt_allreduce_find(name);
+        if (!a || a == &dt_allreduce_auto || !a->usable(c, why, sizeof why)) return 0;
+        t[n++] = (struct dt_auto_tuned){.cls = cls, .pick = a};
+        p += k;
+    }
+    if (!n) return 0;
+    free(c->tuned);
+    c->tuned = dt_xcalloc((size_t)n, sizeof *c->tuned);
+    memcpy(c->tuned, t, sizeof *t * (size_t)n);
+    c->ntuned = n;
+    c->tuned_preset = 1;
+    return 1;
+}
+
+int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n)
+{
+    if (!tunes_here(c) || n <= 0) return 0;
+    if (c->tuned_preset) { /* a checkpoint's choices: used when they cover every size here */
+        int covered = 1;
+        for (int i = 0; i < n && covered; i++) {
+            int k = size_class(counts[i] * sizeof(float)), found = !counts[i];
+            for (int j = 0; j < c->ntuned; j++) found |= c->tuned[j].cls == k;
+            covered = found;
+        }
+        if (covered) return c->ntuned;
+        c->tuned_preset = 0; /* other buckets than the checkpoint's run had: time them all */
+    }
     const struct dt_allreduce_algo *all[] = {&dt_allreduce_mpi, &dt_allreduce_ring, &dt_allreduce_hier}, *cand[3];
     int ncand = 0;
     char why[256];
@@ -247,7 +301,7 @@ void dt_auto_describe(const struct dt_coll *c, char *buf, size_t len)
         snprintf(buf, len, "by %s", c->table_builtin ? "its built-in table" : "the given table");
         return;
     }
-    size_t n = (size_t)snprintf(buf, len, "timed at start-up:");
+    size_t n = (size_t)snprintf(buf, len, c->tuned_preset ? "as the checkpoint's run timed it:" : "timed at start-up:");
     for (int i = 0; i < c->ntuned && n < len; i++) {
         const struct dt_auto_tuned *t = &c->tuned[i];
         char cl[24];

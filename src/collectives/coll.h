@@ -87,6 +87,7 @@ struct dt_coll {
     int table_builtin;          /* rules from the built-in table (no file given) */
     struct dt_auto_tuned *tuned; /* choices timed at start-up (dt_auto_tune) */
     int ntuned;
+    int tuned_preset;           /* the choices came from dt_auto_preset (a checkpoint) */
 };
 
 /* Collective over comm. Checks the configuration against the layout (an
@@ -138,6 +139,14 @@ const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t c
 int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n);
 /* What auto does here, in words ("table", or the timed choices). */
 void dt_auto_describe(const struct dt_coll *c, char *buf, size_t len);
+/* The timed choices as one line of text ("NODES RANKS_PER_NODE CLASS:ALGO
+ * ..."), for a checkpoint; 0 when nothing was timed. A run resumed on the
+ * same layout gives them back to dt_auto_preset before its buckets exist,
+ * and dt_auto_tune then uses them instead of timing again: the same
+ * algorithms, so the same bits as a run never interrupted. Returns 1 when
+ * the text applies here (same layout, where timing would happen). */
+int dt_auto_encode(const struct dt_coll *c, char *buf, size_t len);
+int dt_auto_preset(struct dt_coll *c, const char *text);
 
 /* fp16/bf16 conversion, round to nearest even. */
 void dt_pack16(uint16_t *dst, const float *src, size_t n, int compress);
