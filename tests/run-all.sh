@@ -8,14 +8,15 @@
 # build, libdtrain is installed into build/_inst and `make installcheck`
 # builds and runs the API example against it. A build with
 # AddressSanitizer + UBSan (build-asan/) runs the unit and MPI tests in between,
-# and Valgrind the single-rank ones in build/.
+# and Valgrind the single-rank ones in build/, then the cross-host tests on a
+# 3-host cluster with a real Slurm (tests/cluster/, as root).
 # Ends with "N passed, N failed, N skipped".
 #
 #   tests/run-all.sh
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
-"$top/jobscripts/local/setup.sh" --mpich --cuda || { echo "setup failed"; exit 1; }
+"$top/jobscripts/local/setup.sh" --mpich --cuda --cluster || { echo "setup failed"; exit 1; }
 
 status=0
 run_check() { # run_check DIR [TESTS=...]
@@ -69,6 +70,12 @@ fi
 echo "== Valgrind (build/): the single-rank tests and two dtrain runs"
 rm -f build/tests/valgrind/*.trs
 make -C build check-valgrind || status=1
+# Across hosts: 3 hosts in network namespaces joined by TCP, a real Slurm on
+# them, dtrain launched by mpirun, srun and the job scripts (tests/cluster/run.sh;
+# about 5 minutes). Its results are build/tests/cluster/*.trs, counted below.
+echo "== Across hosts (build/): tests/cluster/, a 3-host cluster with a real Slurm"
+rm -f build/tests/cluster/*.trs
+make -C build check-cluster || status=1
 if [[ -f build-cuda/config.status ]]; then
   run_check build-cuda
   for t in check_gpu gpu_train; do
@@ -81,7 +88,7 @@ fi
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
 for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs build/tests/valgrind/*.trs \
-  build-cuda/tests/*.trs; do
+  build/tests/cluster/*.trs build-cuda/tests/*.trs; do
   [[ -f $trs ]] || continue
   case $(sed -n 's/^:test-result: //p' "$trs") in
     PASS|XFAIL) p=$((p + 1)) ;;

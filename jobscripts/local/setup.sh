@@ -3,20 +3,22 @@
 # then build it in build/ (Open MPI); with --mpich, in build-mpich/ too; with
 # --cuda, also in build-cuda/ with the CUDA backend (./configure --with-cuda),
 # when a CUDA toolkit is found (nvcc on PATH or /usr/local/cuda; a GPU is not
-# needed to build). Idempotent: a second run installs nothing and rebuilds
-# only what changed.
+# needed to build); with --cluster, also what the cross-host tests' cluster
+# runs on (tests/cluster/: Slurm's daemons and client, munge, iproute2).
+# Idempotent: a second run installs nothing and rebuilds only what changed.
 #
-#   jobscripts/local/setup.sh [--mpich] [--cuda]
+#   jobscripts/local/setup.sh [--mpich] [--cuda] [--cluster]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 
-with_mpich=no with_cuda=no
+with_mpich=no with_cuda=no with_cluster=no
 for arg in "$@"; do
   case $arg in
     --mpich) with_mpich=yes ;;
     --cuda) with_cuda=yes ;;
-    *) echo "setup.sh: unknown option '$arg' (expected --mpich, --cuda)" >&2; exit 2 ;;
+    --cluster) with_cluster=yes ;;
+    *) echo "setup.sh: unknown option '$arg' (expected --mpich, --cuda, --cluster)" >&2; exit 2 ;;
   esac
 done
 
@@ -28,6 +30,8 @@ pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
       valgrind       # valgrind: tests/valgrind.sh (make check-valgrind), a stage of tests/run-all.sh
       gnuplot-nox)   # gnuplot-nox: jobscripts/scaling-study's plots (PNG, SVG)
 [[ $with_mpich == yes ]] && pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
+# tests/cluster/: hosts in network namespaces (ip, nsenter), a real Slurm on them.
+[[ $with_cluster == yes ]] && pkgs+=(iproute2 util-linux munge slurmctld slurmd slurm-client)
 
 missing=()
 for p in "${pkgs[@]}"; do

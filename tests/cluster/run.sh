@@ -1,0 +1,472 @@
+#!/usr/bin/env bash
+# run.sh: dtrain across real hosts: the cross-host tests (make check-cluster).
+#
+# Brings up tests/cluster/cluster.sh's cluster (3 hosts joined by TCP, each
+# with its own hostname, /tmp and core, and a real Slurm from Debian's
+# packages on them), runs every check below against it, and takes it all
+# down again, also when a check fails or the run is interrupted. Each check
+# leaves tests/cluster/NAME.log and an Automake-style NAME.trs in the build
+# directory (tests/run-all.sh counts them); ends with "cluster: N passed, N
+# failed".
+#
+#   make -C build check-cluster            (as root; about 5 minutes on 2 cores)
+#   tests/cluster/run.sh [CHECK...]         (from a build directory, make's environment)
+#
+# The checks:
+#   hosts        each host is its own node to MPI (hostname, split by shared memory)
+#   preflight    dtrain --preflight across hosts passes, and fails naming a
+#                checkpoint directory or an input file that one host cannot see
+#   strategies   every strategy with its defaults at 2x1, 2x2, 3x1 and 2+1
+#                ranks: trains, every rank bitwise identical after every epoch
+#                (mirrored is refused across nodes, and says so)
+#   ps           the parameter server with servers and workers on different
+#                hosts, async/ssp/sync with 1 and 2 servers (two-sided: no
+#                one-sided windows across hosts here); sync equals a one-host,
+#                one-sided run bit for bit
+#   allreduce    every algorithm exact across hosts (dtrain-bench-allreduce
+#                --check) at 2x1, 2x2, 3x1 and the uneven 2+1, with bf16
+#                transport too; each --allreduce trains with identical ranks
+#   resume       a checkpoint mid-epoch across hosts resumes to the bits of a
+#                run never stopped; auto's timed choice comes back from the
+#                checkpoint; a 2x2 checkpoint resumes on 3 hosts
+#   faults       kill -9 of a rank on one host ends the job on every host,
+#                named, nothing left running; a rank that stops coming is
+#                named by the stall watchdog over two-sided reports
+#   slurm        the Slurm job script with its defaults exits 0; with a
+#                short --time and --signal it checkpoints, the real `scontrol
+#                requeue` requeues it, it resumes and ends equal (h5diff) to
+#                a run never interrupted; srun direct launch trains
+#   local        jobscripts/local/dtrain.sh across hosts: SIGUSR1, restart,
+#                the same final checkpoint as a run never interrupted
+# PBS has no Debian package: tests/jobscripts.sh keeps its stand-in.
+set -uo pipefail
+: "${TOP_SRCDIR:?run from make check-cluster (or set TOP_SRCDIR, TOP_BUILDDIR, DTRAIN, TEST_TMP)}"
+: "${TOP_BUILDDIR:?}" "${DTRAIN:?}"
+TEST_TMP=${TEST_TMP:-$TOP_BUILDDIR/tests/tmp}
+BENCH=$TOP_BUILDDIR/dtrain-bench-allreduce
+MKFIXTURE=${MKFIXTURE:-$TOP_BUILDDIR/tests/mkfixture}
+CLUSTER=$TOP_SRCDIR/tests/cluster/cluster.sh
+R=$TOP_BUILDDIR/tests/cluster # results
+W=$TEST_TMP/cluster           # work files: under the build directory, which every host sees
+mkdir -p "$R"
+rm -f "$R"/*.trs
+
+skip_all() {
+  echo "SKIP: cluster tests: $*"
+  printf ':test-result: SKIP\n' >"$R/cluster.trs"
+  exit 0
+}
+[[ $(id -u) == 0 ]] || skip_all "need root (network namespaces, a bridge, Slurm's daemons)"
+[[ ${MPI_FLAVOUR:-openmpi} == openmpi ]] || skip_all "the launcher's rsh agent is Open MPI's (this build: ${MPI_FLAVOUR})"
+for c in ip nsenter unshare munged slurmctld slurmd sbatch srun scontrol h5diff; do
+  command -v "$c" >/dev/null || skip_all "$c is missing (jobscripts/local/setup.sh --cluster installs it)"
+done
+
+export DTC_STATE=${DTC_STATE:-/run/dtcluster}
+# A cluster left over from an interrupted run goes first: a second run works.
+[[ -e $DTC_STATE/env ]] && bash "$CLUSTER" down >/dev/null 2>&1
+export DTC_SHARE="$TOP_BUILDDIR $TEST_TMP"
+trap 'bash "$CLUSTER" down >/dev/null 2>&1' EXIT
+trap 'exit 130' INT TERM
+bash "$CLUSTER" up 3 --slurm || { echo "FAIL: the cluster did not come up"; printf ':test-result: FAIL\n' >"$R/cluster.trs"; exit 1; }
+# shellcheck disable=SC1091
+. "$DTC_STATE/env"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Three hosts share this machine's two cores (and 2x2 runs two ranks per
+# host's one core): ranks that wait must yield, as on real nodes they need not.
+export OMPI_MCA_mpi_yield_when_idle=1
+rm -rf "$W"
+mkdir -p "$W"
+cd "$W" || exit 1
+
+npass=0 nfail=0 problems=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; problems=$((problems + 1)); }
+# mpirun across HOSTS (h1:1,h2:1,...), ranks = the sum of the slots.
+across() {
+  local hosts=$1 n=0 s
+  shift
+  for s in ${hosts//,/ }; do n=$((n + ${s#*:})); done
+  # shellcheck disable=SC2086
+  timeout -k 5 "${T_LIMIT:-180}" mpirun $DTC_MPIRUN_FLAGS --host "$hosts" -np "$n" "$@"
+}
+ranks_of() { local n=0 s; for s in ${1//,/ }; do n=$((n + ${s#*:})); done; echo "$n"; }
+same_ckpt() { # same_ckpt A.h5 B.h5: parameters and optimizer state identical
+  h5diff -q "$1" "$2" /model /model >/dev/null 2>&1 && h5diff -q "$1" "$2" /optimizer /optimizer >/dev/null 2>&1
+}
+latest() { echo "$1/$(cat "$1/latest" 2>/dev/null)"; }
+# identical LOG NRANKS EPOCHS: -v -v's per-epoch agreement lines, all of them
+identical() {
+  local n
+  n=$(grep -c "parameters and statistics bitwise identical on all $2 ranks" "$1")
+  [[ $n == "$3" ]]
+}
+
+run_check() { # run_check NAME: runs check_NAME, its output in NAME.log
+  local name=$1 t0 rc
+  t0=$(date +%s)
+  problems=0
+  ( set +e; "check_$name" ) >"$R/$name.log" 2>&1
+  rc=$?
+  # the subshell's count is lost: the log keeps the FAIL lines
+  if ((rc == 0)) && ! grep -q '^FAIL: ' "$R/$name.log"; then
+    npass=$((npass + 1))
+    printf ':test-result: PASS\n' >"$R/$name.trs"
+    echo "PASS: cluster $name ($(($(date +%s) - t0)) s, $(grep -c '^ok: ' "$R/$name.log") assertions)"
+  else
+    nfail=$((nfail + 1))
+    printf ':test-result: FAIL\n' >"$R/$name.trs"
+    echo "FAIL: cluster $name ($(($(date +%s) - t0)) s): see $R/$name.log"
+    grep '^FAIL: ' "$R/$name.log" | head -20
+    tail -30 "$R/$name.log"
+  fi
+}
+
+SYN="--synthetic 8x8x3:4:4096 --model mlp --batch-size 16"
+
+check_hosts() {
+  local got
+  got=$("$TOP_SRCDIR/tests/cluster/rsh" h2 hostname)
+  [[ $got == h2 ]] && ok "rsh h2 hostname: $got" || bad "rsh h2 hostname gave '$got'"
+  got=$(across h1:1,h2:1,h3:1 hostname | sort | tr '\n' ' ')
+  [[ $got == "h1 h2 h3 " ]] && ok "mpirun --host h1:1,h2:1,h3:1 runs on $got" || bad "mpirun ran on '$got'"
+  across h1:2,h2:1 "$DTRAIN" $SYN --epochs 1 >out 2>err
+  grep -q '^layout: 2 nodes of 2+1 ranks;' out && ok "dtrain sees $(grep -o '^layout: [^;]*' out)" ||
+    { bad "dtrain's layout at h1:2,h2:1"; cat out err; }
+  # The hosts' /tmp are their own (PMIx needs it; a file system is not shared by accident).
+  "$TOP_SRCDIR/tests/cluster/rsh" h1 "echo h1 >/tmp/dtc-mine"
+  if "$TOP_SRCDIR/tests/cluster/rsh" h2 "test ! -e /tmp/dtc-mine" && [[ ! -e /tmp/dtc-mine ]]; then
+    ok "h1's /tmp is its own"
+  else
+    bad "a file in h1's /tmp is seen elsewhere"
+  fi
+}
+
+check_preflight() {
+  "$MKFIXTURE" good "$W/data.h5" 64 >/dev/null || bad "mkfixture"
+  across h1:1,h2:1,h3:1 "$DTRAIN" --preflight --checkpoint-dir "$W/pf-ck" "$W/data.h5" >out 2>err
+  local rc=$?
+  cat out err
+  if [[ $rc == 0 ]] && grep -q '^one-sided windows across the job *warn *MPI_ERR_WIN' out &&
+     grep -q '^checkpoint directory on every node ok .*written from each of 3 nodes' out &&
+     grep -q '^input files on every node *ok' out && grep -Eq '^network between nodes *(ok|warn) .*GB/s' out &&
+     grep -q '^preflight: no check failed' out && [[ ! -e $W/pf-ck ]]; then
+    ok "--preflight on 3 hosts: exit 0, one-sided windows a warning, the directory made and removed again"
+  else
+    bad "--preflight on 3 hosts: exit $rc"
+  fi
+  # A directory in /tmp is each host's own: not a checkpoint directory for a job.
+  across h1:1,h2:1 "$DTRAIN" --preflight --checkpoint-dir /tmp/dtc-private "$W/data.h5" >out 2>err
+  rc=$?
+  cat out err
+  if [[ $rc == 1 ]] && [[ $(grep -c '^dtrain: error: ' err) == 1 ]] &&
+     grep -q '^dtrain: error: preflight: checkpoint directory on every node: .*does not see the file node 1 wrote' err; then
+    ok "--checkpoint-dir in a host's own /tmp: exit 1, $(grep '^dtrain: error' err | cut -c1-120)..."
+  else
+    bad "--checkpoint-dir /tmp/dtc-private: exit $rc"
+  fi
+  # An input file only h1 has.
+  "$TOP_SRCDIR/tests/cluster/rsh" h1 "cp '$W/data.h5' /tmp/dtc-only-h1.h5"
+  across h1:1,h2:1 "$DTRAIN" --preflight /tmp/dtc-only-h1.h5 >out 2>err
+  rc=$?
+  cat out err
+  if [[ $rc == 1 ]] && grep -q '^dtrain: error: preflight: input files on every node: rank 1 on h2: /tmp/dtc-only-h1.h5: No such file' err; then
+    ok "an input file on h1 only: exit 1, rank 1 on h2 named"
+  else
+    bad "input on h1 only: exit $rc"
+  fi
+}
+
+check_strategies() {
+  local hosts st n
+  for hosts in h1:1,h2:1 h1:2,h2:2 h1:1,h2:1,h3:1 h1:2,h2:1; do
+    n=$(ranks_of "$hosts")
+    for st in auto multi-worker central-storage sharded parameter-server; do
+      [[ $hosts == h1:2,h2:2 || $hosts == h1:1,h2:1,h3:1 || $st == auto ]] || continue
+      across "$hosts" "$DTRAIN" $SYN --epochs 2 --strategy "$st" -v -v >out 2>err
+      local rc=$?
+      if [[ $rc == 0 ]] && identical out "$n" 2 && grep -q '^Epoch 2/2 ' out; then
+        ok "$hosts --strategy $st: $(grep -o '^layout: .*' out | cut -c1-110)..., identical on $n ranks after both epochs"
+      else
+        bad "$hosts --strategy $st: exit $rc"; cat out err | grep -v '^step' | tail -20
+      fi
+    done
+  done
+  across h1:1,h2:1 "$DTRAIN" $SYN --epochs 1 --strategy mirrored >out 2>err
+  local rc=$?
+  if [[ $rc == 2 ]] && grep -q "^dtrain: error: --strategy mirrored: the ranks span 2 nodes x 1 rank" err; then
+    ok "mirrored across hosts: refused, exit 2: $(grep '^dtrain: error' err | cut -c1-100)..."
+  else
+    bad "mirrored across hosts: exit $rc"; cat err
+  fi
+}
+
+check_ps() {
+  local k mode n=3
+  for k in 1 2; do
+    for mode in async ssp sync; do
+      across h1:1,h2:1,h3:1 "$DTRAIN" $SYN --epochs 2 --strategy parameter-server --num-ps "$k" --ps-mode "$mode" \
+        -v -v --checkpoint-dir "$W/ps-$k-$mode" >out 2>err
+      local rc=$?
+      if [[ $rc == 0 ]] && identical out $n 2 && grep -Eq "strategy parameter-server \($mode[^)]*, two-sided\): $k server" out &&
+         grep -q 'parameter server: no one-sided windows here (MPI_ERR_WIN' err; then
+        ok "$k server(s) on $( ((k == 1)) && echo h1 || echo h1,h2), workers on the others, $mode: two-sided, identical ranks after each epoch"
+      else
+        bad "parameter server $k $mode: exit $rc"; grep -v '^step' out | tail; cat err
+      fi
+    done
+    # Sync mode: the same bits as on one host over one-sided windows.
+    timeout 120 mpirun -np 3 "$DTRAIN" $SYN --epochs 2 --strategy parameter-server --num-ps "$k" --ps-mode sync \
+      --ps-transport one-sided --checkpoint-dir "$W/ps-$k-local" --quiet
+    if same_ckpt "$(latest "$W/ps-$k-sync")" "$(latest "$W/ps-$k-local")"; then
+      ok "$k server(s), sync: across hosts (two-sided) = one host (one-sided), bit for bit (h5diff)"
+    else
+      bad "$k server(s), sync: across hosts differs from one host"
+    fi
+  done
+  across h1:1,h2:1 "$DTRAIN" $SYN --epochs 1 --strategy parameter-server --ps-transport one-sided >out 2>err
+  local rc=$?
+  if [[ $rc == 1 ]] && [[ $(grep -c '^dtrain: error: ' err) == 1 ]] &&
+     grep -q "^dtrain: error: --ps-transport one-sided: this MPI cannot make the servers' one-sided windows (MPI_ERR_WIN" err &&
+     ! grep -q 'MPI_ERRORS_ARE_FATAL' err; then
+    ok "--ps-transport one-sided across hosts: one error line naming the setting, no MPI abort text"
+  else
+    bad "--ps-transport one-sided across hosts: exit $rc"; cat err
+  fi
+}
+
+check_allreduce() {
+  local hosts
+  for hosts in h1:1,h2:1 h1:2,h2:2 h1:1,h2:1,h3:1 h1:2,h2:1; do
+    across "$hosts" "$BENCH" -b 4 -e 4M -f 16 -n 3 -w 1 --window --outofplace >out 2>err
+    local rc=$?
+    if [[ $rc == 0 ]] && grep -q '^# Wrong elements: 0 OK' out && grep -q 'auto:' out; then
+      ok "$hosts: mpi, ring, hier, auto exact at 4 B-4 MiB, window and out of place$(grep -q '^# hier: skipped' out && echo ' (hier skipped: uneven)')"
+    else
+      bad "$hosts: dtrain-bench-allreduce exit $rc"; cat out err | tail -30
+    fi
+  done
+  across h1:2,h2:2 "$BENCH" -b 4 -e 1M -f 16 -n 3 -w 1 -a ring,hier,auto --grad-compression bf16 >out 2>err
+  [[ $? == 0 ]] && grep -q '^# Wrong elements: 0 OK' out && ok "2x2, bf16 transport: ring, hier, auto exact" ||
+    { bad "2x2 bf16"; tail -20 out err; }
+  local a
+  for a in mpi ring hier auto; do
+    across h1:2,h2:2 "$DTRAIN" $SYN --epochs 2 --allreduce "$a" -v -v >out 2>err
+    local rc=$?
+    if [[ $rc == 0 ]] && identical out 4 2; then
+      ok "2x2 --allreduce $a: trains, identical ranks ($(grep -o 'all-reduce [^,]*' out | head -1))"
+    else
+      bad "2x2 --allreduce $a: exit $rc"; grep -v '^step' out | tail; cat err
+    fi
+  done
+  across h1:2,h2:1 "$DTRAIN" $SYN --epochs 1 --allreduce hier >out 2>err
+  local rc=$?
+  [[ $rc == 2 ]] && grep -q '^dtrain: error: --allreduce hier: needs the same number of ranks on every node' err &&
+    ok "2+1 --allreduce hier: refused, exit 2, the layout named" || { bad "2+1 hier: exit $rc"; cat err; }
+}
+
+check_resume() {
+  # 4096 samples, 4 ranks x 16: 64 steps an epoch; a checkpoint every 20 steps, all kept.
+  local args="$SYN --epochs 3 --allreduce ring --checkpoint-every 20step --keep 0 --no-validation" rc
+  across h1:2,h2:2 "$DTRAIN" $args --checkpoint-dir "$W/r-ref" --quiet || bad "reference run"
+  # From the second one written inside epoch 2, into a directory of its own.
+  local mid
+  mid=$(cd "$W/r-ref" && ls ckpt-000001-*.h5 | sed -n 2p)
+  mkdir -p "$W/r-cut"
+  cp "$W/r-ref/$mid" "$W/r-cut/" && echo "$mid" >"$W/r-cut/latest"
+  across h1:2,h2:2 "$DTRAIN" $args --checkpoint-dir "$W/r-cut" --resume latest >out 2>err
+  rc=$?
+  local step=${mid#ckpt-000001-}
+  step=$((10#${step%.h5}))
+  if [[ $rc == 0 ]] && ((step > 0)) && grep -q "resuming from .*$mid: 1 epoch and $step steps done" out &&
+     same_ckpt "$(latest "$W/r-ref")" "$(latest "$W/r-cut")"; then
+    ok "2x2: resumed at epoch 2 step $step across hosts, final parameters and optimizer = the run never stopped (h5diff)"
+  else
+    bad "resume mid-epoch: exit $rc"; cat out err | tail
+  fi
+  # auto's timed choice is written with the checkpoint and used again on resume.
+  across h1:1,h2:1 "$DTRAIN" $SYN --epochs 1 --checkpoint-dir "$W/r-auto" >out 2>err
+  local first
+  first=$(grep -o 'all-reduce auto (timed at start-up: [^)]*)' out)
+  across h1:1,h2:1 "$DTRAIN" $SYN --epochs 2 --checkpoint-dir "$W/r-auto" --resume latest >out 2>err
+  if [[ -n $first ]] && grep -q "all-reduce auto (as the checkpoint's run timed it: ${first#*start-up: }" out; then
+    ok "auto across hosts: '$first', and the resumed run takes the same from the checkpoint"
+  else
+    bad "auto's choice on resume: first '$first', then $(grep -o 'all-reduce auto ([^)]*)' out)"
+  fi
+  # Another layout: re-sharded, noted, trains on.
+  across h1:1,h2:1,h3:1 "$DTRAIN" ${args/--keep 0/} --epochs 4 --checkpoint-dir "$W/r-cut" --resume latest >out 2>err
+  rc=$?
+  if [[ $rc == 0 ]] && grep -q 'checkpoint was written by 4 ranks x batch 16, this run has 3 x 16' err && grep -q '^Epoch 4/4' out; then
+    ok "a 2x2 checkpoint resumed on 3 hosts: re-sharded (noted), epoch 4 done"
+  else
+    bad "resume on another layout: exit $rc"; cat out err | tail
+  fi
+}
+
+# The pids of dtrain ranks running on a host.
+host_ranks() { local p; for p in $(ip netns pids "dtc-$1" 2>/dev/null); do [[ $(cat /proc/"$p"/comm 2>/dev/null) == dtrain ]] && echo "$p"; done; }
+
+check_faults() {
+  local t0 t1 rc h victim
+  T_LIMIT=120 across h1:1,h2:1,h3:1 "$DTRAIN" $SYN --epochs 100000 --stall-timeout 10 >"$W/kill.out" 2>"$W/kill.err" &
+  local job=$!
+  for ((i = 0; i < 200; i++)); do [[ -n $(host_ranks h2) ]] && grep -q '^Epoch 1/' "$W/kill.out" && break; sleep 0.1; done
+  victim=$(host_ranks h2 | head -1)
+  if [[ -z $victim ]]; then
+    bad "no rank found on h2"
+  else
+    t0=$(date +%s%N)
+    kill -9 "$victim"
+    wait $job
+    rc=$?
+    t1=$(date +%s%N)
+    local left=''
+    for h in h1 h2 h3; do left+=$(host_ranks $h); done
+    cat "$W/kill.err" | head -20
+    if [[ $rc != 0 ]] && [[ -z $left ]] && (((t1 - t0) / 1000000 < 15000)) && grep -q 'on node h2 exited on signal 9' "$W/kill.err"; then
+      ok "kill -9 of rank 1 on h2: the job ends on all 3 hosts in $(((t1 - t0) / 1000000)) ms (exit $rc), h2 and the signal named, no rank left"
+    else
+      bad "kill -9 on h2: exit $rc after $(((t1 - t0) / 1000000)) ms, left: $left"
+    fi
+  fi
+  # A rank that stops coming (outside the collectives): the watchdog, over
+  # two-sided reports, names it within --stall-timeout plus its grace.
+  t0=$(date +%s%N)
+  DTRAIN_TEST_STALL=2:20 across h1:1,h2:1,h3:1 -x DTRAIN_TEST_STALL "$DTRAIN" $SYN --epochs 100 --stall-timeout 4 >out 2>err
+  rc=$?
+  t1=$(date +%s%N)
+  cat err | head
+  if [[ $rc != 0 ]] && (((t1 - t0) / 1000000 < 30000)) &&
+     grep -q 'the watchdog gathers progress with two-sided messages' err &&
+     grep -q '^dtrain: error: rank 0 waited 4 s in the gradient exchange at epoch 1 step 20 (--stall-timeout 4): not arrived: rank 2 (at this step, not waiting)' err; then
+    ok "a rank on h3 that stops at update 20: named by rank 0's watchdog, job over in $(((t1 - t0) / 1000000)) ms"
+  else
+    bad "stalled rank: exit $rc after $(((t1 - t0) / 1000000)) ms"
+  fi
+  # Under srun, as the job script runs it (--kill-on-bad-exit): a killed
+  # task ends the step on every node at once, named by srun.
+  srun_kill "--kill-on-bad-exit=1" 15000
+  # Plain srun leaves the others waiting in MPI for the dead rank: the
+  # stall watchdog ends them within --stall-timeout (8) and its grace.
+  srun_kill "" 25000 --stall-timeout 8
+}
+
+srun_kill() { # srun_kill SRUN-FLAGS LIMIT-MS [DTRAIN-FLAGS...]
+  local flags=$1 limit=$2 victim t0 t1 rc left h
+  shift 2
+  # shellcheck disable=SC2086
+  timeout 120 srun -N3 -n3 --mpi=pmix $flags "$DTRAIN" $SYN --epochs 100000 "$@" >"$W/srun-kill.out" 2>"$W/srun-kill.err" &
+  local job=$!
+  for ((i = 0; i < 200; i++)); do [[ -n $(host_ranks h3) ]] && grep -q '^Epoch 1/' "$W/srun-kill.out" && break; sleep 0.1; done
+  victim=$(host_ranks h3 | head -1)
+  if [[ -z $victim ]]; then
+    bad "srun ${flags:-(plain)}: no rank found on h3"; cat "$W/srun-kill.err"; kill $job; wait $job
+    return
+  fi
+  t0=$(date +%s%N)
+  kill -9 "$victim"
+  wait $job
+  rc=$?
+  t1=$(date +%s%N)
+  left=''
+  for h in h1 h2 h3; do left+=$(host_ranks $h); done
+  grep -v '^ *$' "$W/srun-kill.err" | head
+  if [[ $rc != 0 && $rc != 124 ]] && [[ -z $left ]] && (((t1 - t0) / 1000000 < limit)) &&
+     grep -q 'h3: task 2: Killed' "$W/srun-kill.err" &&
+     { [[ -n $flags ]] || grep -q '^dtrain: error: rank 0 waited 8 s in ' "$W/srun-kill.err"; }; then
+    ok "srun ${flags:-(plain) --stall-timeout 8}: kill -9 of task 2 on h3 ends the step on all hosts in $(((t1 - t0) / 1000000)) ms (under $limit), h3 named by srun, no rank left"
+  else
+    bad "srun ${flags:-(plain)} kill: exit $rc after $(((t1 - t0) / 1000000)) ms, left: $left"
+  fi
+}
+
+check_slurm() {
+  local rc job log
+  # The job script with its defaults (2 epochs instead of 10, and one rank
+  # per node and one core per rank: the hosts here have one core each).
+  DTRAIN=$DTRAIN CKPT_DIR=$W/sb-default DTRAIN_ARGS="--epochs 2" \
+    timeout 600 sbatch --wait -N2 --ntasks-per-node=1 --cpus-per-task=1 -o "$W/sb-default.out" \
+    "$TOP_SRCDIR/jobscripts/slurm/dtrain.sbatch" >"$W/sbatch.out"
+  rc=$?
+  cat "$W/sb-default.out"
+  if [[ $rc == 0 ]] && grep -q '^Epoch 2/2 ' "$W/sb-default.out" && grep -q 'dtrain exited with status 0' "$W/sb-default.out" &&
+     grep -q '^layout: 2 nodes x 1 rank;' "$W/sb-default.out"; then
+    ok "sbatch jobscripts/slurm/dtrain.sbatch (defaults, --epochs 2) on h1+h2: exit 0 through srun --mpi=pmix"
+  else
+    bad "the default job script: sbatch exit $rc"
+  fi
+  # Requeue: the reference first, never interrupted (the same data, ranks,
+  # hosts and all-reduce; ring is named so both runs sum alike).
+  local args="--epochs 9 --checkpoint-every 1 --no-validation --allreduce ring"
+  T_LIMIT=300 across h1:1,h2:1 "$DTRAIN" --synthetic 28x28x1:10:60000 $args --checkpoint-dir "$W/sb-ref" --quiet ||
+    bad "reference run"
+  DTRAIN=$DTRAIN CKPT_DIR=$W/sb-requeue DTRAIN_ARGS="$args" \
+    timeout 900 sbatch --wait -N2 --ntasks-per-node=1 --cpus-per-task=1 --time=1 --signal=B:USR1@55 \
+    -o "$W/sb-requeue.out" "$TOP_SRCDIR/jobscripts/slurm/dtrain.sbatch" >"$W/sbatch.out" &
+  local pid=$! tsig='' tres=''
+  log=$W/sb-requeue.out
+  # Watch the log: when the signal reaches the job script, and when the
+  # resumed run is set up and starts its first step (its layout line, which
+  # dtrain flushes just before training).
+  while kill -0 $pid 2>/dev/null; do
+    [[ -z $tsig ]] && grep -q 'SIGUSR1: asking dtrain' "$log" 2>/dev/null && tsig=$(date +%s.%N)
+    [[ -n $tsig && -z $tres ]] && (($(grep -c '^layout: ' "$log" 2>/dev/null) >= 2)) && tres=$(date +%s.%N)
+    sleep 0.1
+  done
+  wait $pid
+  rc=$?
+  job=$(grep -o '[0-9]*' "$W/sbatch.out" | head -1)
+  cat "$log"
+  if [[ $rc == 0 ]] && grep -q 'restart 1, resuming' "$log" && grep -q 'requeueing job' "$log" &&
+     grep -q '^dtrain: SIGUSR1 received: checkpoint ' "$log" && grep -q '^Epoch 9/9 ' "$log" &&
+     grep -q 'dtrain exited with status 0' "$log"; then
+    ok "sbatch --time=1 --signal=B:USR1@55: SIGUSR1 -> checkpoint -> exit 75 -> scontrol requeue -> $(grep -c 'restart [0-9]*, resuming' "$log") restart(s) -> 9 epochs"
+    [[ -n $tsig && -n $tres ]] &&
+      echo "# requeue cycle: signal seen at the job script -> resumed run starts its first step, $(awk -v a="$tsig" -v b="$tres" 'BEGIN { printf "%.1f", b - a }') s (job $job)"
+  else
+    bad "requeue job: sbatch exit $rc"
+  fi
+  if same_ckpt "$(latest "$W/sb-ref")" "$(latest "$W/sb-requeue")"; then
+    ok "the requeued job's final checkpoint equals the uninterrupted run's (h5diff /model /optimizer)"
+  else
+    bad "requeued job's final checkpoint $(latest "$W/sb-requeue") differs from $(latest "$W/sb-ref")"
+  fi
+  # srun direct launch from the login side.
+  timeout 120 srun -N2 -n4 --mpi=pmix "$DTRAIN" $SYN --epochs 2 -v -v >out 2>err
+  rc=$?
+  if [[ $rc == 0 ]] && identical out 4 2 && grep -q '^layout: 2 nodes x 2 ranks;' out; then
+    ok "srun -N2 -n4 --mpi=pmix dtrain: 2 nodes x 2 ranks, identical ranks"
+  else
+    bad "srun direct: exit $rc"; tail out err
+  fi
+}
+
+check_local() {
+  local args="--epochs 12 --checkpoint-every 1 --no-validation --allreduce ring" rc
+  T_LIMIT=300 across h1:1,h2:1 "$DTRAIN" --synthetic 8x8x3:4:32768 --model mlp --batch-size 16 $args \
+    --checkpoint-dir "$W/loc-ref" --quiet || bad "reference run"
+  MPIEXEC=mpirun MPIEXEC_FLAGS="$DTC_MPIRUN_FLAGS --host h1:1,h2:1" NP=2 DTRAIN=$DTRAIN CKPT_DIR=$W/loc \
+    DATA="--synthetic 8x8x3:4:32768" DTRAIN_ARGS="--model mlp --batch-size 16 $args" \
+    timeout 300 "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$W/loc.out" 2>&1 &
+  local pid=$!
+  for ((i = 0; i < 600; i++)); do [[ -e $W/loc/ckpt-000001-00000000.h5 ]] && break; sleep 0.05; done
+  local spid
+  spid=$(pgrep -P $pid -f jobscripts/local/dtrain.sh | head -1)
+  [[ -n $spid ]] && kill -USR1 "$spid"
+  wait $pid
+  rc=$?
+  cat "$W/loc.out"
+  if [[ $rc == 0 ]] && grep -q 'restart 1: resuming' "$W/loc.out" && grep -q '^Epoch 12/12 ' "$W/loc.out" &&
+     same_ckpt "$(latest "$W/loc-ref")" "$(latest "$W/loc")"; then
+    ok "jobscripts/local/dtrain.sh across h1+h2: SIGUSR1 -> checkpoint -> restart -> the uninterrupted run's bits"
+  else
+    bad "local script across hosts: exit $rc"
+  fi
+}
+
+checks=${*:-hosts preflight strategies ps allreduce resume faults slurm local}
+t_all=$(date +%s)
+for c in $checks; do run_check "$c"; done
+echo "cluster: $npass passed, $nfail failed ($(($(date +%s) - t_all)) s)"
+((nfail == 0))
