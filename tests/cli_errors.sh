@@ -37,6 +37,8 @@ expect_fail 2 "--num-ps 1: the parameter server needs at least one worker beside
   1 "$good" --strategy parameter-server
 expect_fail 2 "--ps-mode: expected async, ssp or sync, found 'lazy'" 2 "$good" --ps-mode lazy
 expect_fail 2 "--staleness: expected an integer in \[0, .*found -1" 2 "$good" --staleness -1
+expect_fail 2 "--ps-transport: expected auto, one-sided or two-sided, found 'rdma'" 2 "$good" --ps-transport rdma
+expect_fail 1 "preflight: shared memory inside each node: --ranks-per-node: 3 is more than the 2 ranks of the job" 2 "$good" --preflight --ranks-per-node 3
 expect_fail 2 "--strategy mirrored: the ranks span 2 nodes x 1 rank (emulated); .*use --strategy multi-worker" \
   2 "$good" --strategy mirrored --ranks-per-node 1
 expect_fail 2 "--grad-compression: expected none, fp16 or bf16, found 'int8'" 2 "$good" --grad-compression int8

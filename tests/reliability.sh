@@ -45,6 +45,33 @@ if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((t1 - t0)) -le 30 ] && [ "$left" = 
   pass "--stall-timeout 2: rank 1 stopped at update 5; the job ended in $((t1 - t0)) s (exit $rc), rank 0 named rank 1, no rank left"
 else fail "stall (rc=$rc, $((t1 - t0)) s, $left left)"; cat "$err" >&2; fi
 
+# Where MPI cannot make one-sided windows (across hosts over TCP; here
+# DTRAIN_NO_RMA=1 plays it), the watchdog gathers progress over two-sided
+# messages and still names the rank, with --overlap's thread running too.
+t0=$(date +%s)
+DTRAIN_TEST_STALL=1:5 DTRAIN_NO_RMA=1 launch 2 -x DTRAIN_TEST_STALL -x DTRAIN_NO_RMA "$DTRAIN" --synthetic 8x8x3:4:2048 \
+  --model mlp --epochs 1 --batch-size 32 --stall-timeout 2 --overlap >"$out" 2>"$err"; rc=$?
+t1=$(date +%s)
+if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((t1 - t0)) -le 30 ] && [ "$(grep -c '^dtrain: error: ' "$err")" = 1 ] &&
+   grep -q '^dtrain: note: --stall-timeout: no one-sided window here (one-sided windows turned off (DTRAIN_NO_RMA=1)); the watchdog gathers progress with two-sided messages instead' "$err" &&
+   grep -q '^dtrain: error: rank 0 waited 2 s in the gradient exchange at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (at this step, not waiting)' "$err"; then
+  pass "no one-sided windows, --overlap: the two-sided watchdog named rank 1 in $((t1 - t0)) s"
+else fail "two-sided stall (rc=$rc, $((t1 - t0)) s)"; cat "$err" >&2; fi
+# The parameter server: auto falls back to its two-sided transport and says
+# so; asking for one-sided is one clear error, not MPI's abort text.
+DTRAIN_NO_RMA=1 launch 3 -x DTRAIN_NO_RMA "$DTRAIN" --synthetic 8x8x3:4:2048 --model mlp --epochs 1 \
+  --strategy parameter-server >"$out" 2>"$err"; rc=$?
+if [ "$rc" = 0 ] && grep -q 'strategy parameter-server (async, two-sided)' "$out" &&
+   grep -q '^dtrain: note: parameter server: no one-sided windows here (one-sided windows turned off (DTRAIN_NO_RMA=1)); pushes and pulls go as two-sided messages' "$err"; then
+  pass "parameter server without one-sided windows: two-sided, noted"
+else fail "parameter server fallback (rc=$rc)"; cat "$out" "$err" >&2; fi
+DTRAIN_NO_RMA=1 launch 3 -x DTRAIN_NO_RMA "$DTRAIN" --synthetic 8x8x3:4:2048 --model mlp --epochs 1 \
+  --strategy parameter-server --ps-transport one-sided >"$out" 2>"$err"; rc=$?
+if [ "$rc" = 1 ] && [ "$(grep -c '^dtrain: error: ' "$err")" = 1 ] && ! grep -q 'MPI_ERRORS_ARE_FATAL' "$err" &&
+   grep -q "^dtrain: error: --ps-transport one-sided: this MPI cannot make the servers' one-sided windows (one-sided windows turned off (DTRAIN_NO_RMA=1)); use --ps-transport two-sided" "$err"; then
+  pass "--ps-transport one-sided without windows: one error line naming the setting, exit 1"
+else fail "one-sided refusal (rc=$rc)"; cat "$err" >&2; fi
+
 # Ranks started with different models: stopped before they exchange anything.
 out=$TEST_TMP/out.$$; err=$TEST_TMP/err.$$
 timeout -k 5 120 $MPIEXEC $MPIEXEC_FLAGS -n 1 "$DTRAIN" --synthetic 28x28x1:10:512 --model mlp --epochs 1 : \
