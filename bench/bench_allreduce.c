@@ -731,6 +731,7 @@ static void write_json(const struct bench *b, FILE *f, long long wrong)
     fprintf(f, "  \"auto_table\": ");
     if (o->auto_table) json_string(f, o->auto_table);
     else fprintf(f, "null");
+    fprintf(f, ",\n  \"rounds\": %ld", o->rounds);
     fprintf(f, ",\n  \"iters\": %s,\n  \"warmup\": %s,\n  \"check\": %s,\n",
             o->iters ? "\"fixed\"" : "\"adaptive\"", o->warmup >= 0 ? "\"fixed\"" : "\"adaptive\"",
             o->check ? "true" : "false");

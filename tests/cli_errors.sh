@@ -73,15 +73,11 @@ expect_fail 3 "$T/wrong-rank.h5: /train/images has rank 2" 2 "$good" "$T/wrong-r
 # --- help and version: exit 0 on every rank, printed once ---
 run_np 2 --help
 if [ "$rc" = 0 ] && [ "$(grep -c '^Usage: ' "$out")" = 1 ]; then pass "--help"; else fail "--help: rc=$rc"; fi
-for opt in --epochs --batch-size --steps-per-epoch --grad-accum --model --dropout --sync-bn --nan-policy --stall-timeout --debug-collectives --optimizer --lr --momentum \
-           --lr-schedule --lr-steps --lr-factor --lr-min --warmup-epochs --lr-scale \
-           --seed --no-validation --shard-policy --synthetic --augment --prefetch --cache --cache-limit --threads --device --gpus-per-node --devices --cuda-graphs --fp32-activations \
-           --precision --loss-scale --checkpoint-dir --checkpoint-every --checkpoint-seconds --keep \
-           --resume --save-best --monitor --early-stopping --min-delta --restore-best --export-keras \
-           --progress --metrics --metrics-every --logdir --timeline --strategy --num-ps --ps-mode --staleness \
-           --allreduce --allreduce-table \
-           --ranks-per-node --bucket-mb --overlap --no-overlap --grad-compression --compress-cross-only \
-           --quiet --verbose --help --version; do
+# Every long option in the parser's table (src/options.c), so a new one cannot
+# go undocumented.
+opts=$(sed -n '/static const struct option longopts/,/{0, 0, 0, 0}/s/^ *{"\([a-z0-9-]*\)",.*/--\1/p' "$TOP_SRCDIR/src/options.c")
+[ "$(echo "$opts" | wc -l)" -ge 60 ] || fail "found only $(echo "$opts" | wc -l) options in src/options.c's table"
+for opt in $opts; do
   grep -q -- "$opt" "$out" || fail "--help does not document $opt"
   grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain.1" || fail "dtrain.1 does not document $opt"
 done
