@@ -124,7 +124,7 @@ static void check_shared_windows(struct pf *p)
         int n = 0;
         MPI_Error_string(rc, msg, &n);
         code = PF_FAIL;
-        snprintf(detail, sizeof detail, "rank %d on %s: MPI_Win_allocate_shared failed: %s", p->rank,
+        snprintf(detail, sizeof detail, "rank %d on %.64s: MPI_Win_allocate_shared failed: %.300s", p->rank,
                  host_of(p, p->rank), msg);
     }
     int all_made;

@@ -226,7 +226,7 @@ void dt_watchdog_stop(struct dt_watchdog *w)
             } else {
                 for (int byes = 0; byes < w->size - 1;) byes += receive_rows(w);
             }
-            DT_MPI_CHECK(MPI_Waitall(NSEND, w->sendreq, MPI_STATUSES_IGNORE));
+            for (int k = 0; k < NSEND; k++) DT_MPI_CHECK(MPI_Wait(&w->sendreq[k], MPI_STATUS_IGNORE));
         }
         free(w->table);
     }

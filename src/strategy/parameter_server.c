@@ -212,6 +212,9 @@ static void ps_teardown(struct dt_strategy *s)
     struct ps *p = dt_ps(s);
     if (!p) return;
     if (p->tr) p->tr->close(s);
+    p->trp = NULL;
+    p->params = p->inbox = NULL; /* the transport's memory, freed by close */
+    p->pushed = p->applied = p->version = NULL;
     free(p->off);
     free(p->len);
     free(p->counts);

@@ -36,6 +36,7 @@ struct ps_transport {
     void (*push)(struct dt_strategy *s);
     /* Server: apply pushes until every worker's `target` pushes have been applied. */
     void (*serve)(struct dt_strategy *s, long target);
+    /* Frees what open made (the server's shard, inbox and counters too). */
     void (*close)(struct dt_strategy *s);
 };
 

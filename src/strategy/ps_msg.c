@@ -28,6 +28,7 @@ struct msg {
     long *counters;     /* server: pushed[W], applied[W], version */
     long *steps;        /* worker: [K] the step asked of each server */
     MPI_Request *reqs;  /* worker: [2K] */
+    MPI_Status *stats;  /* worker: [2K] (MPICH's headers reject MPI_STATUSES_IGNORE under gcc 12) */
 };
 
 static struct msg *M(const struct dt_strategy *s) { return dt_ps(s)->trp; }
@@ -53,16 +54,17 @@ static int msg_open(struct dt_strategy *s, char *why, size_t len)
     } else {
         m->steps = dt_xcalloc((size_t)p->nps, sizeof(long));
         m->reqs = dt_xcalloc(2 * (size_t)p->nps, sizeof(MPI_Request));
+        m->stats = dt_xcalloc(2 * (size_t)p->nps, sizeof(MPI_Status));
     }
     return 0;
 }
 
 /* Worker: until every request is done, without holding the core. */
-static void wait_all(int n, MPI_Request *reqs)
+static void wait_all(int n, MPI_Request *reqs, MPI_Status *stats)
 {
     int spins = 0, done = 0;
     for (;;) {
-        DT_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+        DT_MPI_CHECK(MPI_Testall(n, reqs, &done, stats));
         if (done) return;
         dt_ps_idle(&spins);
     }
@@ -78,7 +80,7 @@ static void msg_pull(struct dt_strategy *s, long t)
                                &m->reqs[p->nps + k]));
         DT_MPI_CHECK(MPI_Isend(&m->steps[k], 1, MPI_LONG, k, TAG_PULL, m->comm, &m->reqs[k]));
     }
-    wait_all(2 * p->nps, m->reqs);
+    wait_all(2 * p->nps, m->reqs, m->stats);
 }
 
 static void msg_push(struct dt_strategy *s)
@@ -88,7 +90,7 @@ static void msg_push(struct dt_strategy *s)
     for (int k = 0; k < p->nps; k++)
         DT_MPI_CHECK(MPI_Isend(s->model->grads + p->off[k], (int)p->len[k], MPI_FLOAT, k, TAG_PUSH, m->comm,
                                &m->reqs[k]));
-    wait_all(p->nps, m->reqs); /* the block is the next backward's */
+    wait_all(p->nps, m->reqs, m->stats); /* the block is the next backward's */
 }
 
 /* Server: one message from worker w. */
@@ -163,10 +165,8 @@ static void msg_close(struct dt_strategy *s)
     }
     free(m->steps);
     free(m->reqs);
+    free(m->stats);
     free(m);
-    p->trp = NULL;
-    p->params = p->inbox = NULL;
-    p->pushed = p->applied = p->version = NULL;
 }
 
 const struct ps_transport dt_ps_msg = {

@@ -179,9 +179,6 @@ static void rma_close(struct dt_strategy *s)
     MPI_Win_free(&r->winbox);
     MPI_Win_free(&r->wctrl);
     free(r);
-    p->trp = NULL;
-    p->params = p->inbox = NULL;
-    p->pushed = p->applied = p->version = NULL;
 }
 
 const struct ps_transport dt_ps_rma = {

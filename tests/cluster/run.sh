@@ -307,28 +307,40 @@ check_resume() {
 # The pids of dtrain ranks running on a host.
 host_ranks() { local p; for p in $(ip netns pids "dtc-$1" 2>/dev/null); do [[ $(cat /proc/"$p"/comm 2>/dev/null) == dtrain ]] && echo "$p"; done; }
 
-check_faults() {
-  local t0 t1 rc h victim
-  T_LIMIT=120 across h1:1,h2:1,h3:1 "$DTRAIN" $SYN --epochs 100000 --stall-timeout 10 >"$W/kill.out" 2>"$W/kill.err" &
-  local job=$!
-  for ((i = 0; i < 200; i++)); do [[ -n $(host_ranks h2) ]] && grep -q '^Epoch 1/' "$W/kill.out" && break; sleep 0.1; done
-  victim=$(host_ranks h2 | head -1)
+# kill_rank HOST JOB OUT: once the job (pid JOB, its stdout in OUT) has
+# finished an epoch, kill -9 its first rank on HOST and wait for the job.
+# Sets rc (the job's status, or empty: no rank found), ms (kill to job end)
+# and left (dtrain processes still on any host).
+kill_rank() {
+  local host=$1 job=$2 out=$3 victim t0 t1 h i
+  rc='' ms=0 left=''
+  for ((i = 0; i < 200; i++)); do [[ -n $(host_ranks "$host") ]] && grep -q '^Epoch 1/' "$out" && break; sleep 0.1; done
+  victim=$(host_ranks "$host" | head -1)
   if [[ -z $victim ]]; then
+    kill "$job" 2>/dev/null
+    wait "$job"
+    return
+  fi
+  t0=$(date +%s%N)
+  kill -9 "$victim"
+  wait "$job"
+  rc=$?
+  t1=$(date +%s%N)
+  ms=$(((t1 - t0) / 1000000))
+  for h in h1 h2 h3; do left+=$(host_ranks $h); done
+}
+
+check_faults() {
+  local t0 t1 rc ms left
+  T_LIMIT=120 across h1:1,h2:1,h3:1 "$DTRAIN" $SYN --epochs 100000 --stall-timeout 10 >"$W/kill.out" 2>"$W/kill.err" &
+  kill_rank h2 $! "$W/kill.out"
+  head -20 "$W/kill.err"
+  if [[ -z $rc ]]; then
     bad "no rank found on h2"
+  elif [[ $rc != 0 ]] && [[ -z $left ]] && ((ms < 15000)) && grep -q 'on node h2 exited on signal 9' "$W/kill.err"; then
+    ok "kill -9 of rank 1 on h2: the job ends on all 3 hosts in $ms ms (exit $rc), h2 and the signal named, no rank left"
   else
-    t0=$(date +%s%N)
-    kill -9 "$victim"
-    wait $job
-    rc=$?
-    t1=$(date +%s%N)
-    local left=''
-    for h in h1 h2 h3; do left+=$(host_ranks $h); done
-    cat "$W/kill.err" | head -20
-    if [[ $rc != 0 ]] && [[ -z $left ]] && (((t1 - t0) / 1000000 < 15000)) && grep -q 'on node h2 exited on signal 9' "$W/kill.err"; then
-      ok "kill -9 of rank 1 on h2: the job ends on all 3 hosts in $(((t1 - t0) / 1000000)) ms (exit $rc), h2 and the signal named, no rank left"
-    else
-      bad "kill -9 on h2: exit $rc after $(((t1 - t0) / 1000000)) ms, left: $left"
-    fi
+    bad "kill -9 on h2: exit $rc after $ms ms, left: $left"
   fi
   # A rank that stops coming (outside the collectives): the watchdog, over
   # two-sided reports, names it within --stall-timeout plus its grace.
@@ -353,31 +365,20 @@ check_faults() {
 }
 
 srun_kill() { # srun_kill SRUN-FLAGS LIMIT-MS [DTRAIN-FLAGS...]
-  local flags=$1 limit=$2 victim t0 t1 rc left h
+  local flags=$1 limit=$2 rc ms left
   shift 2
   # shellcheck disable=SC2086
   timeout 120 srun -N3 -n3 --mpi=pmix $flags "$DTRAIN" $SYN --epochs 100000 "$@" >"$W/srun-kill.out" 2>"$W/srun-kill.err" &
-  local job=$!
-  for ((i = 0; i < 200; i++)); do [[ -n $(host_ranks h3) ]] && grep -q '^Epoch 1/' "$W/srun-kill.out" && break; sleep 0.1; done
-  victim=$(host_ranks h3 | head -1)
-  if [[ -z $victim ]]; then
-    bad "srun ${flags:-(plain)}: no rank found on h3"; cat "$W/srun-kill.err"; kill $job; wait $job
-    return
-  fi
-  t0=$(date +%s%N)
-  kill -9 "$victim"
-  wait $job
-  rc=$?
-  t1=$(date +%s%N)
-  left=''
-  for h in h1 h2 h3; do left+=$(host_ranks $h); done
+  kill_rank h3 $! "$W/srun-kill.out"
   grep -v '^ *$' "$W/srun-kill.err" | head
-  if [[ $rc != 0 && $rc != 124 ]] && [[ -z $left ]] && (((t1 - t0) / 1000000 < limit)) &&
+  if [[ -z $rc ]]; then
+    bad "srun ${flags:-(plain)}: no rank found on h3"
+  elif [[ $rc != 0 && $rc != 124 ]] && [[ -z $left ]] && ((ms < limit)) &&
      grep -q 'h3: task 2: Killed' "$W/srun-kill.err" &&
      { [[ -n $flags ]] || grep -q '^dtrain: error: rank 0 waited 8 s in ' "$W/srun-kill.err"; }; then
-    ok "srun ${flags:-(plain) --stall-timeout 8}: kill -9 of task 2 on h3 ends the step on all hosts in $(((t1 - t0) / 1000000)) ms (under $limit), h3 named by srun, no rank left"
+    ok "srun ${flags:-(plain) --stall-timeout 8}: kill -9 of task 2 on h3 ends the step on all hosts in $ms ms (under $limit), h3 named by srun, no rank left"
   else
-    bad "srun ${flags:-(plain)} kill: exit $rc after $(((t1 - t0) / 1000000)) ms, left: $left"
+    bad "srun ${flags:-(plain)} kill: exit $rc after $ms ms, left: $left"
   fi
 }
 
