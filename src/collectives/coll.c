@@ -25,8 +25,10 @@ const struct dt_allreduce_algo *dt_allreduce_find(const char *name)
     return NULL;
 }
 
-/* mine: floats in my region (count everywhere, or count on local rank 0 only). */
-static void shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, size_t mine_count)
+/* mine: floats in my region (count everywhere, or count on local rank 0 only).
+ * Returns MPI's error code (errors returned on the node communicator while
+ * the window is made); 0 when it worked. */
+static int shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, size_t mine_count)
 {
     MPI_Info info;
     float *mine;
@@ -34,9 +36,15 @@ static void shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, 
     MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each region on its owner's NUMA node */
     memset(s, 0, sizeof *s);
     s->count = count;
-    DT_MPI_CHECK(MPI_Win_allocate_shared((MPI_Aint)(mine_count * sizeof(float)), (int)sizeof(float), info,
-                                         c->topo.node, &mine, &s->win));
+    DT_MPI_CHECK(MPI_Comm_set_errhandler(c->topo.node, MPI_ERRORS_RETURN));
+    int rc = MPI_Win_allocate_shared((MPI_Aint)(mine_count * sizeof(float)), (int)sizeof(float), info,
+                                     c->topo.node, &mine, &s->win);
+    DT_MPI_CHECK(MPI_Comm_set_errhandler(c->topo.node, MPI_ERRORS_ARE_FATAL));
     MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+        memset(s, 0, sizeof *s);
+        return rc;
+    }
     s->peer = dt_xcalloc((size_t)c->topo.local_size, sizeof *s->peer);
     for (int j = 0; j < c->topo.local_size; j++) {
         MPI_Aint size;
@@ -46,11 +54,19 @@ static void shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, 
     /* One passive epoch for the window's life; MPI_Win_sync + barriers order
      * the loads and stores (the MPI-3 shared-memory idiom). */
     DT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
+    return 0;
 }
 
-static void shm_create(struct dt_coll *c, struct dt_shm *s, size_t count)
+/* After the first window worked (dt_coll_init), a failure is not the site's. */
+static void shm_create_checked(struct dt_coll *c, struct dt_shm *s, size_t count, size_t mine_count)
 {
-    shm_create_sized(c, s, count, count);
+    int rc = shm_create_sized(c, s, count, mine_count);
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int n = 0;
+        MPI_Error_string(rc, msg, &n);
+        DT_DIE("MPI_Win_allocate_shared of %zu floats failed: %s", mine_count, msg);
+    }
 }
 
 static void shm_free(struct dt_shm *s)
@@ -90,7 +106,23 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
         c->rules = NULL;
         return st->code;
     }
-    shm_create(c, &c->staging, STAGING_BYTES / sizeof(float));
+    /* The first shared window says whether the MPI can make them at all. */
+    int rc = shm_create_sized(c, &c->staging, STAGING_BYTES / sizeof(float), STAGING_BYTES / sizeof(float)), worst;
+    DT_MPI_CHECK(MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, c->topo.world));
+    if (worst != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING] = "failed on another rank";
+        int n = 0;
+        if (rc != MPI_SUCCESS) MPI_Error_string(rc, msg, &n);
+        dt_fail(st, DT_ERUNTIME, "this MPI cannot make shared-memory windows inside a node (MPI_Win_allocate_shared: "
+                "%s), which dtrain's all-reduce needs; with Open MPI, keep its sm one-sided component when you name "
+                "others (--mca osc sm,ucx, not --mca osc ucx)", msg);
+        dt_status_agree(st, c->topo.world);
+        if (rc == MPI_SUCCESS) shm_free(&c->staging); /* collective over the node: all its ranks made it */
+        free(c->rules);
+        c->rules = NULL;
+        dt_topo_free(&c->topo);
+        return st->code;
+    }
     return DT_OK;
 }
 
@@ -122,14 +154,14 @@ static struct dt_shm *new_alloc(struct dt_coll *c)
 float *dt_coll_alloc(struct dt_coll *c, size_t count)
 {
     struct dt_shm *s = new_alloc(c);
-    shm_create(c, s, count);
+    shm_create_checked(c, s, count, count);
     return s->peer[c->topo.local_rank];
 }
 
 const struct dt_shm *dt_coll_alloc_node_shared(struct dt_coll *c, size_t count)
 {
     struct dt_shm *s = new_alloc(c);
-    shm_create_sized(c, s, count, c->topo.local_rank == 0 ? count : 0);
+    shm_create_checked(c, s, count, c->topo.local_rank == 0 ? count : 0);
     s->node_shared = 1;
     return s;
 }

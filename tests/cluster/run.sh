@@ -224,8 +224,28 @@ check_ps() {
       bad "$k server(s), sync: across hosts differs from one host"
     fi
   done
-  across h1:1,h2:1 "$DTRAIN" $SYN --epochs 1 --strategy parameter-server --ps-transport one-sided >out 2>err
+  # Open MPI's UCX one-sided component works over TCP: then the windows are
+  # made across hosts, and sync still equals the one-host run.
+  OMPI_MCA_osc=sm,ucx across h1:1,h2:1,h3:1 "$DTRAIN" $SYN --epochs 2 --strategy parameter-server --ps-mode sync \
+    -v -v --checkpoint-dir "$W/ps-ucx" >out 2>err
   local rc=$?
+  if [[ $rc == 0 ]] && identical out $n 2 && grep -q 'strategy parameter-server (sync, one-sided): 1 server' out &&
+     ! grep -q 'no one-sided window' err && same_ckpt "$(latest "$W/ps-ucx")" "$(latest "$W/ps-1-local")"; then
+    ok "--mca osc sm,ucx: one-sided windows across hosts, the watchdog's too; sync = the one-host run (h5diff)"
+  else
+    bad "osc ucx: exit $rc"; grep -v '^step' out | tail; cat err
+  fi
+  # Naming ucx alone leaves no component for shared windows: one line says so.
+  OMPI_MCA_osc=ucx across h1:1,h2:1 "$DTRAIN" $SYN --epochs 1 >out 2>err
+  rc=$?
+  if [[ $rc == 1 ]] && [[ $(grep -c '^dtrain: error: ' err) == 1 ]] && ! grep -q 'MPI_ERRORS_ARE_FATAL' err &&
+     grep -q '^dtrain: error: this MPI cannot make shared-memory windows inside a node (MPI_Win_allocate_shared: .*--mca osc sm,ucx, not --mca osc ucx' err; then
+    ok "--mca osc ucx (no sm): exit 1, one line naming the setting"
+  else
+    bad "osc ucx alone: exit $rc"; cat err
+  fi
+  across h1:1,h2:1 "$DTRAIN" $SYN --epochs 1 --strategy parameter-server --ps-transport one-sided >out 2>err
+  rc=$?
   if [[ $rc == 1 ]] && [[ $(grep -c '^dtrain: error: ' err) == 1 ]] &&
      grep -q "^dtrain: error: --ps-transport one-sided: this MPI cannot make the servers' one-sided windows (MPI_ERR_WIN" err &&
      ! grep -q 'MPI_ERRORS_ARE_FATAL' err; then
