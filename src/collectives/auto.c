@@ -139,9 +139,11 @@ const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t c
     return pick;
 }
 
-#define TUNE_ROUNDS 5
-#define TUNE_MARGIN 0.95   /* another algorithm must beat mpi's median by 5% */
-#define TUNE_SPAN 1e-3     /* seconds a timed sample lasts at least (several calls when short) */
+#define TUNE_ROUNDS 9
+#define TUNE_MARGIN 0.95   /* another algorithm must beat mpi by 5%: in the median of the rounds' ratios, */
+#define TUNE_WINS 6        /* and in this many rounds of TUNE_ROUNDS */
+#define TUNE_SPAN 3e-3     /* seconds a timed sample lasts at least (several calls when short) */
+#define TUNE_WARM 20e-3    /* seconds of untimed calls first: TCP's windows open, caches fill */
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -246,8 +248,9 @@ int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t
     memcpy(keep, recv, sizeof(float) * maxc);
     double *t = dt_xcalloc((size_t)ncls * 3 * TUNE_ROUNDS, sizeof(double));
     for (int j = 0; j < ncls; j++) {
-        /* Warm each candidate; how many calls make a sample of TUNE_SPAN
-         * (the same number on every rank: the slowest rank's estimate). */
+        /* How many calls make a sample of TUNE_SPAN (the same number on
+         * every rank: the slowest rank's estimate); then TUNE_WARM of
+         * untimed calls of each candidate. */
         double warm = 0;
         for (int a = 0; a < ncand; a++) {
             double w = time_calls(c, cand[a], send, recv, pick_count[j], 1);
@@ -255,6 +258,8 @@ int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t
         }
         DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &warm, 1, MPI_DOUBLE, MPI_MAX, c->topo.world));
         int calls = warm >= TUNE_SPAN ? 1 : warm <= TUNE_SPAN / 100 ? 100 : (int)ceil(TUNE_SPAN / warm);
+        int wcalls = warm >= TUNE_WARM ? 1 : warm <= TUNE_WARM / 200 ? 200 : (int)ceil(TUNE_WARM / warm);
+        for (int a = 0; a < ncand; a++) time_calls(c, cand[a], send, recv, pick_count[j], wcalls);
         for (int r = 0; r < TUNE_ROUNDS; r++)
             for (int q = 0; q < ncand; q++) { /* the order turns each round: no one always goes first */
                 int a = (q + r) % ncand;
@@ -270,18 +275,34 @@ int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t
     c->tuned = dt_xcalloc((size_t)ncls, sizeof *c->tuned);
     c->ntuned = ncls;
     for (int j = 0; j < ncls; j++) {
-        double med[3];
-        int best = 0, mpi = -1;
+        double med[3], ratio[3] = {1, 1, 1}, v[TUNE_ROUNDS];
+        int best = 0, mpi = -1, wins[3] = {0, 0, 0};
+        const double *tj = t + (size_t)j * 3 * TUNE_ROUNDS;
         for (int a = 0; a < ncand; a++) {
-            double *v = t + ((size_t)j * 3 + (size_t)a) * TUNE_ROUNDS;
+            memcpy(v, tj + (size_t)a * TUNE_ROUNDS, sizeof v);
             qsort(v, TUNE_ROUNDS, sizeof *v, cmp_double);
             med[a] = v[TUNE_ROUNDS / 2];
             if (med[a] < med[best]) best = a;
             if (cand[a] == &dt_allreduce_mpi) mpi = a;
         }
-        if (mpi >= 0 && best != mpi && med[best] > TUNE_MARGIN * med[mpi]) best = mpi;
+        if (mpi >= 0) {
+            /* Against mpi round by round: the two ran moments apart, so a
+             * drifting network or a busy core weighs on both alike. Another
+             * algorithm must win most rounds and the median ratio by 5%. */
+            best = mpi;
+            for (int a = 0; a < ncand; a++) {
+                if (a == mpi) continue;
+                for (int r = 0; r < TUNE_ROUNDS; r++) {
+                    v[r] = tj[(size_t)a * TUNE_ROUNDS + (size_t)r] / tj[(size_t)mpi * TUNE_ROUNDS + (size_t)r];
+                    wins[a] += v[r] < TUNE_MARGIN;
+                }
+                qsort(v, TUNE_ROUNDS, sizeof *v, cmp_double);
+                ratio[a] = v[TUNE_ROUNDS / 2];
+                if (ratio[a] < TUNE_MARGIN && wins[a] >= TUNE_WINS && ratio[a] < ratio[best]) best = a;
+            }
+        }
         c->tuned[j] = (struct dt_auto_tuned){.cls = cls[j], .pick = cand[best], .mpi_us = mpi >= 0 ? 1e6 * med[mpi] : 0,
-                                             .pick_us = 1e6 * med[best]};
+                                             .pick_us = 1e6 * (mpi >= 0 ? med[mpi] * ratio[best] : med[best])};
     }
     free(t);
     return ncls;

@@ -49,7 +49,8 @@ extern const struct dt_allreduce_algo dt_allreduce_mpi, dt_allreduce_ring, dt_al
 struct dt_auto_tuned {
     int cls;
     const struct dt_allreduce_algo *pick;
-    double mpi_us, pick_us;     /* median seconds per call x 1e6 (slowest rank); mpi_us 0: not a candidate */
+    double mpi_us, pick_us;     /* us per call (slowest rank): mpi's median, and the pick's as mpi's times
+                                   the median of their round-by-round ratios; mpi_us 0: not a candidate */
 };
 
 /* One row of auto's table: at this layout and from this size on, use algo. */
@@ -133,7 +134,8 @@ const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t c
  * and auto uses its built-in table, which was measured on one node: time the
  * usable algorithms at the size class of each of the n counts, on these
  * buffers (send == recv: in place; recv's contents are kept), and use the
- * fastest there from now on; mpi unless another is 5% faster. Returns the
+ * fastest there from now on: mpi, unless another beats it by 5% in the
+ * median of their round-by-round ratios and in most rounds. Returns the
  * number of size classes timed (0: nothing to do here). Environment:
  * DTRAIN_ALLREDUCE_TUNE=0 never times, =1 times on emulated layouts too. */
 int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n);
