@@ -42,7 +42,8 @@ done
 dtrain=$build/dtrain bench=$build/dtrain-bench-allreduce
 [[ -x $dtrain && -x $bench ]] || die "no dtrain and dtrain-bench-allreduce in $build (--build DIR)"
 bench_default_data "$dtrain"
-bench_about "$dtrain" "$(nproc)"
+ncpu=$(nproc --all)
+bench_about "$dtrain" "$ncpu"
 cluster=$repo/tests/cluster/cluster.sh
 export DTC_STATE=${DTC_STATE:-/run/dtcluster}
 [[ -e $DTC_STATE/env ]] && die "a cluster is up already ($DTC_STATE); take it down first (tests/cluster/cluster.sh down)"
@@ -55,7 +56,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 log=$(mktemp)
 
 echo "# multinode: 2 hosts (network namespaces, TCP over veth, one core each) against 1 host"
-echo "# $dtrain_version, commit $git_rev; $cpu_model, $(nproc) cores; other work before the start: $busy_cores cores"
+echo "# $dtrain_version, commit $git_rev; $cpu_model, $ncpu cores; other work before the start: $busy_cores cores"
 echo "# $(date -u +%FT%TZ); $(mpirun --version | head -1)"
 
 # 1. Raw TCP.
@@ -74,8 +75,8 @@ echo "# 2. all-reduce, 2 hosts x 1 rank (dtrain-bench-allreduce --rounds $rounds
 mpirun $DTC_MPIRUN_FLAGS --host h1:1,h2:1 -np 2 "$bench" -b 64K -e 16M -f 4 --outofplace --window -r "$rounds" >"$log"
 grep -E '^# auto across|^ +[0-9]+ ' "$log" | sed 's/^/  /'
 grep -E '^# Avg bus|^# Wrong' "$log" | sed 's/^/  /'
-awk -v tcp="$tcp" '/^ +[0-9]+ +[0-9]+  mpi / { if ($9 > best) best = $9 }
-    END { printf "  mpi'"'"'s best busbw %.3f GB/s = %.2fx raw TCP\n", best, tcp > 0 ? best / tcp : 0 }' "$log"
+awk -v tcp="$tcp" '/^ +[0-9]+ +[0-9]+  mpi / { if ($10 > best) best = $10 }
+    END { printf "  mpi'"'"'s best busbw %.3f GB/s = %.2fx raw TCP\n", best, (tcp > 0 ? best / tcp : 0) }' "$log"
 
 # 3. The CNN.
 echo "#"
@@ -96,5 +97,5 @@ for ((r = 1; r <= repeats; r++)); do
 done
 m1=$(printf '%s\n' "${one[@]}" | median) m2=$(printf '%s\n' "${two[@]}" | median)
 printf '  median: 1 host x 2 ranks %s, 2 hosts x 1 rank %s samples/s: %.3fx\n' "$m1" "$m2" \
-    "$(awk -v a="$m2" -v b="$m1" 'BEGIN { print b > 0 ? a / b : 0 }')"
+    "$(awk -v a="$m2" -v b="$m1" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 rm -f "$log"

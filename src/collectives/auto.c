@@ -139,9 +139,9 @@ const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t c
     return pick;
 }
 
-#define TUNE_ROUNDS 9
+#define TUNE_ROUNDS 15
 #define TUNE_MARGIN 0.95   /* another algorithm must beat mpi by 5%: in the median of the rounds' ratios, */
-#define TUNE_WINS 6        /* and in this many rounds of TUNE_ROUNDS */
+#define TUNE_WINS 10       /* and in this many rounds of TUNE_ROUNDS */
 #define TUNE_SPAN 3e-3     /* seconds a timed sample lasts at least (several calls when short) */
 #define TUNE_WARM 20e-3    /* seconds of untimed calls first: TCP's windows open, caches fill */
 
@@ -151,10 +151,13 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* Seconds per call of `calls` back-to-back calls, started together. */
+/* Seconds per call of `calls` back-to-back calls, started together, after
+ * one untimed call: what ran before (another algorithm, other connections)
+ * must not cost this one; in training, every call is the same algorithm. */
 static double time_calls(struct dt_coll *c, const struct dt_allreduce_algo *a, const float *send, float *recv,
                          size_t count, int calls)
 {
+    a->run(c, send, recv, count);
     DT_MPI_CHECK(MPI_Barrier(c->topo.world));
     double t0 = MPI_Wtime();
     for (int i = 0; i < calls; i++) a->run(c, send, recv, count);

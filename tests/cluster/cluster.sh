@@ -16,6 +16,10 @@
 #   tests/cluster/rsh HOST COMMAND...         run a command on a host (ssh's semantics)
 #   . /run/dtcluster/env                      DTC_HOSTS, DTC_MPIRUN_FLAGS, SLURM_CONF, ...
 #
+# Without a cpuset cgroup to use (or with DTC_CPUSET=none), hosts are pinned
+# with taskset only and $DTC_MPIRUN_FLAGS adds --bind-to none, since Open MPI
+# would bind every host's first rank to core 0.
+#
 # Root only (namespaces, a bridge, daemons). Everything it makes is named in
 # the state directory ($DTC_STATE, default /run/dtcluster), and `down` removes
 # exactly that: the daemons it started (by pid file), the namespaces, the
@@ -56,7 +60,9 @@ need_root() {
 # controller enabled for children), or nothing.
 cpuset_root() {
   local v2
-  if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus && -w /sys/fs/cgroup/cpuset ]]; then
+  if [[ ${DTC_CPUSET:-} == none ]]; then
+    return 0
+  elif [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus && -w /sys/fs/cgroup/cpuset ]]; then
     echo /sys/fs/cgroup/cpuset
   elif v2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts) && [[ -n $v2 ]] &&
        grep -qw cpuset "$v2/cgroup.subtree_control" 2>/dev/null; then
