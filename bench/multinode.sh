@@ -47,7 +47,8 @@ bench_about "$dtrain" "$ncpu"
 cluster=$repo/tests/cluster/cluster.sh
 export DTC_STATE=${DTC_STATE:-/run/dtcluster}
 [[ -e $DTC_STATE/env ]] && die "a cluster is up already ($DTC_STATE); take it down first (tests/cluster/cluster.sh down)"
-export DTC_SHARE="$build $(dirname "$data")"
+DTC_SHARE="$build $(dirname "$data")"
+export DTC_SHARE
 trap 'bash "$cluster" down >/dev/null 2>&1' EXIT
 bash "$cluster" up 2 >/dev/null
 # shellcheck disable=SC1091

@@ -52,8 +52,9 @@ die() { echo "$me: error: $*" >&2; exit 1; }
 
 need_root() {
   [[ $(id -u) == 0 ]] || die "needs root (network namespaces, a bridge, daemons); run the cluster tests as root"
-  command -v ip >/dev/null && command -v nsenter >/dev/null && command -v unshare >/dev/null ||
+  if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null || ! command -v unshare >/dev/null; then
     die "needs ip (iproute2), nsenter and unshare (util-linux)"
+  fi
 }
 
 # Where this script can make cpuset cgroups (v1, or v2 with the cpuset
@@ -103,6 +104,7 @@ host_up() { # host_up I CORE
   for p in "$top" ${DTC_SHARE:-}; do
     [[ $p == /tmp/* ]] && share+=("${p#/tmp/}")
   done
+  # shellcheck disable=SC2016  # expanded by the inner bash
   nsenter --net="/run/netns/$ns" unshare --uts="$S/ns/$h.uts" --mount="$S/ns/$h.mnt" --propagation private \
     bash -euc '
       hostname "$1"; t=$2; shift 2
@@ -261,6 +263,7 @@ down() {
   # Anything still running on a host (a job step, an orted) goes with it.
   for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^dtc-h[0-9]+$/ { print $1 }'); do
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    # shellcheck disable=SC2086  # a list of pids
     [[ -n $pids ]] && kill -9 $pids 2>/dev/null
     ip netns del "$ns" 2>/dev/null || true
   done
