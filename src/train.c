@@ -119,6 +119,9 @@ static void open_loader(struct dt_trainer *t)
 static void sync_bn_reduce(void *arg, double *buf, int n);
 static int nan_abort(struct dt_trainer *t, int epoch, int64_t s, float local_loss, dt_status *st);
 
+/* The strategy's alive hook: a parameter server serving is not stalled. */
+static void watchdog_alive(void *w) { dt_watchdog_alive(w); }
+
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
     memset(t, 0, sizeof *t);
@@ -250,6 +253,8 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     const int publish = (!t->strategy.overlap && !t->strategy.cuda) || dt_mpi_thread_level() == MPI_THREAD_MULTIPLE;
     if (dt_watchdog_start(&t->watchdog, t->comm, cfg->stall_timeout, publish, st) != DT_OK)
         return dt_status_agree(st, t->comm);
+    t->strategy.alive = watchdog_alive;
+    t->strategy.alive_arg = &t->watchdog;
     if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= 1)
         fprintf(stderr, "dtrain: note: --stall-timeout: no one-sided window here (%s); the watchdog %s\n",
                 t->watchdog.why, t->watchdog.how == DT_WATCH_SEND
@@ -513,7 +518,11 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         global = b->global;
         es->samples += global;
         load_batch(t, b, n);
-        if (strat->ops->pull && first) strat->ops->pull(strat);
+        if (strat->ops->pull && first) { /* a parameter-server worker may wait here for the others */
+            dt_watchdog_enter(&t->watchdog, "a parameter-server pull");
+            strat->ops->pull(strat);
+            dt_watchdog_leave(&t->watchdog);
+        }
         float scale = strat->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)group_global;
         /* --cuda-graphs: forward, loss and backward in one launch; the
          * gradients are then final, and the buckets go out after it. A
@@ -606,6 +615,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (cfg->checkpoint_dir && !ps && step_checkpoint(t, epoch, s + 1, steps, epoch_sums, es->samples, st) != DT_OK)
             return st->code;
     }
+    if (!replica) dt_watchdog_step(&t->watchdog, epoch + 1, steps); /* a server: where its workers end */
     dt_watchdog_enter(&t->watchdog, "the epoch's end");
     if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)steps);
     dt_watchdog_leave(&t->watchdog);

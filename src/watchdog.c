@@ -203,6 +203,14 @@ void dt_watchdog_leave(struct dt_watchdog *w)
     if (w->publish_waiting) put(w, 2, &zero, 1);
 }
 
+void dt_watchdog_alive(struct dt_watchdog *w)
+{
+    if (!w->on) return;
+    pthread_mutex_lock(&w->lock);
+    w->since = now();
+    pthread_mutex_unlock(&w->lock);
+}
+
 void dt_watchdog_stop(struct dt_watchdog *w)
 {
     if (!w->on) return;

@@ -60,6 +60,10 @@ int dt_watchdog_start(struct dt_watchdog *w, MPI_Comm comm, double timeout, int 
 void dt_watchdog_step(struct dt_watchdog *w, long epoch, long step);
 void dt_watchdog_enter(struct dt_watchdog *w, const char *what);
 void dt_watchdog_leave(struct dt_watchdog *w);
+/* Any thread, during a wait: this rank is making progress in it (a
+ * parameter server applying updates for a whole epoch), so the timeout
+ * counts from now. */
+void dt_watchdog_alive(struct dt_watchdog *w);
 /* Collective. */
 void dt_watchdog_stop(struct dt_watchdog *w);
 /* How reports travel, in a few words ("one-sided window", ...), or "off". */

@@ -72,6 +72,15 @@ if [ "$rc" = 1 ] && [ "$(grep -c '^dtrain: error: ' "$err")" = 1 ] && ! grep -q 
   pass "--ps-transport one-sided without windows: one error line naming the setting, exit 1"
 else fail "one-sided refusal (rc=$rc)"; cat "$err" >&2; fi
 
+# A parameter server serves a whole epoch inside one wait: applying updates
+# is progress, so an epoch longer than --stall-timeout completes.
+launch 3 "$DTRAIN" --synthetic 28x28x1:10:6000 --epochs 1 --no-validation --strategy parameter-server \
+  --stall-timeout 0.5 >"$out" 2>"$err"; rc=$?
+secs=$(sed -n 's/^Epoch 1\/1 - \([0-9.]*\) s .*/\1/p' "$out")
+if [ "$rc" = 0 ] && [ -n "$secs" ] && awk -v s="$secs" 'BEGIN { exit !(s > 0.5) }'; then
+  pass "parameter server: a $secs s epoch under --stall-timeout 0.5 completes (the servers' updates count as progress)"
+else fail "parameter server, long epoch (rc=$rc, epoch '$secs' s)"; cat "$out" "$err" >&2; fi
+
 # Ranks started with different models: stopped before they exchange anything.
 out=$TEST_TMP/out.$$; err=$TEST_TMP/err.$$
 timeout -k 5 120 $MPIEXEC $MPIEXEC_FLAGS -n 1 "$DTRAIN" --synthetic 28x28x1:10:512 --model mlp --epochs 1 : \

@@ -148,6 +148,7 @@ static void msg_serve(struct dt_strategy *s, long target)
         }
         spins = 0;
         receive(s, &st);
+        if (s->alive) s->alive(s->alive_arg);
     }
 }
 

@@ -152,8 +152,12 @@ static void rma_serve(struct dt_strategy *s, long target)
             }
         }
         if (done) break;
-        if (progressed) spins = 0;
-        else dt_ps_idle(&spins);
+        if (progressed) {
+            spins = 0;
+            if (s->alive) s->alive(s->alive_arg);
+        } else {
+            dt_ps_idle(&spins);
+        }
         /* Libraries that implement passive-target RMA in software (MPICH's
          * ch4 over UCX here) complete workers' gets and accumulates only
          * when the target calls into MPI: poke the progress engine. */

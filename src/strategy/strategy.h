@@ -67,6 +67,11 @@ struct dt_strategy {
     int nan_policy;              /* --nan-policy: DT_NAN_ABORT or DT_NAN_SKIP */
     int nonfinite;               /* the last step's reduced gradient held a NaN or infinity */
     long nan_skipped;            /* steps skipped for that (--nan-policy skip), in total */
+    /* Optional: a parameter server calls it after each update it applies, as
+     * it may serve for a whole epoch inside one wait (the trainer's stall
+     * watchdog then counts its timeout from there). */
+    void (*alive)(void *arg);
+    void *alive_arg;
 };
 
 enum { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
