@@ -71,6 +71,8 @@ struct row {
     long long wrong;           /* -1: not checked */
     int differ;                /* ranks whose result bits differ from rank 0's */
     char picked[16];           /* what auto ran, else empty */
+    double paired;             /* --rounds > 1: mpi's time / this one's, round by round, the median over
+                                  rounds (each rank's) and then over ranks; 0 = not measured */
 };
 
 struct membw {
@@ -149,7 +151,8 @@ static void usage(FILE *out)
           "\n"
           "Columns: time_* are microseconds per call (each rank's average; min, median and\n"
           "max over ranks); algbw = bytes / median time (GB/s, 1e9); busbw = algbw x\n"
-          "2(n-1)/n; vs_mpi = mpi's median time / this one's; #wrong = wrong elements.\n"
+          "2(n-1)/n; vs_mpi = mpi's median time / this one's (with --rounds, the median\n"
+          "of the rounds' ratios); #wrong = wrong elements.\n"
           "Exit status: 0 all results right, 1 wrong results or an output file could not\n"
           "be written, 2 bad command line. See " PROG "(1).\n",
           out);
@@ -586,8 +589,20 @@ static void measure_size(struct bench *b, int buf, size_t count, double *times)
             if (R > 1) timed(b, b->o.algo[idx[k]], s, r, count, iters[k] / 5 > 1 ? iters[k] / 5 : 1);
             t[k * R + round] = timed(b, b->o.algo[idx[k]], s, r, count, iters[k]);
         }
+    /* Round by round against mpi, before the sorting below reorders the rounds. */
+    int base = -1;
+    for (int k = 0; k < n; k++)
+        if (b->o.algo[idx[k]] == &dt_allreduce_mpi) base = k;
+    double *paired = dt_xcalloc((size_t)n, sizeof(double)), *q = dt_xcalloc((size_t)R, sizeof(double));
+    for (int k = 0; k < n && base >= 0 && R > 1; k++) {
+        for (int round = 0; round < R; round++) q[round] = t[k * R + round] > 0 ? t[base * R + round] / t[k * R + round] : 0;
+        qsort(q, (size_t)R, sizeof *q, cmp_double);
+        paired[k] = R % 2 ? q[R / 2] : 0.5 * (q[R / 2 - 1] + q[R / 2]);
+    }
+    free(q);
     for (int k = 0; k < n; k++) {
         const struct dt_allreduce_algo *a = b->o.algo[idx[k]];
+        double pr = paired[k];
         qsort(t + k * R, (size_t)R, sizeof *t, cmp_double);
         double mine = R % 2 ? t[k * R + R / 2] : 0.5 * (t[k * R + R / 2 - 1] + t[k * R + R / 2]);
         DT_MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, b->comm));
@@ -613,8 +628,15 @@ static void measure_size(struct bench *b, int buf, size_t count, double *times)
             row->tmax = times[np - 1];
             row->tmed = np % 2 ? times[np / 2] : 0.5 * (times[np / 2 - 1] + times[np / 2]);
         }
+        DT_MPI_CHECK(MPI_Gather(&pr, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, b->comm));
+        if (b->rank == 0 && pr > 0) {
+            int np = b->size;
+            qsort(times, (size_t)np, sizeof *times, cmp_double);
+            row->paired = np % 2 ? times[np / 2] : 0.5 * (times[np / 2 - 1] + times[np / 2]);
+        }
         if (b->o.check) check_one(b, a, buf, count, &row->wrong, &row->differ);
     }
+    free(paired);
     free(t);
 }
 
@@ -626,6 +648,16 @@ static const struct row *find_row(const struct bench *b, int buf, size_t count, 
         if (b->rows[i].buf == buf && b->rows[i].count == count && b->o.algo[b->rows[i].algo] == a)
             return &b->rows[i];
     return NULL;
+}
+
+/* mpi's time / this row's: round by round with --rounds (row->paired), else
+ * the ratio of the medians; 0 when there is no mpi row. */
+static double vs_mpi(const struct bench *b, const struct row *r)
+{
+    const struct row *base = find_row(b, r->buf, r->count, &dt_allreduce_mpi);
+    if (!base || r->tmed <= 0) return 0;
+    if (r->paired > 0 || base == r) return base == r ? 1.0 : r->paired;
+    return base->tmed / r->tmed;
 }
 
 static double algbw(const struct row *r)
@@ -645,10 +677,9 @@ static void print_header(int buf)
 static void print_row(const struct bench *b, const struct row *r)
 {
     char name[32], vs[16] = "-", wrong[24] = "N/A";
-    const struct row *base = find_row(b, r->buf, r->count, &dt_allreduce_mpi);
     if (r->picked[0]) snprintf(name, sizeof name, "%s:%s", b->o.algo[r->algo]->name, r->picked);
     else snprintf(name, sizeof name, "%s", b->o.algo[r->algo]->name);
-    if (base && r->tmed > 0) snprintf(vs, sizeof vs, "%.2f", base->tmed / r->tmed);
+    if (vs_mpi(b, r) > 0) snprintf(vs, sizeof vs, "%.2f", vs_mpi(b, r));
     if (r->wrong >= 0) snprintf(wrong, sizeof wrong, "%lld%s", r->wrong, r->differ ? "!" : "");
     printf("%13zu %10zu  %-10s %-7s %6ld %9.2f %9.2f %9.2f %8.3f %8.3f %7s %7s\n", r->count * sizeof(float),
            r->count, name, buf_name[r->buf], r->iters, r->tmin * 1e6, r->tmed * 1e6, r->tmax * 1e6, algbw(r),
@@ -673,9 +704,8 @@ static void print_summary(const struct bench *b)
                 sum += bus;
                 n++;
                 last = bus, last_bytes = r->count * sizeof(float); /* rows run small to large */
-                const struct row *base = find_row(b, buf, r->count, &dt_allreduce_mpi);
-                if (base && r->tmed > 0) {
-                    double q = base->tmed / r->tmed;
+                if (vs_mpi(b, r) > 0) {
+                    double q = vs_mpi(b, r);
                     logsum += log(q);
                     nratio++;
                     if (q < lo) lo = q;
@@ -705,11 +735,10 @@ static void write_csv(const struct bench *b, FILE *f)
                "time_max_us,algbw_GBps,busbw_GBps,vs_mpi,wrong,ranks_differ\n");
     for (int i = 0; i < b->nrows; i++) {
         const struct row *r = &b->rows[i];
-        const struct row *base = find_row(b, r->buf, r->count, &dt_allreduce_mpi);
         fprintf(f, "%s,%zu,%zu,%s,%s,%d,%ld,%ld,%.3f,%.3f,%.3f,%.4f,%.4f,", buf_name[r->buf],
                 r->count * sizeof(float), r->count, b->o.algo[r->algo]->name, r->picked, b->size, r->iters,
                 r->warmup, r->tmin * 1e6, r->tmed * 1e6, r->tmax * 1e6, algbw(r), algbw(r) * busbw_factor(b->size));
-        if (base && r->tmed > 0) fprintf(f, "%.4f", base->tmed / r->tmed);
+        if (vs_mpi(b, r) > 0) fprintf(f, "%.4f", vs_mpi(b, r));
         if (r->wrong >= 0) fprintf(f, ",%lld,%d\n", r->wrong, r->differ);
         else fprintf(f, ",,\n");
     }
@@ -754,7 +783,6 @@ static void write_json(const struct bench *b, FILE *f, long long wrong)
     fprintf(f, ",\n  \"results\": [\n");
     for (int i = 0; i < b->nrows; i++) {
         const struct row *r = &b->rows[i];
-        const struct row *base = find_row(b, r->buf, r->count, &dt_allreduce_mpi);
         fprintf(f, "    {\"buffer\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"algorithm\": \"%s\", ",
                 buf_name[r->buf], r->count * sizeof(float), r->count, o->algo[r->algo]->name);
         if (r->picked[0]) fprintf(f, "\"picked\": \"%s\", ", r->picked);
@@ -762,7 +790,7 @@ static void write_json(const struct bench *b, FILE *f, long long wrong)
                    "\"time_max_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"vs_mpi\": ",
                 r->iters, r->warmup, r->tmin * 1e6, r->tmed * 1e6, r->tmax * 1e6, algbw(r),
                 algbw(r) * busbw_factor(b->size));
-        if (base && r->tmed > 0) fprintf(f, "%.4f", base->tmed / r->tmed);
+        if (vs_mpi(b, r) > 0) fprintf(f, "%.4f", vs_mpi(b, r));
         else fprintf(f, "null");
         if (r->wrong >= 0) fprintf(f, ", \"wrong\": %lld, \"ranks_differ\": %d}", r->wrong, r->differ);
         else fprintf(f, ", \"wrong\": null, \"ranks_differ\": null}");
