@@ -74,7 +74,7 @@ else fail "one-sided refusal (rc=$rc)"; cat "$err" >&2; fi
 
 # A parameter server serves a whole epoch inside one wait: applying updates
 # is progress, so an epoch longer than --stall-timeout completes.
-launch 3 "$DTRAIN" --synthetic 28x28x1:10:6000 --epochs 1 --no-validation --strategy parameter-server \
+launch 3 "$DTRAIN" --synthetic 28x28x1:10:24000 --epochs 1 --no-validation --strategy parameter-server \
   --stall-timeout 0.5 >"$out" 2>"$err"; rc=$?
 secs=$(sed -n 's/^Epoch 1\/1 - \([0-9.]*\) s .*/\1/p' "$out")
 if [ "$rc" = 0 ] && [ -n "$secs" ] && awk -v s="$secs" 'BEGIN { exit !(s > 0.5) }'; then
