@@ -420,9 +420,17 @@ check_slurm() {
   else
     bad "the default job script: sbatch exit $rc"
   fi
-  # Requeue: the reference first, never interrupted (the same data, ranks,
-  # hosts and all-reduce; ring is named so both runs sum alike).
-  local args="--epochs 9 --checkpoint-every 1 --no-validation --allreduce ring"
+  # Requeue. Slurm checks time limits every 30 s or so, so the signal comes
+  # up to about 35 s into a run: the job gets at least 50 s of work (epochs
+  # sized from a 2-epoch run), so that its first run is still training then.
+  across h1:1,h2:1 "$DTRAIN" --synthetic 28x28x1:10:60000 --epochs 2 --no-validation --allreduce ring >out 2>err
+  local secs epochs
+  secs=$(sed -n 's/^Epoch 2\/2 - \([0-9.]*\) s .*/\1/p' out)
+  epochs=$(awk -v s="${secs:-1}" 'BEGIN { e = int(50 / s) + 1; print e < 9 ? 9 : e }')
+  echo "# an epoch takes $secs s across h1+h2: the requeue job runs $epochs epochs"
+  # The reference first, never interrupted (the same data, ranks, hosts and
+  # all-reduce; ring is named so both runs sum alike).
+  local args="--epochs $epochs --checkpoint-every 1 --no-validation --allreduce ring"
   T_LIMIT=300 across h1:1,h2:1 "$DTRAIN" --synthetic 28x28x1:10:60000 $args --checkpoint-dir "$W/sb-ref" --quiet ||
     bad "reference run"
   DTRAIN=$DTRAIN CKPT_DIR=$W/sb-requeue DTRAIN_ARGS="$args" \
@@ -443,9 +451,9 @@ check_slurm() {
   job=$(grep -o '[0-9]*' "$W/sbatch.out" | head -1)
   cat "$log"
   if [[ $rc == 0 ]] && grep -q 'restart 1, resuming' "$log" && grep -q 'requeueing job' "$log" &&
-     grep -q '^dtrain: SIGUSR1 received: checkpoint ' "$log" && grep -q '^Epoch 9/9 ' "$log" &&
+     grep -q '^dtrain: SIGUSR1 received: checkpoint ' "$log" && grep -q "^Epoch $epochs/$epochs " "$log" &&
      grep -q 'dtrain exited with status 0' "$log"; then
-    ok "sbatch --time=1 --signal=B:USR1@55: SIGUSR1 -> checkpoint -> exit 75 -> scontrol requeue -> $(grep -c 'restart [0-9]*, resuming' "$log") restart(s) -> 9 epochs"
+    ok "sbatch --time=1 --signal=B:USR1@55: SIGUSR1 -> checkpoint -> exit 75 -> scontrol requeue -> $(grep -c 'restart [0-9]*, resuming' "$log") restart(s) -> $epochs epochs"
     [[ -n $tsig && -n $tres ]] &&
       echo "# requeue cycle: signal seen at the job script -> resumed run starts its first step, $(awk -v a="$tsig" -v b="$tres" 'BEGIN { printf "%.1f", b - a }') s (job $job)"
   else
