@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "checks.h"
+#include "checkpoint/checkpoint.h"
 #include "collectives/coll.h"
 #include "collectives/topology.h"
 #include "consistency.h"
@@ -114,9 +115,7 @@ static void check_shared_windows(struct pf *p)
     dt_topo_describe(&p->topo, layout, sizeof layout);
     long *base = NULL;
     MPI_Win win;
-    DT_MPI_CHECK(MPI_Comm_set_errhandler(p->topo.node, MPI_ERRORS_RETURN));
-    int rc = MPI_Win_allocate_shared(sizeof(long), sizeof(long), MPI_INFO_NULL, p->topo.node, &base, &win);
-    DT_MPI_CHECK(MPI_Comm_set_errhandler(p->topo.node, MPI_ERRORS_ARE_FATAL));
+    int rc = dt_rma_allocate_shared(sizeof(long), sizeof(long), MPI_INFO_NULL, p->topo.node, &base, &win);
     int code = PF_OK;
     char detail[512] = "";
     if (rc != MPI_SUCCESS) {
@@ -129,9 +128,11 @@ static void check_shared_windows(struct pf *p)
     }
     int all_made;
     DT_MPI_CHECK(MPI_Allreduce(&rc, &all_made, 1, MPI_INT, MPI_MAX, p->topo.node));
-    if (all_made == MPI_SUCCESS) { /* each rank writes its slot, every rank reads the node's */
+    if (all_made == MPI_SUCCESS) { /* each rank writes its rank in the job, every rank reads the node's */
+        long *want = dt_xcalloc((size_t)p->topo.local_size, sizeof(long)), mine = 1000 + p->rank;
+        DT_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_LONG, want, 1, MPI_LONG, p->topo.node));
         DT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
-        *base = 1000 + p->rank;
+        *base = mine;
         MPI_Win_sync(win);
         DT_MPI_CHECK(MPI_Barrier(p->topo.node));
         MPI_Win_sync(win);
@@ -140,20 +141,13 @@ static void check_shared_windows(struct pf *p)
             int disp;
             long *peer;
             DT_MPI_CHECK(MPI_Win_shared_query(win, j, &size, &disp, &peer));
-            int wr = 0; /* local rank j's rank in the job: a node's ranks need not be consecutive */
-            MPI_Group g, wg;
-            MPI_Comm_group(p->topo.node, &g);
-            MPI_Comm_group(p->comm, &wg);
-            MPI_Group_translate_ranks(g, 1, &j, wg, &wr);
-            MPI_Group_free(&g);
-            MPI_Group_free(&wg);
-            long want = 1000 + wr;
-            if (*peer != want) {
+            if (*peer != want[j]) {
                 code = PF_FAIL;
                 snprintf(detail, sizeof detail, "rank %d on %s reads %ld from local rank %d's shared memory, "
-                         "expected %ld", p->rank, host_of(p, p->rank), *peer, j, want);
+                         "expected %ld", p->rank, host_of(p, p->rank), *peer, j, want[j]);
             }
         }
+        free(want);
         DT_MPI_CHECK(MPI_Barrier(p->topo.node));
         DT_MPI_CHECK(MPI_Win_unlock_all(win));
         DT_MPI_CHECK(MPI_Win_free(&win));
@@ -263,19 +257,6 @@ static void check_inputs(struct pf *p)
     row(p, "input files on every node", code, "%s", detail);
 }
 
-static int mkdirs(const char *dir)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -1;
-    for (char *q = buf + 1; *q; q++)
-        if (*q == '/') {
-            *q = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-            *q = '/';
-        }
-    return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static void check_checkpoint_dir(struct pf *p)
 {
     const char *dir = p->cfg->checkpoint_dir;
@@ -301,7 +282,7 @@ static void check_checkpoint_dir(struct pf *p)
             if (!slash) made_from[0] = '\0';
             else *slash = '\0';
         }
-        if (mkdirs(dir) != 0) code = PF_FAIL, snprintf(why, sizeof why, "cannot create %s: %s", dir, strerror(errno));
+        if (dt_mkdirs(dir) != 0) code = PF_FAIL, snprintf(why, sizeof why, "cannot create %s: %s", dir, strerror(errno));
     }
     DT_MPI_CHECK(MPI_Bcast(&token, 1, MPI_LONG, 0, p->comm));
     DT_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, p->comm));

@@ -9,6 +9,26 @@
 #include "checks.h"
 #include "rma.h"
 
+/* MPI_Win_allocate or _shared with errors returned on comm meanwhile. */
+static int allocate_returning(int shared, MPI_Aint bytes, int disp_unit, MPI_Info info, MPI_Comm comm, void *base,
+                              MPI_Win *win)
+{
+    MPI_Errhandler old;
+    DT_MPI_CHECK(MPI_Comm_get_errhandler(comm, &old));
+    DT_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    int rc = shared ? MPI_Win_allocate_shared(bytes, disp_unit, info, comm, base, win)
+                    : MPI_Win_allocate(bytes, disp_unit, info, comm, base, win);
+    DT_MPI_CHECK(MPI_Comm_set_errhandler(comm, old));
+    MPI_Errhandler_free(&old);
+    if (rc != MPI_SUCCESS) *win = MPI_WIN_NULL;
+    return rc;
+}
+
+int dt_rma_allocate_shared(MPI_Aint bytes, int disp_unit, MPI_Info info, MPI_Comm comm, void *base, MPI_Win *win)
+{
+    return allocate_returning(1, bytes, disp_unit, info, comm, base, win);
+}
+
 int dt_rma_allocate(MPI_Aint bytes, int disp_unit, MPI_Comm comm, void *base, MPI_Win *win, char *why, size_t len)
 {
     int rank, rc = MPI_SUCCESS;
@@ -20,17 +40,11 @@ int dt_rma_allocate(MPI_Aint bytes, int disp_unit, MPI_Comm comm, void *base, MP
         rc = MPI_ERR_WIN;
         snprintf(msg, sizeof msg, "one-sided windows turned off (DTRAIN_NO_RMA=%s)", off);
     } else {
-        MPI_Errhandler old;
-        DT_MPI_CHECK(MPI_Comm_get_errhandler(comm, &old));
-        DT_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-        rc = MPI_Win_allocate(bytes, disp_unit, MPI_INFO_NULL, comm, base, win);
-        DT_MPI_CHECK(MPI_Comm_set_errhandler(comm, old));
-        MPI_Errhandler_free(&old);
+        rc = allocate_returning(0, bytes, disp_unit, MPI_INFO_NULL, comm, base, win);
         if (rc != MPI_SUCCESS) {
             int n = 0;
             MPI_Error_string(rc, msg, &n);
             msg[n < (int)sizeof msg ? n : (int)sizeof msg - 1] = '\0';
-            *win = MPI_WIN_NULL;
         }
     }
     /* The lowest failing rank's reason, to everyone. */

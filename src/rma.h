@@ -20,6 +20,11 @@
 int dt_rma_allocate(MPI_Aint bytes, int disp_unit, MPI_Comm comm, void *base, MPI_Win *win, char *why,
                     size_t len);
 
+/* MPI_Win_allocate_shared(bytes, disp_unit) over comm with errors returned
+ * (comm's own handler is put back). Not collective beyond the call itself:
+ * returns MPI's error code, MPI_SUCCESS when it worked; callers agree. */
+int dt_rma_allocate_shared(MPI_Aint bytes, int disp_unit, MPI_Info info, MPI_Comm comm, void *base, MPI_Win *win);
+
 /* The thread level MPI gives this process (MPI_Query_thread). */
 int dt_mpi_thread_level(void);
 const char *dt_mpi_thread_level_name(int level);

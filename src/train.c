@@ -788,12 +788,7 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
     float *host = dt_xmalloc(sizeof(float) * (np + nb + 1));
     t->be->download(host, t->model.params, sizeof(float) * np);
     t->be->download(host + np, t->model.buffers, sizeof(float) * nb);
-    uint64_t h = 14695981039346656037ULL; /* FNV-1a over 32-bit words: the values' bits */
-    for (size_t i = 0; i < np + nb; i++) {
-        uint32_t w;
-        memcpy(&w, &host[i], sizeof w);
-        h = (h ^ w) * 1099511628211ULL;
-    }
+    uint64_t h = dt_fnv1a64(host, sizeof(float) * (np + nb), 0); /* the values' bits */
     free(host);
     static const char *const names[] = {"parameters and statistics (a hash of their bits)"};
     const long val = (long)(h >> 1);

@@ -151,12 +151,11 @@ int dt_watchdog_start(struct dt_watchdog *w, MPI_Comm comm, double timeout, int 
     long *base = NULL;
     if (dt_rma_allocate((MPI_Aint)bytes, sizeof(long), w->comm, &base, &w->win, w->why, sizeof w->why) == 0) {
         w->how = DT_WATCH_PUT;
-        w->table = w->rank == 0 ? base : NULL;
+        w->table = w->rank == 0 ? memset(base, 0, bytes) : NULL;
     } else {
         w->how = dt_mpi_thread_level() == MPI_THREAD_MULTIPLE ? DT_WATCH_SEND : DT_WATCH_BLIND;
         w->table = w->rank == 0 ? dt_xcalloc((size_t)w->size * 3, sizeof(long)) : NULL;
     }
-    if (w->rank == 0) memset(w->table, 0, bytes);
     DT_MPI_CHECK(MPI_Barrier(w->comm)); /* the table is zero before anyone reports */
     if (w->how == DT_WATCH_PUT) DT_MPI_CHECK(MPI_Win_lock_all(0, w->win));
     pthread_mutex_init(&w->lock, NULL);
@@ -241,12 +240,4 @@ void dt_watchdog_stop(struct dt_watchdog *w)
     w->table = NULL;
     DT_MPI_CHECK(MPI_Comm_free(&w->comm));
     w->on = 0;
-}
-
-const char *dt_watchdog_how(const struct dt_watchdog *w)
-{
-    if (!w->on) return "off";
-    return w->how == DT_WATCH_PUT    ? "one-sided window on rank 0"
-           : w->how == DT_WATCH_SEND ? "two-sided messages to rank 0"
-                                     : "no progress reports";
 }

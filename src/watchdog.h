@@ -66,7 +66,5 @@ void dt_watchdog_leave(struct dt_watchdog *w);
 void dt_watchdog_alive(struct dt_watchdog *w);
 /* Collective. */
 void dt_watchdog_stop(struct dt_watchdog *w);
-/* How reports travel, in a few words ("one-sided window", ...), or "off". */
-const char *dt_watchdog_how(const struct dt_watchdog *w);
 
 #endif

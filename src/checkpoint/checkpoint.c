@@ -495,7 +495,7 @@ static int check_parts(const struct view *v, int rank, int size, MPI_Comm comm, 
     return st->code;
 }
 
-static int mkdirs(const char *dir)
+int dt_mkdirs(const char *dir)
 {
     char buf[PATH_MAX];
     struct stat sb;
@@ -1046,7 +1046,7 @@ int dt_ckpt_write(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt
         snprintf(tmpbase, sizeof tmpbase, ".%s.tmp.%ld", names.base, (long)getpid());
         if (join(names.tmp, sizeof names.tmp, dir, tmpbase) != 0 || join(names.final, sizeof names.final, dir, names.base) != 0)
             dt_fail(st, DT_ERUNTIME, "checkpoint %s: path too long", dir);
-        else if (mkdirs(dir) != 0)
+        else if (dt_mkdirs(dir) != 0)
             dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot create the directory: %s", dir, strerror(errno));
         else if ((fd = dt_create_fresh(names.tmp)) < 0)
             dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot create %s: %s", names.final, names.tmp, strerror(errno));

@@ -127,6 +127,9 @@ void dt_ckpt_release(struct dt_ckpt *c);
 uint64_t dt_fnv1a64(const void *data, size_t n, uint64_t h);
 uint64_t dt_ckpt_block_mix(uint64_t block_index, uint64_t block_hash);
 
+/* mkdir -p: 0, or -1 with errno (ENOTDIR when something else has the name). */
+int dt_mkdirs(const char *dir);
+
 /* Creates path anew for writing (mode 0666 less the umask) and returns the
  * descriptor, or -1 with errno. Whatever is at path is unlinked first and
  * the file is opened O_CREAT|O_EXCL|O_NOFOLLOW, so a symlink planted under

@@ -114,14 +114,10 @@ void dt_auto_resolve(struct dt_coll *c)
     }
 }
 
+/* floor(log2(bytes)): messages of [2^k, 2^(k+1)) bytes share a timed choice. */
 static int size_class(size_t bytes)
 {
-    int k = 0;
-    while (bytes > 1) {
-        bytes >>= 1;
-        k++;
-    }
-    return k;
+    return bytes > 1 ? 63 - __builtin_clzll((unsigned long long)bytes) : 0;
 }
 
 /* On every call, so it only scans the (few) resolved rules. */

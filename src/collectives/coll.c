@@ -9,6 +9,7 @@
 
 #include "checks.h"
 #include "collectives/coll.h"
+#include "rma.h"
 #include "cpu/cpu_internal.h" /* DT_MULTIVERSION */
 
 #define DEFAULT_CHUNK (256u * 1024u)
@@ -26,8 +27,8 @@ const struct dt_allreduce_algo *dt_allreduce_find(const char *name)
 }
 
 /* mine: floats in my region (count everywhere, or count on local rank 0 only).
- * Returns MPI's error code (errors returned on the node communicator while
- * the window is made); 0 when it worked. */
+ * Returns MPI's error code (rma.h: errors returned while the window is made);
+ * 0 when it worked. */
 static int shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, size_t mine_count)
 {
     MPI_Info info;
@@ -36,10 +37,8 @@ static int shm_create_sized(struct dt_coll *c, struct dt_shm *s, size_t count, s
     MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each region on its owner's NUMA node */
     memset(s, 0, sizeof *s);
     s->count = count;
-    DT_MPI_CHECK(MPI_Comm_set_errhandler(c->topo.node, MPI_ERRORS_RETURN));
-    int rc = MPI_Win_allocate_shared((MPI_Aint)(mine_count * sizeof(float)), (int)sizeof(float), info,
-                                     c->topo.node, &mine, &s->win);
-    DT_MPI_CHECK(MPI_Comm_set_errhandler(c->topo.node, MPI_ERRORS_ARE_FATAL));
+    int rc = dt_rma_allocate_shared((MPI_Aint)(mine_count * sizeof(float)), (int)sizeof(float), info, c->topo.node,
+                                    &mine, &s->win);
     MPI_Info_free(&info);
     if (rc != MPI_SUCCESS) {
         memset(s, 0, sizeof *s);
