@@ -27,11 +27,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
 #include "options.h"
-#include "log.h"
-#include "status.h"
+#include "runtime/log.h"
+#include "runtime/status.h"
 
 #define PROG "dtrain-bench-allreduce"
 #define TARGET_SECONDS 0.2 /* adaptive iters: time per size and algorithm */

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checks.h"
+#include "runtime/checks.h"
 
 #define NLAYERS 10
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rng.h"
+#include "runtime/rng.h"
 
 /* Arithmetic of convolutions and matmuls (--precision). Parameters,
  * optimizer state and parameter gradients stay float32 in every mode (fp32

@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "callbacks.h"
-#include "device.h"
-#include "log.h"
+#include "train/callbacks.h"
+#include "runtime/device.h"
+#include "runtime/log.h"
 #include "options.h"
-#include "preflight.h"
-#include "rma.h"
-#include "train.h"
+#include "runtime/preflight.h"
+#include "runtime/rma.h"
+#include "train/train.h"
 #ifdef DT_HAVE_CUDA
 #include "collectives/nccl.h"
 #endif

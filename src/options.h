@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_config {
     char **inputs;          /* HDF5 files (one file, or shard files) */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "act16_ref.h"
-#include "half.h"
+#include "runtime/half.h"
 
 static int act = DT_PREC_FP32;
 static const struct dt_backend *const cpu = &dt_backend_cpu;

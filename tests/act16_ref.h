@@ -3,7 +3,7 @@
  * It wraps the CPU backend: set_act_type honours fp16, bf16 and fp32, and
  * every op on activations decodes its 16-bit inputs to float32, runs the
  * CPU's float op, and rounds its outputs to the 16-bit type (nearest, ties
- * to even: src/half.h). That is the arithmetic 16-bit storage promises on
+ * to even: src/runtime/half.h). That is the arithmetic 16-bit storage promises on
  * any backend: float math inside an op, one rounding when a result is
  * stored. It is slow and only for tests: check_act16 trains models through
  * it to check that the layers and the model size, copy and add activations

@@ -1,6 +1,6 @@
 /* check_act16.c: 16-bit activation storage, on the CPU.
  *
- * The host conversions of src/half.h are checked against independent
+ * The host conversions of src/runtime/half.h are checked against independent
  * references: the compiler's _Float16 for fp16 (where it has one) and, for
  * bf16, the nearer of the two neighbouring bf16 values worked out in
  * double. Then models train through the reference backend of act16_ref.h,
@@ -19,7 +19,7 @@
 
 #include "act16_ref.h"
 #include "backend.h"
-#include "half.h"
+#include "runtime/half.h"
 #include "nn/model.h"
 #include "optim/optim.h"
 

@@ -1,12 +1,12 @@
 /* check_callbacks.c: unit tests for the EarlyStopping / save-best decisions
- * (src/callbacks.c), against Keras 3's rules worked out by hand here. */
+ * (src/train/callbacks.c), against Keras 3's rules worked out by hand here. */
 #include "config.h"
 
 #include <check.h>
 #include <math.h>
 #include <signal.h>
 
-#include "callbacks.h"
+#include "train/callbacks.h"
 
 START_TEST(loss_improves_then_stalls)
 {

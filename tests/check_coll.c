@@ -33,9 +33,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
-#include "status.h"
+#include "runtime/status.h"
 
 #define SMALL_CHUNK 1024u         /* bytes: 256-float ring pieces */
 #define MULTI 4099u               /* several small pieces per ring segment (prime) */

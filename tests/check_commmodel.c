@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "predict/commmodel.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* A cluster with round numbers: alpha 1 s, beta 1 s/byte inside; 10 s and
  * 2 s/byte between nodes. */

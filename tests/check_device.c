@@ -1,4 +1,4 @@
-/* check_device.c: unit tests for the choice of a rank's GPU (src/device.c).
+/* check_device.c: unit tests for the choice of a rank's GPU (src/runtime/device.c).
  *
  * dt_device_assign is pure: which visible device a node-local rank takes,
  * or why it cannot have one. These cases are the layouts users start:
@@ -9,7 +9,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "device.h"
+#include "runtime/device.h"
 
 static char why[256];
 

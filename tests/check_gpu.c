@@ -34,12 +34,12 @@
 #include "act16_ref.h"
 #include "backend.h"
 #include "gpu/gpu.h"
-#include "half.h"
+#include "runtime/half.h"
 #include "nn/model.h"
 #include "optim/optim.h"
-#include "rng.h"
-#include "status.h"
-#include "step_graph.h"
+#include "runtime/rng.h"
+#include "runtime/status.h"
+#include "train/step_graph.h"
 
 static const struct dt_backend *const G = &dt_backend_cuda;
 static const struct dt_backend *const C = &dt_backend_cpu;

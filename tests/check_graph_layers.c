@@ -22,8 +22,8 @@
 #include "backend.h"
 #include "nn/layer.h"
 #include "nn/model.h"
-#include "rng.h"
-#include "status.h"
+#include "runtime/rng.h"
+#include "runtime/status.h"
 
 #include "layer_check.h"
 

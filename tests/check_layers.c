@@ -28,8 +28,8 @@
 #include "nn/layer.h"
 #include "nn/loss.h"
 #include "nn/model.h"
-#include "rng.h"
-#include "status.h"
+#include "runtime/rng.h"
+#include "runtime/status.h"
 
 
 #include "layer_check.h"

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "mpi_check.h"
-#include "collectives/allreduce.h"
-#include "train.h"
+#include "collectives/sum_large.h"
+#include "train/train.h"
 
 static int rank, nranks;
 static char dir[512];

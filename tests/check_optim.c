@@ -19,7 +19,7 @@
 #include "optim/loss_scale.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
-#include "status.h"
+#include "runtime/status.h"
 
 static const struct dt_backend *const be = &dt_backend_cpu;
 

@@ -1,5 +1,5 @@
 /* check_step_graph.c: unit tests for --cuda-graphs' bookkeeping
- * (src/step_graph.c) and its model check (dt_model_check_capture), on the
+ * (src/train/step_graph.c) and its model check (dt_model_check_capture), on the
  * CPU.
  *
  * No GPU is needed: the backend here is the CPU's with recording ops that
@@ -23,7 +23,7 @@
 
 #include "backend.h"
 #include "nn/model.h"
-#include "step_graph.h"
+#include "train/step_graph.h"
 
 struct dt_graph {
     int id;

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "metrics/tfevents.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* A scratch path unique to this process (Check forks one per test). */
 static void scratch_path(char *buf, size_t len, const char *name)

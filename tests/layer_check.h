@@ -16,8 +16,8 @@
 #include "backend.h"
 #include "nn/layer.h"
 #include "nn/model.h"
-#include "rng.h"
-#include "status.h"
+#include "runtime/rng.h"
+#include "runtime/status.h"
 
 static const struct dt_backend *const be = &dt_backend_cpu;
 

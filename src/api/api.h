@@ -3,7 +3,7 @@
  * The one design decision: a dtrain_model wraps a struct dt_trainer that is
  * filled by hand (not by dt_trainer_init, which also opens the data and the
  * communicators the context and the dataset own here), so the step, the
- * checkpoint format (train_ckpt.c) and the buffer averaging are the dtrain
+ * checkpoint format (train/state.c) and the buffer averaging are the dtrain
  * program's own code, and a custom loop reproduces its losses. */
 #ifndef DT_API_H
 #define DT_API_H
@@ -11,7 +11,7 @@
 #include <mpi.h>
 
 #include "dtrain.h"
-#include "train.h"
+#include "train/train.h"
 
 struct dtrain_context {
     MPI_Comm comm;            /* duplicate of the caller's; MPI_COMM_NULL before */

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "checks.h"
-#include "log.h"
+#include "runtime/checks.h"
+#include "runtime/log.h"
 
 /* The backend settings every live context of this process uses. */
 static struct {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "checks.h"
+#include "runtime/checks.h"
 #include "data/synthetic.h"
 
 void dtrain_dataset_options_init(dtrain_dataset_options *o)

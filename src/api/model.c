@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 
 #include "api/api.h"
-#include "checks.h"
-#include "collectives/allreduce.h"
-#include "consistency.h"
+#include "runtime/checks.h"
+#include "collectives/sum_large.h"
+#include "runtime/consistency.h"
 #include "nn/model_file.h"
 
 void dtrain_model_options_init(dtrain_model_options *o)
@@ -96,7 +96,7 @@ static void fill_config(dtrain_model *m, const dtrain_model_options *o, dt_statu
         dt_fail(st, DT_EUSAGE, "dtrain_model_create: keep: expected 0 (all) or more, found %d", o->keep);
 }
 
-/* Room for n epochs of history (train_ckpt.c writes history[0..epochs_done)).
+/* Room for n epochs of history (train/state.c writes history[0..epochs_done)).
  * The API does not know the caller's epoch figures: they are recorded as NaN. */
 static void history_reserve(dtrain_model *m, int n)
 {
@@ -388,7 +388,7 @@ int dtrain_evaluate(dtrain_model *m, dtrain_dataset *ds, double *loss, double *a
     return dt_api_error(m->ctx, &st);
 }
 
-/* The checksum of the training split that checkpoints carry (train_ckpt.c
+/* The checksum of the training split that checkpoints carry (train/state.c
  * computes it over t->data): the dataset's reader is lent to the trainer
  * for the call. Only the read scratch changes, and is handed back. */
 static int data_checksum(dtrain_model *m, dt_status *st)
@@ -457,7 +457,7 @@ int dtrain_checkpoint_restore(dtrain_model *m, const char *what, int *epochs_don
     if (data_checksum(m, &st) != DT_OK) return dt_api_error(m->ctx, &st);
     cfg->resume = isdir ? "latest" : what;
     cfg->checkpoint_dir = isdir ? (!strcmp(what, "latest") ? m->last_dir : what) : NULL;
-    cfg->epochs = m->hist_cap; /* the history train_ckpt.c may fill */
+    cfg->epochs = m->hist_cap; /* the history train/state.c may fill */
     t->resumed = 0;
     int rc = dt_trainer_resume_params(t, &st);
     if (dt_status_agree(&st, t->comm) == DT_OK && t->resumed) {

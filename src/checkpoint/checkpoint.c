@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checks.h"
+#include "runtime/checks.h"
 
 #define FORMAT_NAME "dtrain-checkpoint"
 #define FORMAT_VERSION 1

@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 enum { DT_CKPT_HIST = 6 };
 

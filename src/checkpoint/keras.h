@@ -13,7 +13,7 @@
 #define DT_KERAS_H
 
 #include "nn/model.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* Serial (one rank). params: host [m->nparams]; buffers: host
  * [m->nbuffers] (a BatchNormalization's vars are gamma, beta, moving_mean,

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
 
 /* Measured with dtrain-bench-allreduce -b 1K -e 64M at -np 2 on one node,

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
-#include "rma.h"
+#include "runtime/rma.h"
 #include "cpu/cpu_internal.h" /* DT_MULTIVERSION */
 
 #define DEFAULT_CHUNK (256u * 1024u)

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "collectives/topology.h"
-#include "status.h"
+#include "runtime/status.h"
 
 enum dt_compress { DT_COMPRESS_NONE = 0, DT_COMPRESS_FP16 = 1, DT_COMPRESS_BF16 = 2 };
 

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
 #include "cpu/cpu_internal.h" /* DT_MULTIVERSION */
 

@@ -6,7 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
 
 static int mpi_usable(const struct dt_coll *c, char *why, size_t len)

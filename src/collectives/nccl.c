@@ -12,7 +12,7 @@
 #endif
 #endif
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/coll.h"
 #include "collectives/nccl.h"
 #include "collectives/reducer.h"

@@ -18,7 +18,7 @@
 #include <stddef.h>
 
 #include "collectives/topology.h"
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_nccl;
 

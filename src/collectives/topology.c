@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/topology.h"
 
 /* Collective. An emulated node must lie on one host: its ranks share

@@ -11,7 +11,7 @@
 
 #include <mpi.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_topo {
     MPI_Comm world;      /* duplicate of the communicator given */

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "cpu/cpu_internal.h"
 
 #define CONV_CACHE 6

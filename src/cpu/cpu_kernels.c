@@ -25,7 +25,7 @@
 #define DT_BF16_INTRINSICS 1
 #endif
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "cpu/cpu_internal.h"
 
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "data/augment.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 int dt_augment_parse(const char *spec, struct dt_augment *a, dt_status *st)
 {

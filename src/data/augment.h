@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_augment {
     int flip;   /* random horizontal flip, probability 1/2 */

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "data/dataset.h"
 #include "data/shard.h"
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "nn/layer.h"
-#include "status.h"
+#include "runtime/status.h"
 
 enum { DT_TRAIN = 0, DT_TEST = 1 };
 

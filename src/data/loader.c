@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
 

@@ -33,7 +33,7 @@
 #include "data/dataset.h"
 #include "data/rowmap.h"
 #include "data/shard.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* One step's samples on this rank, in host memory. */
 struct dt_batch {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "data/rowmap.h"
 #include "data/shard.h"
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "data/dataset.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* One dataset's rows: row r starts at file offset
  *   contiguous: base + r * row_bytes

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "data/shard.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 int dt_shard_resolve(int policy, int nfiles, int nranks)
 {

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "data/synthetic.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 int dt_synthetic_parse(const char *spec, struct dt_synthetic *s, dt_status *st)
 {

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "data/dataset.h"
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_synthetic {
     int h, w, c, classes;

@@ -28,7 +28,7 @@
 extern "C" {
 #include "backend.h"
 #include "gpu/gpu.h"
-#include "log.h"
+#include "runtime/log.h"
 /* checks.h declares this too, but includes mpi.h, and nvcc compiles these
  * files without MPI's include path; the signature must stay the same. */
 __attribute__((noreturn, format(printf, 3, 4))) void dt_die(const char *file, int line,

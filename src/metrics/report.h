@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "options.h"
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_epoch_stats {
     double loss, accuracy;          /* training, over the epoch's samples */

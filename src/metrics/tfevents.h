@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_tfevents;
 

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "metrics/timeline.h"
 
 /* The temporary file, created afresh: never through a symlink planted in its

@@ -23,7 +23,7 @@
 #include <mpi.h>
 
 #include "metrics/tl_span.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* Collective over comm: start recording into dt_timeline. Rank 0 checks now
  * that path can be written (DT_EUSAGE naming it otherwise, on every rank).

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "nn/layer.h"
 
 struct bn_state {

@@ -11,8 +11,8 @@
 #include <stddef.h>
 
 #include "backend.h"
-#include "rng.h"
-#include "status.h"
+#include "runtime/rng.h"
+#include "runtime/status.h"
 
 struct dt_shape { int h, w, c; };
 

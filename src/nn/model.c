@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "metrics/tl_span.h"
 #include "nn/model.h"
 #include "nn/model_file.h"

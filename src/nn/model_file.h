@@ -24,7 +24,7 @@
 #define DT_MODEL_FILE_H
 
 #include "nn/layer.h"
-#include "status.h"
+#include "runtime/status.h"
 
 enum { DT_MAX_LAYERS = 256 };
 

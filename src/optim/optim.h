@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "backend.h"
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_optim_config {
     const char *name;   /* "adam" or "sgd" */

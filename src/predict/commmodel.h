@@ -41,7 +41,7 @@
 
 #include <stddef.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 /* Links, in seconds and seconds per byte. */
 struct dt_cluster {

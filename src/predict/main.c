@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "collectives/reducer.h"
 #include "nn/model.h"
 #include "predict/commmodel.h"
-#include "status.h"
+#include "runtime/status.h"
 
 #define MAXN 64
 

@@ -43,7 +43,7 @@
 #include <hdf5.h>
 
 #include "prep/idx.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 enum { EXIT_WRITE = 1, EXIT_USAGE = 2, EXIT_DATA = 3 };
 

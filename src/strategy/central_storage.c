@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "strategy/strategy.h"
 
 static const struct dt_shm *shared_params(const struct dt_strategy *s)

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "metrics/tl_span.h"
 #include "strategy/strategy.h"
 #ifdef DT_HAVE_CUDA

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "strategy/ps.h"
 
 void dt_ps_idle(int *spins)

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "strategy/ps.h"
 
 enum { TAG_PULL = 1, TAG_PARAMS = 2, TAG_PUSH = 3 };

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
-#include "rma.h"
+#include "runtime/checks.h"
+#include "runtime/rma.h"
 #include "strategy/ps.h"
 
 struct rma {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "metrics/tl_span.h"
 #include "strategy/strategy.h"
 

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "strategy/strategy.h"
 
 int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struct dt_model *model,

@@ -4,7 +4,7 @@
  * The input is a checkpoint file. It is put where --resume latest finds it
  * (DIR/ckpt-000001-00000000.h5, named by DIR/latest), resolved, which
  * validates it, and read into the layout of a small model, as
- * dtrain --resume does: the layer table is built the way train_ckpt.c's
+ * dtrain --resume does: the layer table is built the way train/state.c's
  * layer_table builds it, from tests/fuzz/checkpoint.cfg (conv2d, batchnorm,
  * flatten, dense) on 2x2x1 inputs and 2 classes, with Adam's two slots.
  * Both calls are collective; MPI runs as a singleton (one rank). Seeds are
@@ -25,7 +25,7 @@ static struct dt_ckpt_layer table[16];
 static int ntable;
 static char dir[4096], file[8192];
 
-/* train_ckpt.c's layer_table for this model: kernel then bias per layer with
+/* train/state.c's layer_table for this model: kernel then bias per layer with
  * parameters, then each batchnorm's moving statistics after all parameters. */
 static void build_table(void)
 {

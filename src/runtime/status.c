@@ -1,6 +1,6 @@
 /* status.c: filling and agreeing on user errors (see status.h). */
 #include "config.h"
-#include "status.h"
+#include "runtime/status.h"
 
 #include <limits.h>
 #include <stdarg.h>

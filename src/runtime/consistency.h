@@ -12,7 +12,7 @@
 
 #include <mpi.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 /* Collective. n <= 16 values named by names; when describes the moment
  * ("before the first step"). DT_OK when every rank holds the same values;

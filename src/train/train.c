@@ -9,17 +9,17 @@
 #include <unistd.h>
 
 #include "checkpoint/keras.h"
-#include "checks.h"
-#include "consistency.h"
-#include "collectives/allreduce.h"
+#include "runtime/checks.h"
+#include "runtime/consistency.h"
+#include "collectives/sum_large.h"
 #include "data/augment.h"
 #include "data/synthetic.h"
-#include "device.h"
-#include "half.h"
+#include "runtime/device.h"
+#include "runtime/half.h"
 #include "metrics/timeline.h"
 #include "nn/model_file.h"
-#include "rma.h"
-#include "train.h"
+#include "runtime/rma.h"
+#include "train/train.h"
 
 
 /* DTRAIN_TEST_OVERFLOW_STEPS="3,7": global step numbers (from 1, counted

@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "options.h"
-#include "status.h"
+#include "runtime/status.h"
 
 /* Collective over comm. DT_OK when no check failed; otherwise DT_ERUNTIME
  * with st naming the first failure. */

@@ -1,4 +1,4 @@
-/* train_ckpt.c: the trainer's state in and out of checkpoints.
+/* state.c: the trainer's state in and out of checkpoints.
  *
  * Gathers what an exact restart needs (parameters, optimizer slots, the step
  * counters, every rank's dropout stream, the sums of the epoch in progress,
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checks.h"
-#include "train.h"
+#include "runtime/checks.h"
+#include "train/train.h"
 
 /* The parts of the flat parameter block the checkpoint names per layer,
  * then the buffers (batchnorm's moving statistics), which the checkpoint

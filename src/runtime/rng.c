@@ -1,6 +1,6 @@
 /* rng.c: xoshiro256** seeded through splitmix64 (see rng.h). */
 #include "config.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 static uint64_t splitmix64(uint64_t *x)
 {

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "step_graph.h"
+#include "train/step_graph.h"
 
 #define MAX_FAILURES 3
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
-#include "consistency.h"
+#include "runtime/checks.h"
+#include "runtime/consistency.h"
 
 long dt_consistency_hash(const char *s)
 {

@@ -14,7 +14,7 @@
 #include "backend.h"
 #include "collectives/topology.h"
 #include "options.h"
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_device {
     const struct dt_backend *be;

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checks.h"
-#include "device.h"
+#include "runtime/checks.h"
+#include "runtime/device.h"
 #ifdef DT_HAVE_CUDA
 #include "gpu/gpu.h"
 #endif

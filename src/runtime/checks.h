@@ -10,7 +10,7 @@
 #include <mpi.h>
 #include <stddef.h>
 
-#include "log.h"
+#include "runtime/log.h"
 
 _Noreturn void dt_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "half.h"
+#include "runtime/half.h"
 
 static uint32_t bits(float f)
 {

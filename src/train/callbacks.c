@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "callbacks.h"
+#include "train/callbacks.h"
 
 void dt_monitor_init(struct dt_monitor *m, const char *name, int patience, double min_delta)
 {

@@ -9,9 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checks.h"
-#include "rma.h"
-#include "watchdog.h"
+#include "runtime/checks.h"
+#include "runtime/rma.h"
+#include "runtime/watchdog.h"
 
 #define GRACE 5.0    /* seconds other ranks give rank 0 to report first */
 #define TAG_ROW 1    /* two-sided: a report */

@@ -26,7 +26,7 @@
 #include <mpi.h>
 #include <pthread.h>
 
-#include "status.h"
+#include "runtime/status.h"
 
 struct dt_watchdog {
     int on;

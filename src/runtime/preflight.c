@@ -19,14 +19,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checks.h"
+#include "runtime/checks.h"
 #include "checkpoint/checkpoint.h"
 #include "collectives/coll.h"
 #include "collectives/topology.h"
-#include "consistency.h"
-#include "device.h"
-#include "preflight.h"
-#include "rma.h"
+#include "runtime/consistency.h"
+#include "runtime/device.h"
+#include "runtime/preflight.h"
+#include "runtime/rma.h"
 
 enum { PF_OK = 0, PF_SKIP = 1, PF_WARN = 2, PF_FAIL = 3 };
 static const char *const result_name[] = {"ok", "skip", "warn", "FAIL"};

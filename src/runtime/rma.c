@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
-#include "rma.h"
+#include "runtime/checks.h"
+#include "runtime/rma.h"
 
 /* MPI_Win_allocate or _shared with errors returned on comm meanwhile. */
 static int allocate_returning(int shared, MPI_Aint bytes, int disp_unit, MPI_Info info, MPI_Comm comm, void *base,

@@ -1,6 +1,6 @@
 /* log.c: the rank-aware log prefix behind DT_LOG. */
 #include "config.h"
-#include "log.h"
+#include "runtime/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,7 +34,7 @@ void dt_log(int level, const char *file, int line, const char *fmt, ...)
 /* ---- checks.h: aborting every rank ---------------------------------------- */
 #include <stdlib.h>
 #include <mpi.h>
-#include "checks.h"
+#include "runtime/checks.h"
 
 void dt_die(const char *file, int line, const char *fmt, ...)
 {

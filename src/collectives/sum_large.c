@@ -1,11 +1,11 @@
-/* allreduce.c: MPI_Allreduce on flat buffers, split into INT_MAX-sized
+/* sum_large.c: MPI_Allreduce on flat buffers, split into INT_MAX-sized
  * pieces so counts beyond 2^31 elements work. */
 #include "config.h"
 
 #include <limits.h>
 
-#include "checks.h"
-#include "collectives/allreduce.h"
+#include "runtime/checks.h"
+#include "collectives/sum_large.h"
 
 static void sum(void *buf, size_t n, MPI_Datatype type, size_t size, MPI_Comm comm)
 {

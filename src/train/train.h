@@ -12,20 +12,20 @@
 #include <stdio.h>
 
 #include "strategy/strategy.h"
-#include "callbacks.h"
+#include "train/callbacks.h"
 #include "checkpoint/checkpoint.h"
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "device.h"
+#include "runtime/device.h"
 #include "metrics/report.h"
-#include "step_graph.h"
+#include "train/step_graph.h"
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "options.h"
-#include "watchdog.h"
+#include "runtime/watchdog.h"
 
 struct dt_trainer {
     const struct dt_config *cfg;
@@ -48,7 +48,7 @@ struct dt_trainer {
     long skipped_before;            /* loss-scale skips before this epoch */
     long *overflow_steps;           /* test hook: see train.c */
     int noverflow;
-    /* checkpoints and callbacks (train_ckpt.c) */
+    /* checkpoints and callbacks (train/state.c) */
     uint64_t data_checksum;         /* of the training split, for --resume */
     int resumed, start_epoch;       /* where this run starts */
     int64_t start_step;             /* steps already done in start_epoch */
@@ -98,7 +98,7 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
  * the parameters per node shows), and the optimizer state per rank. */
 void dt_trainer_report_memory(struct dt_trainer *t, FILE *out);
 
-/* train_ckpt.c. All collective. */
+/* train/state.c. All collective. */
 int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st);
 /* epochs_done and step say where training stands; progress holds the sums of
  * the epoch in progress (loss, correct, samples). */
