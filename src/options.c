@@ -546,7 +546,6 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
      * gradients need a loss scale to survive, so fp16 gets the dynamic one. */
     if (!set_compress && cfg->precision != DT_PREC_FP32) cfg->compress = cfg->precision;
     if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
-    cfg->inject_overflow = getenv("DTRAIN_TEST_OVERFLOW_STEPS");
     if (cfg->restore_best && cfg->patience < 0 && !cfg->save_best)
         return dt_fail(st, DT_EUSAGE, "--restore-best: needs --early-stopping PATIENCE (or --save-best), which track the best epoch");
     if (cfg->resume && !strcmp(cfg->resume, "latest") && !cfg->checkpoint_dir)

@@ -89,7 +89,6 @@ struct dt_config {
     const char *timeline;   /* Chrome trace JSON; NULL */
     int verbose;            /* 0 quiet, 1 normal, 2 per-step */
     int help, version;      /* print and exit 0 */
-    const char *inject_overflow; /* DTRAIN_TEST_OVERFLOW_STEPS (tests only): "3,5" */
 };
 
 /* Fills cfg from argv; returns DT_OK or DT_EUSAGE with st filled. */

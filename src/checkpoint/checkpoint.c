@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "runtime/fault.h"
 #include "runtime/checks.h"
 
 #define FORMAT_NAME "dtrain-checkpoint"
@@ -980,12 +981,10 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot trim %s: %s", final, tmp, strerror(errno));
     if (fsync_path(tmp, 0) != 0)
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot flush %s to disk: %s", final, tmp, strerror(errno));
-    /* Test hook: DTRAIN_TEST_CKPT_CRASH=1 makes rank 0 die here, with the
-     * data written and flushed under the temporary name but nothing renamed,
-     * as a crash or a kill mid-checkpoint would; under mpirun the whole job
-     * ends. The previous checkpoint and latest must still be valid. */
-    const char *crash = getenv("DTRAIN_TEST_CKPT_CRASH");
-    if (crash && !strcmp(crash, "1")) _exit(9);
+    /* A crash here (runtime/fault.h) leaves the data written and flushed
+     * under the temporary name but nothing renamed; under mpirun the whole
+     * job ends. The previous checkpoint and latest must still be valid. */
+    dt_fault_ckpt_crash_point();
 
     int existed = access(final, F_OK) == 0;
     if (rename(tmp, final) != 0)

@@ -24,6 +24,7 @@
 
 #include "runtime/checks.h"
 #include "metrics/timeline.h"
+#include "runtime/fault.h"
 
 /* The temporary file, created afresh: never through a symlink planted in its
  * place (as checkpoint.c's dt_create_fresh does; metrics/ does not depend on
@@ -248,9 +249,7 @@ int dt_timeline_start(MPI_Comm comm, const char *path, dt_status *st)
     pthread_mutex_init(&tl->lock, NULL);
     atomic_init(&tl->span_chunks, 0);
     atomic_init(&tl->text_chunks, 0);
-    /* DTRAIN_TEST_TIMELINE_CAP=N: a cap of N spans (rounded up to a chunk), for the tests. */
-    const char *cap = getenv("DTRAIN_TEST_TIMELINE_CAP");
-    long n = cap ? strtol(cap, NULL, 10) : 0;
+    long n = dt_fault_timeline_cap(); /* rounded up to a chunk */
     tl->max_span_chunks = n > 0 && n < (long)SPAN_CHUNK * MAX_SPAN_CHUNKS ? (int)((n + SPAN_CHUNK - 1) / SPAN_CHUNK)
                                                                           : MAX_SPAN_CHUNKS;
     DT_MPI_CHECK(MPI_Barrier(comm));

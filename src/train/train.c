@@ -18,34 +18,10 @@
 #include "runtime/half.h"
 #include "metrics/timeline.h"
 #include "nn/model_file.h"
+#include "runtime/fault.h"
 #include "runtime/rma.h"
 #include "train/train.h"
 
-
-/* DTRAIN_TEST_OVERFLOW_STEPS="3,7": global step numbers (from 1, counted
- * over the run) whose loss gradient rank 0 sets to infinity, as an fp16
- * overflow would; for the loss-scaling tests. */
-static long *parse_steps(const char *list, int *n)
-{
-    *n = 0;
-    if (!list || !*list) return NULL;
-    long *steps = dt_xcalloc(strlen(list) + 1, sizeof(long));
-    for (const char *p = list; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        steps[(*n)++] = v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return steps;
-}
-
-static int injected(const struct dt_trainer *t, long step)
-{
-    for (int i = 0; i < t->noverflow; i++)
-        if (t->overflow_steps[i] == step) return 1;
-    return 0;
-}
 
 /* The learning rate per step (optim/schedule.h), from the strategy's rate,
  * the replicas and the steps per epoch. Collective verdict. */
@@ -97,18 +73,14 @@ static size_t default_cache_bytes(const struct dt_trainer *t)
     return node / 4 / (size_t)local;
 }
 
-/* The training batches (data/loader.h), after the plan. DTRAIN_TEST_READ_ERROR
- * = "RANK:N" (tests only) makes the N-th batch read on rank RANK fail. */
+/* The training batches (data/loader.h), after the plan. */
 static void open_loader(struct dt_trainer *t)
 {
     const struct dt_config *cfg = t->cfg;
     struct dt_loader_config lc = {.batch = cfg->batch_size, .prefetch = cfg->prefetch, .augment = t->augment,
                                   .seed = cfg->seed};
     if (cfg->cache) lc.cache_bytes = cfg->cache_limit_mib ? (size_t)cfg->cache_limit_mib << 20 : default_cache_bytes(t);
-    const char *hook = getenv("DTRAIN_TEST_READ_ERROR");
-    int hook_rank = -1;
-    long hook_n = 0;
-    if (hook && sscanf(hook, "%d:%ld", &hook_rank, &hook_n) == 2 && hook_rank == t->rank) lc.fail_at = hook_n;
+    lc.fail_at = dt_fault_read_error_at(t->rank);
     char note[1100];
     dt_loader_open(&t->loader, &lc, &t->data, &t->plan, t->be, note, sizeof note);
     if (note[0] && t->rank == 0 && cfg->verbose >= 1)
@@ -244,10 +216,6 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         }
     }
     if (cfg->checkpoint_dir) dt_signals_install();
-    {   /* DTRAIN_TEST_STALL=RANK:UPDATE: that rank stops before that update (tests only) */
-        const char *stall = getenv("DTRAIN_TEST_STALL");
-        if (stall && sscanf(stall, "%d:%ld", &t->stall_rank, &t->stall_step) != 2) t->stall_step = 0;
-    }
     /* Enter/leave may publish to the table only when no other thread uses
      * MPI then, or when MPI lets threads call it at once. */
     const int publish = (!t->strategy.overlap && !t->strategy.cuda) || dt_mpi_thread_level() == MPI_THREAD_MULTIPLE;
@@ -274,7 +242,6 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     size_t row = dt_shape_size(t->data.shape), B = (size_t)cfg->batch_size;
     if (cfg->augment) dt_augment_parse(cfg->augment, &t->augment, st); /* checked by the options */
     open_loader(t);
-    t->overflow_steps = parse_steps(cfg->inject_overflow, &t->noverflow);
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
     if (setup_schedule(t, st) != DT_OK) return st->code; /* needs the plan's steps per epoch */
@@ -511,8 +478,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
                 snprintf(when, sizeof when, "before epoch %d step %lld", epoch + 1, (long long)s + 1);
                 if (dt_consistency_check(t->comm, when, vals, names, 6, st) != DT_OK) return st->code;
             }
-            if (t->stall_step && t->global_step + 1 == t->stall_step && t->rank == t->stall_rank)
-                sleep(600); /* DTRAIN_TEST_STALL: this rank stops coming (tests only) */
+            dt_fault_stall_point(t->rank, t->global_step + 1);
         }
         int n = b->n;
         global = b->global;
@@ -527,7 +493,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         /* --cuda-graphs: forward, loss and backward in one launch; the
          * gradients are then final, and the buckets go out after it. A
          * step with an injected overflow (tests) runs plainly. */
-        const int graphed = t->graphs.on && n > 0 && !(t->noverflow && injected(t, t->global_step + 1));
+        const int graphed = t->graphs.on && n > 0 && !dt_fault_overflow_at(t->global_step + 1);
         struct dt_loss_result r = {0.0, 0};
         if (graphed) {
             DT_TL_BEGIN(tl_graph);
@@ -560,7 +526,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         }
         t->global_step++;
         updates++;
-        if (t->noverflow && injected(t, t->global_step) && t->strategy.replica == 0 && n > 0) {
+        if (dt_fault_overflow_at(t->global_step) && t->strategy.replica == 0 && n > 0) {
             const float inf = INFINITY;
             uint32_t bits; /* room for one element of any activation type */
             dt_act_encode(t->model.act_type, &bits, &inf, 1);
@@ -882,7 +848,6 @@ void dt_trainer_free(struct dt_trainer *t)
         if (t->dev_images) t->be->free(t->dev_images);
         if (t->dev_labels) t->be->free(t->dev_labels);
     }
-    free(t->overflow_steps);
     free(t->idx_scratch);
     if (t->accum && t->be) t->be->free(t->accum);
     free(t->best_params);

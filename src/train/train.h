@@ -46,8 +46,6 @@ struct dt_trainer {
     int epochs_done;
     long global_step;               /* steps taken in this run */
     long skipped_before;            /* loss-scale skips before this epoch */
-    long *overflow_steps;           /* test hook: see train.c */
-    int noverflow;
     /* checkpoints and callbacks (train/state.c) */
     uint64_t data_checksum;         /* of the training split, for --resume */
     int resumed, start_epoch;       /* where this run starts */
@@ -73,8 +71,6 @@ struct dt_trainer {
     struct dt_epoch_stats *history; /* [cfg->epochs] */
     MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
     struct dt_watchdog watchdog;    /* --stall-timeout */
-    int stall_rank;                 /* DTRAIN_TEST_STALL (tests only) */
-    long stall_step;
 };
 
 /* Collective over comm. Returns DT_OK or a user error agreed on by all ranks. */

@@ -1,0 +1,86 @@
+/* fault.c: the tests' fault injection (see fault.h). */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/fault.h"
+
+#define MAX_OVERFLOWS 64
+
+static struct {
+    long overflow[MAX_OVERFLOWS];
+    int noverflow;
+    int read_rank;
+    long read_at;
+    int stall_rank;
+    long stall_update;
+    int ckpt_crash;
+    long timeline_cap;
+} fault;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void read_env(void)
+{
+    const char *s = getenv("DTRAIN_TEST_OVERFLOW_STEPS");
+    for (const char *p = s; p && *p && fault.noverflow < MAX_OVERFLOWS;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        fault.overflow[fault.noverflow++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    s = getenv("DTRAIN_TEST_READ_ERROR");
+    if (!s || sscanf(s, "%d:%ld", &fault.read_rank, &fault.read_at) != 2) fault.read_at = 0;
+    s = getenv("DTRAIN_TEST_STALL");
+    if (!s || sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2) fault.stall_update = 0;
+    s = getenv("DTRAIN_TEST_CKPT_CRASH");
+    fault.ckpt_crash = s && !strcmp(s, "1");
+    s = getenv("DTRAIN_TEST_TIMELINE_CAP");
+    fault.timeline_cap = s ? strtol(s, NULL, 10) : 0;
+}
+
+void dt_fault_init(void) { pthread_once(&once, read_env); }
+
+int dt_fault_overflow_any(void)
+{
+    dt_fault_init();
+    return fault.noverflow > 0;
+}
+
+int dt_fault_overflow_at(long global_step)
+{
+    dt_fault_init();
+    for (int i = 0; i < fault.noverflow; i++)
+        if (fault.overflow[i] == global_step) return 1;
+    return 0;
+}
+
+long dt_fault_read_error_at(int rank)
+{
+    dt_fault_init();
+    return fault.read_at && fault.read_rank == rank ? fault.read_at : 0;
+}
+
+void dt_fault_stall_point(int rank, long next_update)
+{
+    dt_fault_init();
+    if (fault.stall_update && next_update == fault.stall_update && rank == fault.stall_rank)
+        sleep(600); /* this rank stops coming; the others' watchdog must end the job */
+}
+
+void dt_fault_ckpt_crash_point(void)
+{
+    dt_fault_init();
+    if (fault.ckpt_crash) _exit(9);
+}
+
+long dt_fault_timeline_cap(void)
+{
+    dt_fault_init();
+    return fault.timeline_cap;
+}

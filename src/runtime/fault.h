@@ -1,0 +1,36 @@
+/* fault.h: every fault the tests inject, in one place.
+ *
+ * Compiled into every build and inert unless one of its environment
+ * variables is set; the trainer, the loader, the checkpoint writer and the
+ * timeline ask here instead of reading the environment themselves, so no
+ * test hook sits in the training step. The variables (tests only):
+ *
+ *   DTRAIN_TEST_OVERFLOW_STEPS="3,7"  rank 0's loss gradient is +inf at
+ *                                     those global steps (from 1), as an
+ *                                     fp16 overflow would make it
+ *   DTRAIN_TEST_READ_ERROR="R:N"      the N-th batch read on rank R fails
+ *   DTRAIN_TEST_STALL="R:U"           rank R stops before update U (sleeps)
+ *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
+ *                                     written and flushed, before its rename
+ *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans */
+#ifndef DT_FAULT_H
+#define DT_FAULT_H
+
+/* Reads the variables once; later calls do nothing. Every query below calls
+ * it, so no caller has to. */
+void dt_fault_init(void);
+
+/* Whether rank 0 injects an overflow at this global step (from 1). */
+int dt_fault_overflow_at(long global_step);
+/* Whether any overflow is injected at all in this run. */
+int dt_fault_overflow_any(void);
+/* The batch read (from 1) that fails on this rank; 0 for none. */
+long dt_fault_read_error_at(int rank);
+/* Called before each update: rank R sleeps 600 s before update U. */
+void dt_fault_stall_point(int rank, long next_update);
+/* Called between a checkpoint's flush and its rename: rank 0 exits here. */
+void dt_fault_ckpt_crash_point(void);
+/* The timeline's span cap; 0 for the default. */
+long dt_fault_timeline_cap(void);
+
+#endif
