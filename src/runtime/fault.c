@@ -19,7 +19,6 @@ static struct {
     int stall_rank;
     long stall_update;
     int ckpt_crash;
-    long timeline_cap;
 } fault;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -40,8 +39,6 @@ static void read_env(void)
     if (!s || sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2) fault.stall_update = 0;
     s = getenv("DTRAIN_TEST_CKPT_CRASH");
     fault.ckpt_crash = s && !strcmp(s, "1");
-    s = getenv("DTRAIN_TEST_TIMELINE_CAP");
-    fault.timeline_cap = s ? strtol(s, NULL, 10) : 0;
 }
 
 void dt_fault_init(void) { pthread_once(&once, read_env); }
@@ -81,6 +78,6 @@ void dt_fault_ckpt_crash_point(void)
 
 long dt_fault_timeline_cap(void)
 {
-    dt_fault_init();
-    return fault.timeline_cap;
+    const char *s = getenv("DTRAIN_TEST_TIMELINE_CAP"); /* read at each open: a test sets it between runs */
+    return s ? strtol(s, NULL, 10) : 0;
 }

@@ -17,7 +17,7 @@
 #define DT_FAULT_H
 
 /* Reads the variables once; later calls do nothing. Every query below calls
- * it, so no caller has to. */
+ * it, so no caller has to (the timeline cap is read at each call). */
 void dt_fault_init(void);
 
 /* Whether rank 0 injects an overflow at this global step (from 1). */
