@@ -10,7 +10,7 @@
 #include "runtime/checks.h"
 #include "collectives/coll.h"
 #include "runtime/rma.h"
-#include "cpu/cpu_internal.h" /* DT_MULTIVERSION */
+#include "simd.h"
 
 #define DEFAULT_CHUNK (256u * 1024u)
 #define STAGING_BYTES (1u << 20) /* per rank: pieces stay in cache */

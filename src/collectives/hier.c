@@ -21,7 +21,7 @@
 
 #include "runtime/checks.h"
 #include "collectives/coll.h"
-#include "cpu/cpu_internal.h" /* DT_MULTIVERSION */
+#include "simd.h"
 
 #define MAX_LOCAL 256
 

@@ -6,18 +6,8 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "backend.h"
+#include "simd.h" /* DT_MULTIVERSION on the element-wise kernels */
 
-/* Element-wise kernels are compiled for AVX-512, AVX2 and the baseline, and
- * the loader picks the best the CPU has (GCC/Clang function multiversioning),
- * so one binary is fast on a Zen 4 node and still runs on an old login node. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define DT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
-#endif
-#ifndef DT_MULTIVERSION
-#define DT_MULTIVERSION
-#endif
 
 /* cpu_conv2d.c (oneDNN). A plan takes its arithmetic from cpu_precision
  * when it is created: bf16 plans convert inputs and weights to bf16 and
