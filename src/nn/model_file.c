@@ -65,12 +65,140 @@ static int key_index(const struct section *sec, const char *key)
 /* The layer of the current section is complete: its required keys were set. */
 static int finish_layer(const char *path, int line, const struct section *sec, unsigned set, dt_status *st)
 {
-    char req[64];
+    char req[64], *save = NULL;
     snprintf(req, sizeof req, "%s", sec->required);
-    for (char *k = strtok(req, " "); k; k = strtok(NULL, " "))
+    for (char *k = strtok_r(req, " ", &save); k; k = strtok_r(NULL, " ", &save))
         if (!(set & (1u << key_index(sec, k))))
             return dt_fail(st, DT_EUSAGE, "%s:%d: [%s] needs %s (required: %s)", path, line, sec->name, k, sec->required);
     return DT_OK;
+}
+
+/* A number in [lo, hi) (lo excluded too where open), for key. */
+static int number(const char *path, int line, const char *key, const char *v, double lo, double hi, int open,
+                  double *out, dt_status *st)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(open ? x > lo : x >= lo) || !(x < hi))
+        return dt_fail(st, DT_EUSAGE, "%s:%d: %s: expected a number in %s%g, %g), found '%s'", path, line, key,
+                       open ? "(" : "[", lo, hi, v);
+    *out = x;
+    return DT_OK;
+}
+
+/* from = -k of layer nl (1-based): at most the model's input back. */
+static int offset(const char *path, int line, const char *v, int nl, int *out, dt_status *st)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x > -1 || x < -DT_MAX_LAYERS)
+        return dt_fail(st, DT_EUSAGE, "%s:%d: from: expected a negative layer offset (-1 = the previous layer), "
+                       "found '%s'", path, line, v);
+    *out = (int)x;
+    if (x < -nl)
+        return dt_fail(st, DT_EUSAGE, "%s:%d: from = %ld: this is layer %d, so -%d (the model's input) is the "
+                       "farthest back", path, line, x, nl, nl);
+    return DT_OK;
+}
+
+/* One key = value of layer sp (the nl-th); the key is one its section allows. */
+static int set_value(const char *path, int line, const char *key, const char *val, struct dt_layer_spec *sp,
+                     int classes, int nl, dt_status *st)
+{
+    double x = 0.0;
+    if (!strcmp(key, "filters")) return positive(path, line, key, val, &sp->filters, st);
+    if (!strcmp(key, "kernel") || !strcmp(key, "size")) return positive(path, line, key, val, &sp->kernel, st);
+    if (!strcmp(key, "stride")) return positive(path, line, key, val, &sp->stride, st);
+    if (!strcmp(key, "from")) return offset(path, line, val, nl, &sp->from, st);
+    if (!strcmp(key, "units")) {
+        if (strcmp(val, "classes")) return positive(path, line, key, val, &sp->filters, st);
+        sp->filters = classes;
+    }
+    else if (!strcmp(key, "padding")) {
+        if (strcmp(val, "same") && strcmp(val, "valid"))
+            return dt_fail(st, DT_EUSAGE, "%s:%d: padding: expected valid or same, found '%s'", path, line, val);
+        sp->same = !strcmp(val, "same");
+    }
+    else if (!strcmp(key, "activation")) {
+        if (strcmp(val, "relu") && strcmp(val, "none") && strcmp(val, "linear"))
+            return dt_fail(st, DT_EUSAGE, "%s:%d: activation: expected relu or none, found '%s'", path, line, val);
+        if (!strcmp(val, "relu")) sp->activation = DT_ACT_RELU;
+    }
+    else if (!strcmp(key, "shape")) {
+        int h, w, c, used = 0;
+        if (sscanf(val, "%dx%dx%d%n", &h, &w, &c, &used) != 3 || val[used] || h < 1 || w < 1 || c < 1)
+            return dt_fail(st, DT_EUSAGE, "%s:%d: shape: expected HxWxC (e.g. 7x7x64), found '%s'", path, line, val);
+        sp->shape = (struct dt_shape){h, w, c};
+    }
+    else if (!strcmp(key, "momentum")) {
+        if (number(path, line, key, val, 0.0, 1.0, 0, &x, st) != DT_OK) return st->code;
+        sp->momentum = x == 0.0 ? 1e-30f : (float)x; /* 0 in the spec means the default */
+    }
+    else if (!strcmp(key, "epsilon")) {
+        if (number(path, line, key, val, 0.0, 1.0, 1, &x, st) != DT_OK) return st->code;
+        sp->epsilon = (float)x;
+    }
+    else if (!strcmp(key, "rate")) {
+        if (number(path, line, key, val, 0.0, 1.0, 0, &x, st) != DT_OK) return st->code;
+        sp->rate = (float)x;
+    }
+    return DT_OK;
+}
+
+/* A "[name]" line (s, trimmed): the section before it is complete, and a
+ * new layer starts as specs[*nl]. */
+static int open_section(const char *path, int line, char *s, const struct section **sec, unsigned *set,
+                        int *sec_line, struct dt_layer_spec *specs, int *nl, dt_status *st)
+{
+    char *close = strchr(s, ']');
+    if (!close || *trim(close + 1)) return dt_fail(st, DT_EUSAGE, "%s:%d: expected [section], found '%s'", path, line, s);
+    *close = '\0';
+    char *name = trim(s + 1);
+    if (*sec && finish_layer(path, *sec_line, *sec, *set, st) != DT_OK) return st->code;
+    *sec = NULL;
+    for (int i = 0; i < NSECTIONS; i++)
+        if (!strcmp(name, sections[i].name)) *sec = &sections[i];
+    if (!*sec)
+        return dt_fail(st, DT_EUSAGE, "%s:%d: unknown section [%s] (expected conv2d, maxpool, avgpool, global_avgpool, "
+                       "dense, relu, dropout, batchnorm, add, route, flatten or reshape)", path, line, name);
+    if (*nl == DT_MAX_LAYERS) return dt_fail(st, DT_EUSAGE, "%s:%d: more than %d layers", path, line, DT_MAX_LAYERS);
+    specs[*nl] = (struct dt_layer_spec){.type = (*sec)->name};
+    if (!strcmp((*sec)->name, "maxpool") || !strcmp((*sec)->name, "avgpool")) specs[*nl].kernel = 2;
+    (*nl)++;
+    *set = 0;
+    *sec_line = line;
+    return DT_OK;
+}
+
+/* A binary file is named, not echoed back to the terminal. */
+static int text_line(const char *path, int line, const char *buf, dt_status *st)
+{
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++)
+        if ((*p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r') || *p == 0x7f)
+            return dt_fail(st, DT_EUSAGE, "%s:%d: not a text model file (byte 0x%02x at column %d; expected "
+                           "[section] and key = value lines)", path, line, *p, (int)(p - (const unsigned char *)buf) + 1);
+    return DT_OK;
+}
+
+/* A "key = value" line (s, trimmed) of section sec, for layer specs[nl - 1]. */
+static int key_line(const char *path, int line, char *s, const struct section *sec, unsigned *set,
+                    struct dt_layer_spec *specs, int nl, int classes, dt_status *st)
+{
+    char *eq = strchr(s, '=');
+    if (!sec) return dt_fail(st, DT_EUSAGE, "%s:%d: '%s' before any [section]", path, line, s);
+    if (!eq) return dt_fail(st, DT_EUSAGE, "%s:%d: expected key = value, found '%s'", path, line, s);
+    *eq = '\0';
+    char *key = trim(s), *val = trim(eq + 1);
+    int ki = key_index(sec, key);
+    if (ki < 0)
+        return dt_fail(st, DT_EUSAGE, "%s:%d: [%s] has no key '%s' (expected: %s)", path, line, sec->name, key,
+                       *sec->keys ? sec->keys : "no keys");
+    if (*set & (1u << ki))
+        return dt_fail(st, DT_EUSAGE, "%s:%d: %s given twice in this [%s]", path, line, key, sec->name);
+    *set |= 1u << ki;
+    return set_value(path, line, key, val, &specs[nl - 1], classes, nl, st);
 }
 
 int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *specs, int *n, dt_status *st)
@@ -81,123 +209,14 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
     int line = 0, nl = 0, rc = DT_OK, sec_line = 0;
     const struct section *sec = NULL;
     unsigned set = 0;
-    *n = 0;
     while (rc == DT_OK && fgets(buf, sizeof buf, f)) {
         line++;
-        /* A binary file is named, not echoed back to the terminal. */
-        for (const unsigned char *p = (const unsigned char *)buf; *p && rc == DT_OK; p++)
-            if ((*p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r') || *p == 0x7f)
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: not a text model file (byte 0x%02x at column %d; expected "
-                             "[section] and key = value lines)", path, line, *p, (int)(p - (const unsigned char *)buf) + 1);
-        if (rc != DT_OK) break;
+        if ((rc = text_line(path, line, buf, st)) != DT_OK) break;
         char *hash = strchr(buf, '#');
         if (hash) *hash = '\0';
         char *s = trim(buf);
-        if (!*s) continue;
-        if (*s == '[') {
-            char *close = strchr(s, ']');
-            if (!close || *trim(close + 1))
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: expected [section], found '%s'", path, line, s);
-            else {
-                *close = '\0';
-                char *name = trim(s + 1);
-                if (sec) rc = finish_layer(path, sec_line, sec, set, st);
-                sec = NULL;
-                for (int i = 0; i < NSECTIONS; i++)
-                    if (!strcmp(name, sections[i].name)) sec = &sections[i];
-                if (rc == DT_OK && !sec)
-                    rc = dt_fail(st, DT_EUSAGE, "%s:%d: unknown section [%s] (expected conv2d, maxpool, avgpool, "
-                                 "global_avgpool, dense, relu, dropout, batchnorm, add, route, flatten or reshape)",
-                                 path, line, name);
-                else if (rc == DT_OK && nl == DT_MAX_LAYERS)
-                    rc = dt_fail(st, DT_EUSAGE, "%s:%d: more than %d layers", path, line, DT_MAX_LAYERS);
-                else if (rc == DT_OK) {
-                    specs[nl] = (struct dt_layer_spec){.type = sec->name};
-                    if (!strcmp(sec->name, "maxpool") || !strcmp(sec->name, "avgpool")) specs[nl].kernel = 2;
-                    nl++;
-                    set = 0;
-                    sec_line = line;
-                }
-            }
-            continue;
-        }
-        char *eq = strchr(s, '=');
-        if (!sec) {
-            rc = dt_fail(st, DT_EUSAGE, "%s:%d: '%s' before any [section]", path, line, s);
-            break;
-        }
-        if (!eq) {
-            rc = dt_fail(st, DT_EUSAGE, "%s:%d: expected key = value, found '%s'", path, line, s);
-            break;
-        }
-        *eq = '\0';
-        char *key = trim(s), *val = trim(eq + 1);
-        int ki = key_index(sec, key);
-        struct dt_layer_spec *sp = &specs[nl - 1];
-        if (ki < 0) {
-            rc = dt_fail(st, DT_EUSAGE, "%s:%d: [%s] has no key '%s' (expected: %s)", path, line, sec->name, key,
-                         *sec->keys ? sec->keys : "no keys");
-            break;
-        }
-        if (set & (1u << ki)) {
-            rc = dt_fail(st, DT_EUSAGE, "%s:%d: %s given twice in this [%s]", path, line, key, sec->name);
-            break;
-        }
-        set |= 1u << ki;
-        if (!strcmp(key, "filters")) rc = positive(path, line, key, val, &sp->filters, st);
-        else if (!strcmp(key, "kernel") || !strcmp(key, "size")) rc = positive(path, line, key, val, &sp->kernel, st);
-        else if (!strcmp(key, "stride")) rc = positive(path, line, key, val, &sp->stride, st);
-        else if (!strcmp(key, "units")) {
-            if (!strcmp(val, "classes")) sp->filters = classes;
-            else rc = positive(path, line, key, val, &sp->filters, st);
-        }
-        else if (!strcmp(key, "padding")) {
-            if (!strcmp(val, "same")) sp->same = 1;
-            else if (strcmp(val, "valid"))
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: padding: expected valid or same, found '%s'", path, line, val);
-        }
-        else if (!strcmp(key, "activation")) {
-            if (!strcmp(val, "relu")) sp->activation = DT_ACT_RELU;
-            else if (strcmp(val, "none") && strcmp(val, "linear"))
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: activation: expected relu or none, found '%s'", path, line, val);
-        }
-        else if (!strcmp(key, "from")) {
-            char *end;
-            errno = 0;
-            long x = strtol(val, &end, 10);
-            if (errno || end == val || *end || x > -1 || x < -DT_MAX_LAYERS)
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: from: expected a negative layer offset (-1 = the previous layer), "
-                             "found '%s'", path, line, val);
-            else if (x < -nl)
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: from = %ld: this is layer %d, so -%d (the model's input) is the "
-                             "farthest back", path, line, x, nl, nl);
-            sp->from = (int)x;
-        }
-        else if (!strcmp(key, "shape")) {
-            int h, w, c, used = 0;
-            if (sscanf(val, "%dx%dx%d%n", &h, &w, &c, &used) != 3 || val[used] || h < 1 || w < 1 || c < 1)
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: shape: expected HxWxC (e.g. 7x7x64), found '%s'", path, line, val);
-            else sp->shape = (struct dt_shape){h, w, c};
-        }
-        else if (!strcmp(key, "momentum") || !strcmp(key, "epsilon")) {
-            char *end;
-            errno = 0;
-            double x = strtod(val, &end);
-            int mom = key[0] == 'm';
-            if (errno || end == val || *end || (mom ? !(x >= 0.0 && x < 1.0) : !(x > 0.0 && x < 1.0)))
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: %s: expected a number in %s, found '%s'", path, line, key,
-                             mom ? "[0, 1)" : "(0, 1)", val);
-            else if (mom) sp->momentum = x == 0.0 ? 1e-30f : (float)x; /* 0 in the spec means the default */
-            else sp->epsilon = (float)x;
-        }
-        else if (!strcmp(key, "rate")) {
-            char *end;
-            errno = 0;
-            double r = strtod(val, &end);
-            if (errno || end == val || *end || !(r >= 0.0 && r < 1.0))
-                rc = dt_fail(st, DT_EUSAGE, "%s:%d: rate: expected a number in [0, 1), found '%s'", path, line, val);
-            sp->rate = (float)r;
-        }
+        if (*s == '[') rc = open_section(path, line, s, &sec, &set, &sec_line, specs, &nl, st);
+        else if (*s) rc = key_line(path, line, s, sec, &set, specs, nl, classes, st);
     }
     fclose(f);
     if (rc == DT_OK && sec) rc = finish_layer(path, sec_line, sec, set, st);
