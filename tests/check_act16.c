@@ -156,7 +156,7 @@ END_TEST
 
 /* ---- models trained with 16-bit activations ----------------------------- */
 
-/* Every graph layer (batchnorm with and without ReLU, add, route, strided
+/* Every residual-network layer (batchnorm with and without ReLU, add, route, strided
  * projection, average and global average pooling) and dropout. */
 static const struct dt_layer_spec residual[] = {
     {.type = "conv2d", .filters = 8, .kernel = 3, .same = 1},

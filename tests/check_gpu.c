@@ -1519,7 +1519,7 @@ static void test_act16_ops(const struct act16 *a)
 
 /* ---- training: the seed CNN and a residual network ------------------------- */
 
-/* A residual network with every graph layer (batchnorm with and without
+/* A residual network with every residual-network layer (batchnorm with and without
  * ReLU, add, route, a strided projection, average and global average
  * pooling) trains a few steps on both backends from the same start:
  * losses, first-step gradients, the moving statistics and the parameters'

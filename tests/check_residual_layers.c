@@ -1,7 +1,7 @@
-/* check_graph_layers.c: unit tests for the layers that residual networks
+/* check_residual_layers.c: unit tests for the layers that residual networks
  * need: average and global average pooling, batch normalization (training,
  * inference, moving statistics, and its cross-replica form), add and route
- * (the model's graph edges), flatten and reshape; and a small residual model
+ * (the edges that make a model branch), flatten and reshape; and a small residual model
  * built from all of them, gradient-checked end to end.
  *
  * Gradients are checked against central finite differences (layer_check.h).
@@ -317,7 +317,7 @@ END_TEST
 
 /* ---- a residual model ---------------------------------------------------- */
 
-/* Every new layer in one graph: a residual block (add with ReLU), a
+/* Every new layer in one model: a residual block (add with ReLU), a
  * projection branch (route back, strided 1x1 conv), a second add across
  * the branch, flatten, reshape, global average pooling. */
 static const struct dt_layer_spec resnet_specs[] = {
@@ -347,7 +347,7 @@ START_TEST(fd_residual_model)
     memset(&x, 0, sizeof x);
     ck_assert_msg(dt_model_build_specs(&x.m, "res", (struct dt_shape){6, 6, 2}, 3, resnet_specs, RESNET_N, &st) == DT_OK,
                   "%s", st.msg);
-    ck_assert(dt_model_is_graph(&x.m));
+    ck_assert(dt_model_is_branched(&x.m));
     ck_assert_int_eq(x.m.layers[4].src, 2);
     ck_assert_int_eq(x.m.layers[5].src, 1);
     ck_assert_int_eq(x.m.layers[9].src, 7);
@@ -400,7 +400,7 @@ static void build_fails(const struct dt_layer_spec *specs, int n, const char *wa
     dt_model_free(&m);
 }
 
-START_TEST(build_graph_errors)
+START_TEST(build_branch_errors)
 {
     const struct dt_layer_spec past[] = {{.type = "conv2d", .filters = 2, .kernel = 3}, {.type = "add", .from = -3},
                                          {.type = "global_avgpool"}, {.type = "dense", .filters = 3}};
@@ -431,14 +431,14 @@ START_TEST(backend_without_batchnorm)
     ck_assert_int_eq(dt_model_check_backend(&m, &lacking, &st), DT_EUSAGE);
     ck_assert_msg(strstr(st.msg, "layer batch_normalization (batchnorm) is not implemented on the test backend"), "%s",
                   st.msg);
-    ck_assert(!dt_model_is_graph(&m));
+    ck_assert(!dt_model_is_branched(&m));
     dt_model_free(&m);
 }
 END_TEST
 
-static Suite *graph_suite(void)
+static Suite *residual_suite(void)
 {
-    Suite *s = suite_create("graph layers");
+    Suite *s = suite_create("residual layers");
     TCase *tc = tcase_create("reference");
     tcase_add_test(tc, avgpool_forward_even);
     tcase_add_test(tc, avgpool_forward_overlap);
@@ -461,7 +461,7 @@ static Suite *graph_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("build");
-    tcase_add_test(tc, build_graph_errors);
+    tcase_add_test(tc, build_branch_errors);
     tcase_add_test(tc, backend_without_batchnorm);
     suite_add_tcase(s, tc);
     return s;
@@ -469,7 +469,7 @@ static Suite *graph_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(graph_suite());
+    SRunner *sr = srunner_create(residual_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -1,5 +1,5 @@
 /* layer_check.h: the finite-difference machinery the layer tests share
- * (check_layers.c, check_graph_layers.c): objectives, probes that stay on
+ * (check_layers.c, check_residual_layers.c): objectives, probes that stay on
  * one linear piece, the tolerance and its proof of power, and a harness
  * that runs one layer alone on the CPU backend. Static functions: each test
  * program includes it once. */

@@ -73,7 +73,7 @@ kernel = 40
 units = classes"
 bad 3 "images do not fit model .*bad.cfg: model bad.cfg: last layer gives 5 outputs, the data has 10 classes" "[dense]
 units = 5"
-# the graph layers: offsets, shapes, batchnorm's numbers
+# the residual-network layers: offsets, shapes, batchnorm's numbers
 bad 2 "bad.cfg:1: \[add\] needs from (required: from)" "[add]
 [dense]
 units = classes"

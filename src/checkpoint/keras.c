@@ -111,7 +111,7 @@ int dt_keras_export(const char *path, const struct dt_model *m, const float *par
 {
     char tmp[4096];
     st->code = DT_OK;
-    if (dt_model_is_graph(m))
+    if (dt_model_is_branched(m))
         return dt_fail(st, DT_EUSAGE, "--export-keras %s: model %s has add or route layers, and the export writes "
                        "Keras Sequential models only; save a checkpoint (--checkpoint-dir) instead", path, m->name);
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)

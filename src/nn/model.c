@@ -40,6 +40,8 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st)
 {
     int used[NTYPES] = {0};
+    const char *base = strrchr(name, '/');
+    if (base) name = base + 1; /* a model file is named by its file name */
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     m->input = input;
@@ -96,8 +98,8 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
     return DT_OK;
 }
 
-int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, int classes,
-                   float dropout, dt_status *st)
+int dt_model_specs(const char *name, int classes, float dropout, struct dt_layer_spec **specs, int *n,
+                   dt_status *st)
 {
     const struct dt_layer_spec cnn[] = {
         {.type = "conv2d", .filters = 32, .kernel = 3, .activation = DT_ACT_RELU},
@@ -112,16 +114,27 @@ int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, 
         {.type = "dense", .filters = 128, .activation = DT_ACT_RELU},
         {.type = "dense", .filters = classes},
     };
-    if (strcmp(name, "cnn") == 0) return dt_model_build_specs(m, name, input, classes, cnn, 7, st);
-    if (strcmp(name, "mlp") == 0) return dt_model_build_specs(m, name, input, classes, mlp, 2, st);
-    if (dt_model_is_file(name)) {
-        static struct dt_layer_spec specs[DT_MAX_LAYERS];
-        int n;
-        if (dt_model_file_parse(name, classes, specs, &n, st) != DT_OK) return st->code;
-        const char *base = strrchr(name, '/');
-        return dt_model_build_specs(m, base ? base + 1 : name, input, classes, specs, n, st);
-    }
-    return dt_fail(st, DT_EUSAGE, "--model: expected cnn, mlp or a model file (.cfg), found '%s'", name);
+    *specs = dt_xcalloc(DT_MAX_LAYERS, sizeof **specs); /* the caller's: two models may be built at once */
+    *n = 0;
+    if (dt_model_is_file(name)) return dt_model_file_parse(name, classes, *specs, n, st);
+    if (strcmp(name, "cnn") && strcmp(name, "mlp"))
+        return dt_fail(st, DT_EUSAGE, "--model: expected cnn, mlp or a model file (.cfg), found '%s'", name);
+    const struct dt_layer_spec *builtin = strcmp(name, "cnn") == 0 ? cnn : mlp;
+    *n = builtin == cnn ? (int)(sizeof cnn / sizeof *cnn) : (int)(sizeof mlp / sizeof *mlp);
+    memcpy(*specs, builtin, sizeof **specs * (size_t)*n);
+    return DT_OK;
+}
+
+int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, int classes,
+                   float dropout, dt_status *st)
+{
+    struct dt_layer_spec *specs;
+    int n;
+    memset(m, 0, sizeof *m); /* freeable whatever fails */
+    int rc = dt_model_specs(name, classes, dropout, &specs, &n, st);
+    if (rc == DT_OK) rc = dt_model_build_specs(m, name, input, classes, specs, n, st);
+    free(specs);
+    return rc;
 }
 
 int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be, dt_status *st)
@@ -148,7 +161,7 @@ int dt_model_check_capture(const struct dt_model *m, const struct dt_backend *be
     return DT_OK;
 }
 
-int dt_model_is_graph(const struct dt_model *m)
+int dt_model_is_branched(const struct dt_model *m)
 {
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].src >= 0) return 1;

@@ -39,13 +39,21 @@ struct dt_model {
 
 /* The built-in models: "cnn" (the seed's Keras CNN) and "mlp", or a model
  * file (nn/model_file.h). dropout is the built-in CNN's dropout rate (the
- * seed's 0.5). Shapes are checked against input. */
+ * seed's 0.5). Shapes are checked against input. m can be freed whatever
+ * fails. dt_model_specs then dt_model_build_specs, for callers that tell a
+ * wrong name or file from a model that does not fit the data. */
 int dt_model_build(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                    float dropout, dt_status *st);
+/* The layer list that name stands for, into *specs (allocated: the
+ * caller frees it, even on failure): a built-in's, or the model file's,
+ * parsed here once (its errors name the file and line). */
+int dt_model_specs(const char *name, int classes, float dropout, struct dt_layer_spec **specs, int *n,
+                   dt_status *st);
 /* A --model value naming a file (a '/' in it, or a .cfg name) rather than a
  * built-in; nn/model_file.h describes the format. */
 int dt_model_is_file(const char *name);
-/* Build from an explicit layer list (used by tests and built-ins). */
+/* Build from an explicit layer list (used by tests and built-ins); a name
+ * with a '/' (a model file's path) is shown as its file name. */
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);
 /* Whether every layer can run on be; if not, st names the first that cannot. */
@@ -53,8 +61,10 @@ int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be
 /* Whether the backend can record a training step of this model into one
  * graph (backend.h's capture_begin); if not, st says why, for `flag`. */
 int dt_model_check_capture(const struct dt_model *m, const struct dt_backend *be, const char *flag, dt_status *st);
-/* Whether the model has add or route layers (it is not a Keras Sequential). */
-int dt_model_is_graph(const struct dt_model *m);
+/* Whether the model branches: it has add or route layers, which read an
+ * output other than the previous layer's (a residual network; not a Keras
+ * Sequential). */
+int dt_model_is_branched(const struct dt_model *m);
 /* Allocate device buffers for batches of up to max_n samples; activations
  * in be->act_type() as it is now. */
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n);

@@ -136,7 +136,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     }
     if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
     if (st->code == DT_OK && cfg->cuda_graphs) dt_step_graphs_init(&t->graphs, &t->model, t->be, st);
-    if (st->code == DT_OK && dt_model_is_graph(&t->model)) { /* refused now, not after training */
+    if (st->code == DT_OK && dt_model_is_branched(&t->model)) { /* refused now, not after training */
         const char *keras = cfg->export_keras ? cfg->export_keras
                             : cfg->save_best && strstr(cfg->save_best, ".weights.h5") ? cfg->save_best : NULL;
         if (keras)
