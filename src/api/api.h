@@ -1,10 +1,12 @@
 /* api.h: what the public handles of include/dtrain.h hold (private).
  *
- * The one design decision: a dtrain_model wraps a struct dt_trainer that is
- * filled by hand (not by dt_trainer_init, which also opens the data and the
- * communicators the context and the dataset own here), so the step, the
- * checkpoint format (train/state.c) and the buffer averaging are the dtrain
- * program's own code, and a custom loop reproduces its losses. */
+ * The one design decision: a dtrain_model wraps a struct dt_trainer made
+ * not by dt_trainer_init (which also opens the data and the communicators
+ * that the context and the dataset own here) but by the same setup stages
+ * it runs (train/setup.c), and stepped by the same step (train/step.h):
+ * the model, the step, the buffer averaging and the checkpoint format
+ * (train/state.c) are the dtrain program's own code, and a custom loop
+ * reproduces its losses. */
 #ifndef DT_API_H
 #define DT_API_H
 
@@ -42,7 +44,6 @@ struct dtrain_model {
     dtrain_dataset *ds;       /* for the checksum of the training data (checkpoints) */
     struct dt_config cfg;     /* what the dtrain program's options would hold */
     struct dt_trainer t;      /* the model, strategy, counters; see the note at the top */
-    int coll_ok, model_ok, strategy_ok;
     int checksum_ok;
     int pending;              /* forward_backward done, apply_gradients not yet */
     float stats_loss, stats_correct; /* that step's, for the strategy's reduction */

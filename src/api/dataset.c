@@ -2,7 +2,8 @@
  *
  * A dtrain_dataset is the dtrain program's data path unchanged: the files
  * validated on rank 0 (data/dataset.h), the shard plan over the context's
- * ranks (data/shard.h) and the loader reading ahead (data/loader.h). Every
+ * ranks (data/shard.h) and the loader reading ahead (data/loader.h), set up
+ * by the trainer's own functions (train/setup.c). Every
  * rank of the context is a replica, so replica i of the plan is rank i, and
  * begin_epoch draws the same order dtrain draws for that epoch and seed. */
 #include "config.h"
@@ -58,27 +59,16 @@ static int finish_open(dtrain_dataset *ds, const dtrain_dataset_options *o, cons
                        dt_status *st)
 {
     dtrain_context *ctx = ds->ctx;
-    int policy = dt_shard_resolve(ds->policy, ds->npaths, ctx->size);
     st->code = DT_OK;
-    if (policy < 0)
-        dt_fail(st, DT_EUSAGE, "dtrain_dataset_open: shard_policy file: %d shard file%s for %d ranks; each rank "
-                "needs at least one file (use shard_policy data, or write more shards with dtrain-prep --shards)",
-                ds->npaths, ds->npaths == 1 ? "" : "s", ctx->size);
+    int policy = dt_setup_shard_policy(ds->policy, ds->npaths, ctx->size, "dtrain_dataset_open: ", "shard_policy", st);
     if (dt_status_agree(st, ctx->comm) != DT_OK) return st->code;
     ds->policy = policy;
-    int64_t *per_file = dt_xcalloc((size_t)ds->data.nfiles, sizeof(int64_t));
-    for (int f = 0; f < ds->data.nfiles; f++)
-        per_file[f] = ds->data.split[DT_TRAIN].file_start[f + 1] - ds->data.split[DT_TRAIN].file_start[f];
-    dt_shard_init(&ds->plan, policy, ctx->rank, ctx->size, ds->batch, ds->data.nfiles, per_file);
-    free(per_file);
+    dt_setup_plan(&ds->plan, &ds->data, policy, ctx->rank, ctx->size, ds->batch);
     struct dt_loader_config lc = {.batch = ds->batch, .prefetch = o->prefetch, .augment = *aug,
                                   .seed = ctx->base.seed};
-    char note[1100];
-    dt_loader_open(&ds->loader, &lc, &ds->data, &ds->plan, ctx->device.be, note, sizeof note);
+    dt_setup_loader(&ds->loader, &lc, &ds->data, &ds->plan, ctx->device.be, ctx->rank == 0 && ctx->base.verbose >= 1,
+                    "prefetch", "dtrain_dataset_next");
     ds->loader_open = 1;
-    if (note[0] && ctx->rank == 0 && ctx->base.verbose >= 1)
-        fprintf(stderr, "dtrain: note: prefetch %d: %s, so its rows are read through HDF5, which is not "
-                "thread-safe here; batches are read in dtrain_dataset_next instead\n", o->prefetch, note);
     ds->shuffle = o->shuffle;
     ctx->nusers++;
     return DT_OK;

@@ -1,12 +1,12 @@
 /* model.c: models for custom loops: create, step, evaluate, checkpoints.
  *
- * The step is train.c's, split where a custom loop wants to look at it:
- * dtrain_forward_backward() is everything up to the strategy's begin and the
- * backward pass that hands buckets to it (grads_ready), and
- * dtrain_apply_gradients() is the strategy's finish (all-reduce, optimizer)
- * and the buffer averaging. The loss is scaled by 1 / the step's global
- * sample count, exactly as dtrain scales it, so the same data, seed and
- * settings give the same parameters step for step. */
+ * A dtrain_model is the dtrain program's trainer without its data and loop:
+ * dtrain_model_create runs dt_trainer_init's model stages (train/setup.c),
+ * dtrain_forward_backward and dtrain_apply_gradients are the two halves of
+ * its step (train/step.h), dtrain_evaluate reads its slices
+ * (train/evaluate.c), checkpoints are train/state.c's. The loss is scaled
+ * by 1 / the step's global sample count, exactly as dtrain scales it, so
+ * the same data, seed and settings give the same parameters step for step. */
 #include "config.h"
 
 #include <math.h>
@@ -16,9 +16,7 @@
 
 #include "api/api.h"
 #include "runtime/checks.h"
-#include "collectives/sum_large.h"
-#include "runtime/consistency.h"
-#include "nn/model_file.h"
+#include "train/step.h"
 
 void dtrain_model_options_init(dtrain_model_options *o)
 {
@@ -111,50 +109,6 @@ static void history_reserve(dtrain_model *m, int n)
     m->hist_cap = cap;
 }
 
-/* The model and its parameters: dt_trainer_init's middle, on rank 0 then broadcast. */
-static int build(dtrain_model *m, dt_status *st)
-{
-    struct dt_trainer *t = &m->t;
-    const struct dt_config *cfg = &m->cfg;
-    st->code = DT_OK;
-    if (dt_model_is_file(cfg->model) &&
-        dt_model_file_parse(cfg->model, m->ds->data.classes, t->specs, &t->nspecs, st) != DT_OK) {
-        /* the file itself is wrong: a usage error, as it is */
-    }
-    else if (dt_model_build(&t->model, cfg->model, m->ds->data.shape, m->ds->data.classes, cfg->dropout, st) != DT_OK) {
-        dt_status why = *st;
-        dt_fail(st, DT_EINPUT, "%s: %dx%dx%d images do not fit model %s: %s", cfg->inputs[0],
-                m->ds->data.shape.h, m->ds->data.shape.w, m->ds->data.shape.c, cfg->model, why.msg);
-    }
-    else m->model_ok = 1;
-    if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
-    if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
-    {   /* Before anything passes buffers between ranks: the same model and run everywhere. */
-        static const char *const names[] = {"parameters", "layers", "batch size", "seed", "training samples",
-                                            "classes", "strategy", "optimizer", "model"};
-        const long vals[] = {(long)t->model.nparams, t->model.nlayers, cfg->batch_size, (long)cfg->seed,
-                             (long)m->ds->data.split[DT_TRAIN].n, m->ds->data.classes,
-                             dt_consistency_hash(cfg->strategy), dt_consistency_hash(cfg->optimizer),
-                             dt_consistency_hash(cfg->model)};
-        const char *const text[] = {NULL, NULL, NULL, NULL, NULL, NULL, cfg->strategy, cfg->optimizer, cfg->model};
-        if (dt_consistency_check_text(t->comm, "in dtrain_model_create", vals, names, text, 9, st) != DT_OK)
-            return st->code;
-    }
-    dt_model_create(&t->model, t->be, cfg->batch_size);
-    if (t->rank == 0) dt_model_init_params(&t->model, cfg->seed);
-    float *host = dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1));
-    if (t->rank == 0) {
-        t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
-        t->be->download(host + t->model.nparams, t->model.buffers, sizeof(float) * t->model.nbuffers);
-    }
-    DT_MPI_CHECK(MPI_Bcast(host, (int)(t->model.nparams + t->model.nbuffers), MPI_FLOAT, 0, t->comm));
-    t->be->upload(t->model.params, host, sizeof(float) * t->model.nparams);
-    t->be->upload(t->model.buffers, host + t->model.nparams, sizeof(float) * t->model.nbuffers);
-    free(host);
-    dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank); /* dtrain's stream per rank */
-    return DT_OK;
-}
-
 int dtrain_model_create(dtrain_context *ctx, dtrain_dataset *ds, const dtrain_model_options *opts,
                         dtrain_model **out)
 {
@@ -184,21 +138,17 @@ int dtrain_model_create(dtrain_context *ctx, dtrain_dataset *ds, const dtrain_mo
      * all-reduces never meet another model's or the caller's. */
     struct dt_coll_config cc = {.algorithm = m->cfg.allreduce, .ranks_per_node = m->cfg.ranks_per_node};
     if (dt_coll_init(&t->coll, ctx->comm, &cc, &st) != DT_OK) goto fail;
-    m->coll_ok = 1;
     t->comm = t->coll.topo.world;
     t->rank = ctx->rank;
     t->nranks = ctx->size;
     t->device = ctx->device;
     t->be = ctx->device.be;
     t->policy = ds->policy;
-    if (build(m, &st) != DT_OK) goto fail;
-    /* The strategy places the gradient (and parameter) blocks, buckets and the optimizer. */
+    if (dt_trainer_build_model(t, &ds->data, "in dtrain_model_create", &st) != DT_OK) goto fail;
+    dt_trainer_create_model(t);
     dt_strategy_create(&t->strategy, &m->cfg, &t->model, &t->coll, &st);
-    m->strategy_ok = 1;
     if (dt_status_agree(&st, t->comm) != DT_OK) goto fail;
-    size_t row = dt_shape_size(ds->data.shape), B = (size_t)m->cfg.batch_size;
-    t->dev_images = t->be->alloc(row * B);
-    t->dev_labels = t->be->alloc(B);
+    dt_trainer_alloc_step(t);
     history_reserve(m, 16);
     dt_monitor_init(&t->stopper, m->cfg.monitor, -1, 0.0);
     dt_monitor_init(&t->saver, m->cfg.monitor, -1, 0.0);
@@ -240,17 +190,10 @@ int dtrain_set_learning_rate(dtrain_model *m, float lr)
     return DTRAIN_OK;
 }
 
-static void grads_ready(void *ctx, size_t offset)
-{
-    struct dt_strategy *s = ctx;
-    s->ops->grads_ready(s, offset);
-}
-
 int dtrain_forward_backward(dtrain_model *m, const dtrain_batch *batch, double *loss_sum, long *correct)
 {
     if (!m) return DTRAIN_EUSAGE;
     struct dt_trainer *t = &m->t;
-    struct dt_strategy *s = &t->strategy;
     dtrain_context *ctx = m->ctx;
     /* Local checks: in an SPMD loop every rank reaches the same verdict. */
     if (m->pending) {
@@ -271,25 +214,10 @@ int dtrain_forward_backward(dtrain_model *m, const dtrain_batch *batch, double *
                  t->model.classes, t->model.max_n);
         return DTRAIN_EUSAGE;
     }
-    const struct dt_batch *b = batch->impl;
-    int n = b->n;
-    if (n > 0) { /* train.c's load_batch */
-        size_t bytes = dt_shape_size(t->model.input) * (size_t)n;
-        t->be->upload(t->dev_images, b->images, bytes);
-        t->be->upload(t->dev_labels, b->labels, (size_t)n);
-        t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
-    }
-    dt_model_forward(&t->model, n, 1, &t->dropout_rng);
-    /* Each replica's share of the global batch's mean loss: the all-reduced
-     * sum of the gradients is then the global batch's gradient. */
-    float scale = s->scale_local ? 1.0f / (float)(n > 0 ? n : 1) : 1.0f / (float)(b->global > 0 ? b->global : 1);
-    struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, scale * s->loss_scale.scale);
-    m->stats_loss = (float)r.loss_sum;
-    m->stats_correct = (float)r.correct;
-    if (b->failed) m->stats_loss = NAN; /* tells every rank, through the step's own reduction */
-    float stats[DT_STATS] = {m->stats_loss, m->stats_correct};
-    s->ops->begin(s, stats);
-    dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, s);
+    float stats[DT_STATS] = {0.0f, 0.0f};
+    struct dt_loss_result r = dt_step_forward_backward(t, batch->impl, stats);
+    m->stats_loss = stats[0];
+    m->stats_correct = stats[1];
     m->pending = 1;
     m->last_ds = (dtrain_dataset *)batch->dataset;
     if (loss_sum) *loss_sum = r.loss_sum;
@@ -311,17 +239,14 @@ int dtrain_apply_gradients(dtrain_model *m)
     m->pending = 0;
     t->global_step++;
     float stats[DT_STATS] = {m->stats_loss, m->stats_correct};
-    s->ops->finish(s, stats);
-    dt_trainer_average_buffers(t); /* batchnorm's statistics: the replicas' mean, as each dtrain step */
+    dt_step_apply(t, stats);
     /* A replica whose batch could not be read sent NaN: every rank learns of
      * it from the reduced statistics (or, where the strategy returns only
      * this replica's, from one more reduction). */
     int bad = !isfinite(stats[0]);
     if (s->local_stats) DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->comm));
     if (bad) {
-        const dt_status *err = m->last_ds ? dt_loader_error(&m->last_ds->loader) : NULL;
-        if (err) st = *err;
-        if (dt_status_agree(&st, t->comm) == DT_OK)
+        if (dt_step_read_failure(t, m->last_ds ? &m->last_ds->loader : NULL, &st) == DT_OK)
             dt_fail(&st, DT_ERUNTIME, "update %lld: the loss is not finite; try a smaller learning rate",
                     (long long)t->global_step);
         return dt_api_error(m->ctx, &st);
@@ -357,34 +282,19 @@ int dtrain_evaluate(dtrain_model *m, dtrain_dataset *ds, double *loss, double *a
                 "%d classes", ds->paths[0], ds->data.shape.h, ds->data.shape.w, ds->data.shape.c, ds->data.classes,
                 t->model.input.h, t->model.input.w, t->model.input.c, t->model.classes);
     if (dt_status_agree(&st, t->comm) != DT_OK) return dt_api_error(m->ctx, &st);
-    /* dt_trainer_evaluate's slices: contiguous near-equal parts, one per rank. */
-    int64_t q = sp->n / t->nranks, rem = sp->n % t->nranks;
-    int64_t begin = t->rank * q + (t->rank < rem ? t->rank : rem), end = begin + q + (t->rank < rem);
     int B = ds->batch < t->model.max_n ? ds->batch : t->model.max_n;
-    size_t row = dt_shape_size(ds->data.shape);
-    uint8_t *images = dt_xmalloc(row * (size_t)B), *labels = dt_xmalloc((size_t)B);
-    int64_t *idx = dt_xmalloc(sizeof(int64_t) * (size_t)B);
-    double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
-    for (int64_t at = begin; at < end; at += B) {
-        int n = (int)(end - at < B ? end - at : B);
-        for (int i = 0; i < n; i++) idx[i] = at + i;
-        if (dt_dataset_read(&ds->data, DT_TEST, idx, n, images, labels, &st) != DT_OK) break;
-        t->be->upload(t->dev_images, images, row * (size_t)n);
-        t->be->upload(t->dev_labels, labels, (size_t)n);
-        t->be->images_to_float(t->model.act[0], t->dev_images, row * (size_t)n);
-        dt_model_forward(&t->model, n, 0, NULL);
-        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
-        sums[0] += r.loss_sum;
-        sums[1] += (double)r.correct;
-        sums[2] += n;
-    }
-    free(images);
-    free(labels);
-    free(idx);
+    struct dt_batch b = {.idx = dt_xmalloc(sizeof(int64_t) * (size_t)B),
+                         .images = dt_xmalloc(dt_shape_size(ds->data.shape) * (size_t)B),
+                         .labels = dt_xmalloc((size_t)B)};
+    double sums[3] = {0.0, 0.0, 0.0}, l, a; /* loss, correct, samples */
+    dt_trainer_evaluate_slice(t, &ds->data, &b, B, sums, &st);
+    free(b.images);
+    free(b.labels);
+    free(b.idx);
     if (dt_status_agree(&st, t->comm) != DT_OK) return dt_api_error(m->ctx, &st);
-    dt_allreduce_sum_f64(sums, 3, t->comm);
-    if (loss) *loss = sums[2] > 0 ? sums[0] / sums[2] : (double)NAN;
-    if (accuracy) *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
+    dt_trainer_evaluate_mean(t, sums, &l, &a);
+    if (loss) *loss = l;
+    if (accuracy) *accuracy = a;
     return dt_api_error(m->ctx, &st);
 }
 
@@ -477,15 +387,7 @@ int dtrain_checkpoint_restore(dtrain_model *m, const char *what, int *epochs_don
 int dtrain_model_free(dtrain_model *m)
 {
     if (!m) return DTRAIN_OK;
-    struct dt_trainer *t = &m->t;
-    if (m->strategy_ok) dt_strategy_free(&t->strategy);
-    if (m->model_ok) dt_model_free(&t->model);
-    if (t->be) {
-        if (t->dev_images) t->be->free(t->dev_images);
-        if (t->dev_labels) t->be->free(t->dev_labels);
-    }
-    if (m->coll_ok) dt_coll_free(&t->coll);
-    free(t->history);
+    dt_trainer_free(&m->t); /* what the model made: its data and loader are the dataset's, left alone */
     m->ds->nusers--;
     m->ctx->nusers--;
     free(m->model_name);

@@ -148,6 +148,7 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
     s->replica = p->worker;
     s->nreplicas = p->nworkers;
     s->local_stats = 1;
+    s->lockstep = 0;
     s->scale_local = p->mode != PS_SYNC;
     DT_MPI_CHECK(MPI_Barrier(t->world)); /* servers initialised before any worker reads them */
     return DT_OK;

@@ -24,6 +24,7 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     s->nan_policy = cfg->nan_policy;
     s->replica = coll->topo.rank;
     s->nreplicas = coll->topo.size;
+    s->lockstep = 1;
 
     if (strcmp(name, "auto") == 0)
         s->ops = coll->topo.nnodes > 1 ? &dt_strategy_multi_worker : &dt_strategy_mirrored;

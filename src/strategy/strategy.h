@@ -40,7 +40,9 @@ struct dt_strategy_ops {
      * sums over all replicas. */
     void (*finish)(struct dt_strategy *s, float *stats);
     /* Optional, collective: an epoch of `steps` steps per replica is over
-     * (servers apply what is left; every rank gets the parameters). */
+     * (servers apply what is left; every rank gets the parameters). A rank
+     * that holds no replica (replica < 0: a parameter server's server) takes
+     * no steps of its own: this is where it works, serving the replicas'. */
     void (*epoch_end)(struct dt_strategy *s, long steps);
     void (*teardown)(struct dt_strategy *s);
 };
@@ -62,6 +64,8 @@ struct dt_strategy {
     void *priv;                  /* strategy-private state */
     float stats[DT_STATS];
     int replica, nreplicas;      /* my index among the replicas (-1: server only), their count */
+    int lockstep;                /* the replicas step together: every rank joins each step's collective
+                                  * (0: a parameter server's, whose servers join none) */
     int local_stats;             /* finish returns this replica's stats only (summed per epoch) */
     int scale_local;             /* the loss is this batch's mean, not the global batch's share */
     int nan_policy;              /* --nan-policy: DT_NAN_ABORT or DT_NAN_SKIP */

@@ -1,10 +1,15 @@
-/* train.h: the synchronous data-parallel training loop.
+/* train.h: the trainer: the synchronous data-parallel training loop.
  *
  * Every rank is a replica: rank 0's initial parameters are broadcast; each
  * step every rank computes the gradient of its batch, the gradient block is
  * summed across ranks in one all-reduce (each rank's loss already scaled by
  * 1/global batch, so the sum is the global mean), and every rank applies the
- * same update. Parameters stay bitwise identical on all ranks. */
+ * same update. Parameters stay bitwise identical on all ranks.
+ *
+ * Its files: setup.c makes it (dt_trainer_init, a list of named stages),
+ * step.c takes one update (step.h), train.c runs the epochs (fit),
+ * evaluate.c measures between epochs, state.c writes and reads
+ * checkpoints; libdtrain (src/api/) drives the same setup stages and step. */
 #ifndef DT_TRAIN_H
 #define DT_TRAIN_H
 
@@ -66,24 +71,55 @@ struct dt_trainer {
     float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
     int64_t *idx_scratch;           /* [batch]: counting an update's samples ahead */
     struct dt_augment augment;      /* --augment (applied by the loader) */
-    struct dt_layer_spec specs[256]; /* a --model file's layers (checked before building) */
-    int nspecs;
     struct dt_epoch_stats *history; /* [cfg->epochs] */
     MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
     struct dt_watchdog watchdog;    /* --stall-timeout */
 };
 
-/* Collective over comm. Returns DT_OK or a user error agreed on by all ranks. */
+/* train/setup.c. Collective over comm. Returns DT_OK or a user error
+ * agreed on by all ranks. */
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st);
-/* Runs cfg->epochs epochs; rank 0 prints one line per epoch to out (unless quiet). */
-int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st);
-/* Evaluate on the test split: mean loss and accuracy over all of it. */
-void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy);
 void dt_trainer_free(struct dt_trainer *t);
-/* Collective: batchnorm's moving statistics become the replicas' mean (what
- * a synchronous step does after its update); a no-op without them. For
- * loops other than dt_trainer_fit's (the public API, src/api/). */
-void dt_trainer_average_buffers(struct dt_trainer *t);
+/* train/train.c: runs cfg->epochs epochs; rank 0 prints one line per epoch
+ * to out (unless quiet). */
+int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st);
+
+/* train/setup.c: the stages of dt_trainer_init that libdtrain (src/api/)
+ * runs too, on a trainer it fills itself (cfg, comm, rank, be). */
+/* Collective: cfg->model built for data's images, checked against the
+ * backend (and --cuda-graphs, --export-keras), and the same on every rank
+ * (when names the moment in the message). */
+int dt_trainer_build_model(struct dt_trainer *t, const struct dt_dataset *data, const char *when, dt_status *st);
+/* Collective: the model's buffers, rank 0's initial parameters and
+ * statistics on every rank, this rank's dropout stream. */
+void dt_trainer_create_model(struct dt_trainer *t);
+/* The step's buffers: a batch on the device, the plan's scratch, the
+ * --grad-accum sum. */
+void dt_trainer_alloc_step(struct dt_trainer *t);
+/* The shard policy resolved for nranks; where file sharding leaves a rank
+ * without a file, -1 and a usage error naming the option (who: a prefix
+ * for the message, flag: the option's name). */
+int dt_setup_shard_policy(int policy, int nfiles, int nranks, const char *who, const char *flag, dt_status *st);
+/* Replica `replica`'s shard plan (of nreplicas) over data's training files. */
+void dt_setup_plan(struct dt_shard_plan *plan, const struct dt_dataset *data, int policy, int replica, int nreplicas,
+                   int batch);
+/* The loader of plan's batches (data/loader.h). Where --prefetch's thread
+ * cannot read these files, a note to stderr when say, naming the option
+ * (flag) and where the batches are read instead (where). */
+void dt_setup_loader(struct dt_loader *ld, const struct dt_loader_config *lc, struct dt_dataset *data,
+                     const struct dt_shard_plan *plan, const struct dt_backend *be, int say, const char *flag,
+                     const char *where);
+
+/* train/evaluate.c. Collective: the mean loss and accuracy over all of the
+ * test split. */
+void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy);
+/* Its two halves: this rank's contiguous slice of data's test split, in
+ * batches of up to `batch` samples read into b (room for as many), adding
+ * loss sum, correct count and samples to sums[3] (local; stops at a read
+ * error); then, collective, the mean over all ranks. */
+int dt_trainer_evaluate_slice(struct dt_trainer *t, struct dt_dataset *data, struct dt_batch *b, int batch,
+                              double sums[3], dt_status *st);
+void dt_trainer_evaluate_mean(struct dt_trainer *t, double sums[3], double *loss, double *accuracy);
 /* Collective: every replica holds the same parameters and batchnorm
  * statistics, bit for bit (a hash of them compared; after an epoch every
  * strategy promises it). DT_ERUNTIME naming the ranks that differ;
@@ -93,6 +129,11 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
  * (shared pages divided among the processes that map them, so one copy of
  * the parameters per node shows), and the optimizer state per rank. */
 void dt_trainer_report_memory(struct dt_trainer *t, FILE *out);
+
+/* train/step.c. Collective: batchnorm's moving statistics become the
+ * replicas' mean (a synchronous step does it after each update, a parameter
+ * server's at each epoch's end); a no-op without them. */
+void dt_trainer_average_buffers(struct dt_trainer *t);
 
 /* train/state.c. All collective. */
 int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st);

@@ -1,0 +1,110 @@
+/* evaluate.c: what the trainer checks and measures between epochs: the
+ * test split's loss and accuracy, the replicas' agreement, the memory used.
+ *
+ * The design decision: evaluation is split into this rank's slice (local,
+ * no collective) and the mean over the ranks, so the program (which stops
+ * on a read error where it happens) and libdtrain (which reports it as a
+ * value, src/api/model.c) read the same slices with the same code. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "collectives/sum_large.h"
+#include "metrics/timeline.h"
+#include "runtime/checks.h"
+#include "runtime/consistency.h"
+#include "train/step.h"
+
+int dt_trainer_evaluate_slice(struct dt_trainer *t, struct dt_dataset *data, struct dt_batch *b, int batch,
+                              double sums[3], dt_status *st)
+{
+    const struct dt_split *sp = &data->split[DT_TEST];
+    /* Contiguous near-equal slices of the test split, one per rank. */
+    int64_t q = sp->n / t->nranks, rem = sp->n % t->nranks;
+    int64_t begin = t->rank * q + (t->rank < rem ? t->rank : rem), end = begin + q + (t->rank < rem);
+    st->code = DT_OK;
+    for (int64_t at = begin; at < end; at += batch) {
+        int n = (int)(end - at < batch ? end - at : batch);
+        for (int i = 0; i < n; i++) b->idx[i] = at + i;
+        if (dt_dataset_read(data, DT_TEST, b->idx, n, b->images, b->labels, st) != DT_OK) return st->code;
+        dt_step_load(t, b, n);
+        dt_model_forward(&t->model, n, 0, NULL);
+        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
+        sums[0] += r.loss_sum;
+        sums[1] += (double)r.correct;
+        sums[2] += n;
+    }
+    return DT_OK;
+}
+
+void dt_trainer_evaluate_mean(struct dt_trainer *t, double sums[3], double *loss, double *accuracy)
+{
+    dt_allreduce_sum_f64(sums, 3, t->comm);
+    *loss = sums[2] > 0 ? sums[0] / sums[2] : (double)NAN;
+    *accuracy = sums[2] > 0 ? sums[1] / sums[2] : (double)NAN;
+}
+
+void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
+{
+    DT_TL_BEGIN(tl_eval);
+    dt_status st = {0};
+    double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
+    struct dt_batch *b = dt_loader_spare(&t->loader); /* no epoch runs now */
+    if (dt_trainer_evaluate_slice(t, &t->data, b, t->cfg->batch_size, sums, &st) != DT_OK) DT_DIE("%s", st.msg);
+    dt_trainer_evaluate_mean(t, sums, loss, accuracy);
+    DT_TL_END(tl_eval, DT_TL_COMPUTE, "evaluate", NULL);
+}
+
+int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_status *st)
+{
+    size_t np = t->model.nparams, nb = t->model.nbuffers;
+    float *host = dt_xmalloc(sizeof(float) * (np + nb + 1));
+    t->be->download(host, t->model.params, sizeof(float) * np);
+    t->be->download(host + np, t->model.buffers, sizeof(float) * nb);
+    uint64_t h = dt_fnv1a64(host, sizeof(float) * (np + nb), 0); /* the values' bits */
+    free(host);
+    static const char *const names[] = {"parameters and statistics (a hash of their bits)"};
+    const long val = (long)(h >> 1);
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %d", epoch);
+    if (dt_consistency_check(t->comm, when, &val, names, 1, st) != DT_OK) {
+        size_t n = strlen(st->msg);
+        snprintf(st->msg + n, sizeof st->msg - n, "; the replicas diverged (every strategy ends an epoch with the "
+                 "same model on every rank): rerun with --debug-collectives, or name another --allreduce");
+        return st->code;
+    }
+    if (t->rank == 0 && t->cfg->verbose >= 2)
+        fprintf(out, "epoch %d: parameters and statistics bitwise identical on all %d ranks (hash %016lx)\n", epoch,
+                t->nranks, (unsigned long)val);
+    return DT_OK;
+}
+
+/* Proportional set size in KiB from /proc (Linux); -1 where unknown. */
+static double pss_kib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    double kib = -1.0;
+    if (!f) return kib;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Pss: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mine[3] = {(double)ru.ru_maxrss / 1024.0, pss_kib() / 1024.0,
+                      (double)dt_strategy_optimizer_bytes(&t->strategy) / 1048576.0};
+    double lo[3], hi[3];
+    MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, t->comm);
+    MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, t->comm);
+    if (t->rank == 0)
+        fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB\n",
+                lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
+}
