@@ -31,127 +31,152 @@ static int finish(int code)
     return code;
 }
 
+/* A user error: one line, from rank 0. */
+static void say_error(int rank, const dt_status *st)
+{
+    if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st->msg);
+}
+
+/* Serialized is what training needs: the gradient thread calls MPI only
+ * while the main thread does not (see collectives/reducer.h). Multiple lets
+ * the stall watchdog receive two-sided progress reports where one-sided
+ * windows are missing (watchdog.h); asked for, not required. */
+static int start_mpi(int *argc, char ***argv, int *rank, int *nranks)
+{
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, nranks);
+    dt_log_rank = *rank;
+    if (provided >= MPI_THREAD_SERIALIZED) return DT_OK;
+    if (*rank == 0)
+        fprintf(stderr, "dtrain: error: MPI gives %s; dtrain needs at least MPI_THREAD_SERIALIZED (its gradient "
+                "thread calls MPI); use an MPI library built with thread support\n", dt_mpi_thread_level_name(provided));
+    return DT_ERUNTIME;
+}
+
+/* --help, --version, --preflight, --list-devices: what runs instead of
+ * training; their exit code. */
+static int other_mode(int rank, dt_status *st)
+{
+    if (cfg.help || cfg.version) {
+        if (rank == 0 && cfg.help) dt_options_usage(stdout);
+        if (rank == 0 && cfg.version) printf("dtrain %s\n", PACKAGE_VERSION);
+        return DT_OK;
+    }
+    if (cfg.preflight) { /* checks, a table, and the verdict as the exit code */
+        int rc = dt_preflight(&cfg, MPI_COMM_WORLD, stdout, st);
+        if (rc != DT_OK) say_error(rank, st);
+        return rc;
+    }
+    /* --list-devices: like tf.config.list_physical_devices, per rank */
+    struct dt_topo topo;
+    struct dt_device dev;
+    int rc = dt_topo_create(&topo, MPI_COMM_WORLD, cfg.ranks_per_node, st);
+    if (rc == DT_OK) {
+        rc = dt_device_open(&dev, &cfg, &topo, st);
+        if (rc == DT_OK) dt_device_list(&dev, &topo, stdout);
+        dt_topo_free(&topo);
+    }
+    if (rc != DT_OK) say_error(rank, st);
+    return rc;
+}
+
+/* The strategy's line: its layout and how gradients travel. */
+static void print_layout(const struct dt_trainer *tr, int nranks)
+{
+    const struct dt_strategy *s = &tr->strategy;
+    char layout[160], how[256] = "";
+    dt_topo_describe(&tr->coll.topo, layout, sizeof layout);
+    const char *compress = cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "";
+    if (s->ops == &dt_strategy_parameter_server) {
+        char mode[48];
+        snprintf(mode, sizeof mode, cfg.ps_mode == 0 ? "async" : cfg.ps_mode == 2 ? "sync" : "ssp, staleness %d",
+                 cfg.staleness);
+        printf("layout: %s; strategy parameter-server (%s, %s): %d server%s, %d worker%s\n", layout, mode,
+               dt_ps_transport_name(s), cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas,
+               s->nreplicas == 1 ? "" : "s");
+        return;
+    }
+    if (s->ops == &dt_strategy_sharded) {
+        printf("layout: %s; strategy sharded: optimizer state %.2f MiB per rank (1/%d of the model's)\n", layout,
+               (double)dt_strategy_optimizer_bytes(s) / 1048576.0, nranks);
+        return;
+    }
+#ifdef DT_HAVE_CUDA
+    if (s->cuda) {
+        int nb = dt_nccl_buckets(s->nccl);
+        printf("layout: %s; strategy %s, all-reduce NCCL in the node%s%s, %d bucket%s of >= %.2f MiB, "
+               "on a communication stream\n", layout, s->ops->name,
+               tr->coll.topo.nnodes > 1 ? (dt_nccl_cuda_aware(s->nccl) ? " + CUDA-aware MPI across nodes"
+                                           : " + MPI across nodes (via pinned host memory)") : "",
+               compress, nb, nb == 1 ? "" : "s", cfg.bucket_mb);
+        return;
+    }
+#endif
+    if (tr->coll.ntuned) { /* across nodes: what auto's timing chose */
+        how[0] = ' ', how[1] = '(';
+        dt_auto_describe(&tr->coll, how + 2, sizeof how - 3);
+        strcat(how, ")");
+    }
+    printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s\n", layout, s->ops->name,
+           tr->coll.algo->name, how, compress, s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s",
+           cfg.bucket_mb, s->reducer.overlap ? "overlapped with backward" : "after backward");
+}
+
+/* Rank 0, --verbose: what is about to train, on what, how. */
+static void print_setup(const struct dt_trainer *tr, int nranks)
+{
+    const struct dt_split *test = &tr->data.split[DT_TEST];
+    printf("dtrain %s: %d replica%s x batch %d = global batch %d; model %s (%zu parameters); %lld training "
+           "samples%s\n", PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size, cfg.batch_size * nranks,
+           cfg.model, tr->model.nparams, (long long)tr->data.split[DT_TRAIN].n,
+           !test->present || !cfg.validation ? ""
+           : test->n > 0 ? ", validating on /test" : "; /test is empty, so there is no validation");
+    const struct dt_loss_scale *ls = &tr->strategy.loss_scale;
+    char acts[32] = "";
+    if (cfg.precision != DT_PREC_FP32)
+        snprintf(acts, sizeof acts, " (activations %s)", dt_precision_name(tr->model.act_type));
+    printf("device: %s%s; precision %s%s%s%s\n", tr->device.desc, nranks > 1 ? " (rank 0)" : "",
+           dt_precision_name(cfg.precision), acts,
+           ls->on ? (ls->dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
+           tr->graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
+    print_layout(tr, nranks);
+    if (cfg.verbose >= 2) dt_model_summary(&tr->model, stdout);
+    fflush(stdout);
+}
+
+/* Rank 0, --verbose, --cuda-graphs: how many steps the graphs ran. */
+static void print_graphs(const struct dt_step_graphs *g)
+{
+    printf("CUDA graphs: %ld step%s replayed from %ld recording%s, %ld run plainly (first of a shape%s)\n",
+           g->replayed, g->replayed == 1 ? "" : "s", g->recorded, g->recorded == 1 ? "" : "s", g->plain,
+           g->failed ? ", or a failed recording" : "");
+    if (g->failed) printf("CUDA graphs: %ld recording%s failed, the last: %s\n", g->failed, g->failed == 1 ? "" : "s", g->why);
+}
+
 int main(int argc, char **argv)
 {
     struct dt_trainer trainer;
     dt_status st = {0};
     int rank, nranks;
-
-    /* Serialized is what training needs: the gradient thread calls MPI only
-     * while the main thread does not (see collectives/reducer.h). Multiple
-     * lets the stall watchdog receive two-sided progress reports where
-     * one-sided windows are missing (watchdog.h); asked for, not required. */
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    dt_log_rank = rank;
-    if (provided < MPI_THREAD_SERIALIZED) {
-        if (rank == 0)
-            fprintf(stderr, "dtrain: error: MPI gives %s; dtrain needs at least MPI_THREAD_SERIALIZED (its gradient "
-                    "thread calls MPI); use an MPI library built with thread support\n", dt_mpi_thread_level_name(provided));
-        return finish(DT_ERUNTIME);
-    }
-
+    if (start_mpi(&argc, &argv, &rank, &nranks) != DT_OK) return finish(DT_ERUNTIME);
     if (dt_options_parse(&cfg, argc, argv, &st) != DT_OK) {
-        if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+        say_error(rank, &st);
         return finish(st.code);
     }
-    if (cfg.help || cfg.version) {
-        if (rank == 0 && cfg.help) dt_options_usage(stdout);
-        if (rank == 0 && cfg.version) printf("dtrain %s\n", PACKAGE_VERSION);
-        return finish(DT_OK);
-    }
-    if (cfg.preflight) { /* checks, a table, and the verdict as the exit code */
-        int rc = dt_preflight(&cfg, MPI_COMM_WORLD, stdout, &st);
-        if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
-        return finish(rc);
-    }
-    if (cfg.list_devices) { /* like tf.config.list_physical_devices, per rank */
-        struct dt_topo topo;
-        struct dt_device dev;
-        int rc = dt_topo_create(&topo, MPI_COMM_WORLD, cfg.ranks_per_node, &st);
-        if (rc == DT_OK) {
-            rc = dt_device_open(&dev, &cfg, &topo, &st);
-            if (rc == DT_OK) dt_device_list(&dev, &topo, stdout);
-            dt_topo_free(&topo);
-        }
-        if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
-        return finish(rc);
-    }
+    if (cfg.help || cfg.version || cfg.preflight || cfg.list_devices) return finish(other_mode(rank, &st));
     if (dt_trainer_init(&trainer, &cfg, MPI_COMM_WORLD, &st) != DT_OK) {
-        if (rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+        say_error(rank, &st);
         dt_trainer_free(&trainer);
         return finish(st.code);
     }
-    if (rank == 0 && cfg.verbose >= 1) {
-        printf("dtrain %s: %d replica%s x batch %d = global batch %d; model %s (%zu parameters); "
-               "%lld training samples%s\n",
-               PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size,
-               cfg.batch_size * nranks, cfg.model, trainer.model.nparams,
-               (long long)trainer.data.split[DT_TRAIN].n,
-               !trainer.data.split[DT_TEST].present || !cfg.validation ? ""
-               : trainer.data.split[DT_TEST].n > 0 ? ", validating on /test"
-                                                  : "; /test is empty, so there is no validation");
-        char layout[160];
-        dt_topo_describe(&trainer.coll.topo, layout, sizeof layout);
-        char acts[32] = "";
-        if (cfg.precision != DT_PREC_FP32)
-            snprintf(acts, sizeof acts, " (activations %s)", dt_precision_name(trainer.model.act_type));
-        printf("device: %s%s; precision %s%s%s%s\n", trainer.device.desc, nranks > 1 ? " (rank 0)" : "",
-               dt_precision_name(cfg.precision), acts,
-               trainer.strategy.loss_scale.on ? (trainer.strategy.loss_scale.dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
-               trainer.graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
-        const struct dt_strategy *s = &trainer.strategy;
-        if (s->ops == &dt_strategy_parameter_server) {
-            char mode[48];
-            snprintf(mode, sizeof mode, cfg.ps_mode == 0 ? "async" : cfg.ps_mode == 2 ? "sync" : "ssp, staleness %d",
-                     cfg.staleness);
-            printf("layout: %s; strategy parameter-server (%s, %s): %d server%s, %d worker%s\n", layout, mode,
-                   dt_ps_transport_name(s), cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas,
-                   s->nreplicas == 1 ? "" : "s");
-        }
-        else if (s->ops == &dt_strategy_sharded)
-            printf("layout: %s; strategy sharded: optimizer state %.2f MiB per rank (1/%d of the model's)\n",
-                   layout, (double)dt_strategy_optimizer_bytes(s) / 1048576.0, nranks);
-#ifdef DT_HAVE_CUDA
-        else if (s->cuda) {
-            int nb = dt_nccl_buckets(s->nccl);
-            printf("layout: %s; strategy %s, all-reduce NCCL in the node%s%s, %d bucket%s of >= %.2f MiB, "
-                   "on a communication stream\n", layout, s->ops->name,
-                   trainer.coll.topo.nnodes > 1 ? (dt_nccl_cuda_aware(s->nccl) ? " + CUDA-aware MPI across nodes"
-                                                   : " + MPI across nodes (via pinned host memory)") : "",
-                   cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
-                   nb, nb == 1 ? "" : "s", cfg.bucket_mb);
-        }
-#endif
-        else {
-            char how[256] = "";
-            if (trainer.coll.ntuned) { /* across nodes: what auto's timing chose */
-                how[0] = ' ', how[1] = '(';
-                dt_auto_describe(&trainer.coll, how + 2, sizeof how - 3);
-                strcat(how, ")");
-            }
-            printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
-                   s->ops->name, trainer.coll.algo->name, how,
-                   cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
-                   s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s", cfg.bucket_mb,
-                   s->reducer.overlap ? "overlapped with backward" : "after backward");
-        }
-        if (cfg.verbose >= 2) dt_model_summary(&trainer.model, stdout);
-        fflush(stdout);
-    }
+    if (rank == 0 && cfg.verbose >= 1) print_setup(&trainer, nranks);
     int rc = dt_trainer_fit(&trainer, stdout, &st);
     if (rc == DT_EXIT_REQUEUE && rank == 0) fprintf(stderr, "dtrain: %s\n", st.msg); /* not an error */
-    else if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
+    else if (rc != DT_OK) say_error(rank, &st);
     if (rc == DT_OK && cfg.verbose >= 1) dt_trainer_report_memory(&trainer, stdout);
-    if (rc == DT_OK && cfg.verbose >= 1 && rank == 0 && trainer.graphs.on) {
-        const struct dt_step_graphs *g = &trainer.graphs;
-        printf("CUDA graphs: %ld step%s replayed from %ld recording%s, %ld run plainly (first of a shape%s)\n",
-               g->replayed, g->replayed == 1 ? "" : "s", g->recorded, g->recorded == 1 ? "" : "s", g->plain,
-               g->failed ? ", or a failed recording" : "");
-        if (g->failed) printf("CUDA graphs: %ld recording%s failed, the last: %s\n", g->failed, g->failed == 1 ? "" : "s", g->why);
-    }
+    if (rc == DT_OK && cfg.verbose >= 1 && rank == 0 && trainer.graphs.on) print_graphs(&trainer.graphs);
     dt_trainer_free(&trainer);
     return finish(rc);
 }
