@@ -136,7 +136,7 @@ START_TEST(bf16_rounds_to_nearest_even)
 }
 END_TEST
 
-/* The loss-scaling test's injected overflow (train.c) writes an infinity
+/* The loss-scaling test's injected overflow (train/step.c) writes an infinity
  * through dt_act_encode: it must stay one in every type. */
 START_TEST(encode_keeps_infinity)
 {

@@ -185,6 +185,59 @@ int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st)
     return DT_OK;
 }
 
+/* The optimizer into c: its settings, and this rank's slots where it holds
+ * some (collective: the update count). */
+static void save_optimizer(struct dt_trainer *t, struct dt_ckpt *c)
+{
+    const struct dt_strategy *s = &t->strategy;
+    c->optimizer = s->optim_cfg.name;
+    c->lr = s->optim_cfg.lr;
+    c->beta1 = s->optim_cfg.beta1;
+    c->beta2 = s->optim_cfg.beta2;
+    c->eps = s->optim_cfg.eps;
+    c->momentum = s->optim_cfg.momentum;
+    c->nslots = optim_slots(s, c->slot_names);
+    optim_owner(t, &c->off, &c->len, &c->writer);
+    /* The update count lives with whoever holds optimizer state; rank 0 may not. */
+    long step_count = s->optim.ops ? s->optim.step : -1;
+    DT_MPI_CHECK(MPI_Allreduce(&step_count, &c->opt_step, 1, MPI_LONG, MPI_MAX, t->comm));
+    for (int i = 0; i < c->nslots; i++)
+        if (s->optim.ops) {
+            c->slots[i] = dt_xmalloc(sizeof(float) * (c->len ? c->len : 1));
+            t->be->download(c->slots[i], s->optim.slot[i], sizeof(float) * c->len);
+        }
+}
+
+/* Where training stands into c: counters, the epoch's sums, the dropout
+ * stream, the loss scale, the history (c->history, to free) and the
+ * early-stopping monitor. */
+static void save_progress(struct dt_trainer *t, struct dt_ckpt *c, int epochs_done, int64_t step,
+                          const double progress[3])
+{
+    const struct dt_loss_scale *ls = &t->strategy.loss_scale;
+    c->epoch = epochs_done;
+    c->step = step;
+    c->global_step = t->global_step;
+    memcpy(c->progress, progress, sizeof c->progress);
+    memcpy(c->rng, t->dropout_rng.s, sizeof c->rng);
+    c->ls_on = ls->on;
+    c->ls_dynamic = ls->dynamic;
+    c->ls_clean = ls->clean;
+    c->ls_scale = ls->scale;
+    c->ls_skipped = ls->skipped;
+    c->nhistory = epochs_done;
+    c->history = dt_xcalloc((size_t)epochs_done + 1, sizeof *c->history);
+    for (int e = 0; e < epochs_done; e++) {
+        const struct dt_epoch_stats *h = &t->history[e];
+        double row[DT_CKPT_HIST] = {h->loss, h->accuracy, h->validated ? h->val_loss : (double)NAN,
+                                    h->validated ? h->val_accuracy : (double)NAN, h->seconds, (double)h->samples};
+        memcpy(c->history[e], row, sizeof row);
+    }
+    c->best = t->stopper.best;
+    c->best_epoch = t->stopper.best_epoch;
+    c->wait = t->stopper.wait;
+}
+
 int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
                     const double progress[3], char *path, size_t pathlen, dt_status *st)
 {
@@ -215,43 +268,8 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
     c.params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
     t->be->download(c.params, m->params, sizeof(float) * m->nparams);
     t->be->download(c.params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
-    c.optimizer = s->optim_cfg.name;
-    c.lr = s->optim_cfg.lr;
-    c.beta1 = s->optim_cfg.beta1;
-    c.beta2 = s->optim_cfg.beta2;
-    c.eps = s->optim_cfg.eps;
-    c.momentum = s->optim_cfg.momentum;
-    c.nslots = optim_slots(s, c.slot_names);
-    optim_owner(t, &c.off, &c.len, &c.writer);
-    /* The update count lives with whoever holds optimizer state; rank 0 may not. */
-    long step_count = s->optim.ops ? s->optim.step : -1;
-    DT_MPI_CHECK(MPI_Allreduce(&step_count, &c.opt_step, 1, MPI_LONG, MPI_MAX, t->comm));
-    for (int i = 0; i < c.nslots; i++)
-        if (s->optim.ops) {
-            c.slots[i] = dt_xmalloc(sizeof(float) * (c.len ? c.len : 1));
-            t->be->download(c.slots[i], s->optim.slot[i], sizeof(float) * c.len);
-        }
-    c.epoch = epochs_done;
-    c.step = step;
-    c.global_step = t->global_step;
-    memcpy(c.progress, progress, sizeof c.progress);
-    memcpy(c.rng, t->dropout_rng.s, sizeof c.rng);
-    c.ls_on = s->loss_scale.on;
-    c.ls_dynamic = s->loss_scale.dynamic;
-    c.ls_clean = s->loss_scale.clean;
-    c.ls_scale = s->loss_scale.scale;
-    c.ls_skipped = s->loss_scale.skipped;
-    c.nhistory = epochs_done;
-    c.history = dt_xcalloc((size_t)epochs_done + 1, sizeof *c.history);
-    for (int e = 0; e < epochs_done; e++) {
-        const struct dt_epoch_stats *h = &t->history[e];
-        double row[DT_CKPT_HIST] = {h->loss, h->accuracy, h->validated ? h->val_loss : (double)NAN,
-                                    h->validated ? h->val_accuracy : (double)NAN, h->seconds, (double)h->samples};
-        memcpy(c.history[e], row, sizeof row);
-    }
-    c.best = t->stopper.best;
-    c.best_epoch = t->stopper.best_epoch;
-    c.wait = t->stopper.wait;
+    save_optimizer(t, &c);
+    save_progress(t, &c, epochs_done, step, progress);
     int rc = dt_ckpt_write(t->comm, dir, keep, &c, path, pathlen, st);
     free(c.history);
     for (int i = 0; i < c.nslots; i++) free(c.slots[i]);
@@ -300,20 +318,77 @@ static int no_checkpoint_yet(const char *dir)
     return none;
 }
 
+/* Collective: --resume latest in a first run of a requeued job (no
+ * checkpoint in the directory yet, rank 0 decides): a fresh start. */
+static int nothing_to_resume(struct dt_trainer *t)
+{
+    const struct dt_config *cfg = t->cfg;
+    if (strcmp(cfg->resume, "latest")) return 0;
+    int fresh = t->rank == 0 ? no_checkpoint_yet(cfg->checkpoint_dir) : 0;
+    DT_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, t->comm));
+    if (fresh && t->rank == 0 && cfg->verbose >= 1)
+        printf("dtrain: --resume latest: no checkpoint in %s yet; starting from the beginning\n", cfg->checkpoint_dir);
+    return fresh;
+}
+
+/* The checkpoint's layout (ranks x batch, which decides the data order
+ * within an epoch, and auto's timed algorithms): this rank's dropout stream
+ * where the layout is the same; else a note, and an interrupted epoch
+ * starts again. */
+static void resume_layout(struct dt_trainer *t, const struct dt_ckpt *c)
+{
+    const struct dt_config *cfg = t->cfg;
+    long file_batch = 0;
+    for (int i = 0; i < c->nconfig; i++) {
+        if (!strcmp(c->config_keys[i], "batch_size")) file_batch = strtol(c->config_values[i], NULL, 10);
+        /* auto's algorithms as that run timed them, so the resumed run sums in the same order */
+        if (!strcmp(c->config_keys[i], "allreduce_timed")) dt_auto_preset(&t->coll, c->config_values[i]);
+    }
+    int same_layout = c->file_nranks == t->nranks && file_batch == cfg->batch_size;
+    if (same_layout) memcpy(t->dropout_rng.s, c->all_rng[t->rank], sizeof t->dropout_rng.s);
+    if (!same_layout && t->rank == 0)
+        fprintf(stderr, "dtrain: note: --resume: the checkpoint was written by %d rank%s x batch %ld, this run has "
+                "%d x %d: the data order is re-sharded and dropout streams restart from the seed%s\n",
+                c->file_nranks, c->file_nranks == 1 ? "" : "s", file_batch, t->nranks, cfg->batch_size,
+                c->step > 0 ? "; the interrupted epoch starts again from its beginning" : "");
+    if (!same_layout && c->step > 0) {
+        t->start_step = 0;
+        memset(t->start_progress, 0, sizeof t->start_progress);
+    }
+}
+
+/* The epochs' history, the early-stopping monitor and the loss scale (put
+ * back once the strategy exists). */
+static void resume_history(struct dt_trainer *t, const struct dt_ckpt *c)
+{
+    int nh = c->nhistory < t->cfg->epochs ? c->nhistory : t->cfg->epochs;
+    for (int e = 0; e < nh; e++) {
+        struct dt_epoch_stats *h = &t->history[e];
+        h->loss = c->history[e][0];
+        h->accuracy = c->history[e][1];
+        h->val_loss = c->history[e][2];
+        h->val_accuracy = c->history[e][3];
+        h->validated = c->history[e][2] == c->history[e][2]; /* not NaN */
+        h->seconds = c->history[e][4];
+        h->samples = (int64_t)c->history[e][5];
+    }
+    t->epochs_done = nh;
+    t->stopper.best = c->best;
+    t->stopper.best_epoch = c->best_epoch;
+    t->stopper.wait = c->wait;
+    t->resume_ls[0] = (double)c->ls_scale;
+    t->resume_ls[1] = (double)c->ls_clean;
+    t->resume_ls[2] = (double)c->ls_skipped;
+    t->resume_ls_on = c->ls_on;
+}
+
 int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
     struct dt_model *m = &t->model;
-    if (!strcmp(cfg->resume, "latest")) { /* a first run of a requeued job: nothing to resume yet */
-        int fresh = t->rank == 0 ? no_checkpoint_yet(cfg->checkpoint_dir) : 0;
-        DT_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, t->comm));
-        if (fresh) {
-            if (t->rank == 0 && cfg->verbose >= 1)
-                printf("dtrain: --resume latest: no checkpoint in %s yet; starting from the beginning\n",
-                       cfg->checkpoint_dir);
-            st->code = DT_OK;
-            return DT_OK;
-        }
+    if (nothing_to_resume(t)) {
+        st->code = DT_OK;
+        return DT_OK;
     }
     if (dt_ckpt_resolve(t->comm, cfg->resume, cfg->checkpoint_dir, t->resume_path, sizeof t->resume_path, st) != DT_OK)
         return st->code;
@@ -339,43 +414,8 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
     t->start_step = c.step;
     t->global_step = c.global_step;
     memcpy(t->start_progress, c.progress, sizeof c.progress);
-    /* The global batch decides the data order within an epoch. */
-    long file_batch = 0;
-    for (int i = 0; i < c.nconfig; i++) {
-        if (!strcmp(c.config_keys[i], "batch_size")) file_batch = strtol(c.config_values[i], NULL, 10);
-        /* auto's algorithms as that run timed them, so the resumed run sums in the same order */
-        if (!strcmp(c.config_keys[i], "allreduce_timed")) dt_auto_preset(&t->coll, c.config_values[i]);
-    }
-    int same_layout = c.file_nranks == t->nranks && file_batch == cfg->batch_size;
-    if (same_layout) memcpy(t->dropout_rng.s, c.all_rng[t->rank], sizeof t->dropout_rng.s);
-    if (!same_layout && t->rank == 0)
-        fprintf(stderr, "dtrain: note: --resume: the checkpoint was written by %d rank%s x batch %ld, this run has "
-                "%d x %d: the data order is re-sharded and dropout streams restart from the seed%s\n",
-                c.file_nranks, c.file_nranks == 1 ? "" : "s", file_batch, t->nranks, cfg->batch_size,
-                c.step > 0 ? "; the interrupted epoch starts again from its beginning" : "");
-    if (!same_layout && c.step > 0) {
-        t->start_step = 0;
-        memset(t->start_progress, 0, sizeof t->start_progress);
-    }
-    int nh = c.nhistory < cfg->epochs ? c.nhistory : cfg->epochs;
-    for (int e = 0; e < nh; e++) {
-        struct dt_epoch_stats *h = &t->history[e];
-        h->loss = c.history[e][0];
-        h->accuracy = c.history[e][1];
-        h->val_loss = c.history[e][2];
-        h->val_accuracy = c.history[e][3];
-        h->validated = c.history[e][2] == c.history[e][2]; /* not NaN */
-        h->seconds = c.history[e][4];
-        h->samples = (int64_t)c.history[e][5];
-    }
-    t->epochs_done = nh;
-    t->stopper.best = c.best;
-    t->stopper.best_epoch = c.best_epoch;
-    t->stopper.wait = c.wait;
-    t->resume_ls[0] = (double)c.ls_scale;
-    t->resume_ls[1] = (double)c.ls_clean;
-    t->resume_ls[2] = (double)c.ls_skipped;
-    t->resume_ls_on = c.ls_on;
+    resume_layout(t, &c);
+    resume_history(t, &c);
     t->resumed = 1;
     dt_ckpt_release(&c);
     free(c.params);
