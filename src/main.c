@@ -17,6 +17,7 @@
 #include "options.h"
 #include "runtime/preflight.h"
 #include "runtime/rma.h"
+#include "strategy/ps.h"
 #include "train/train.h"
 #ifdef DT_HAVE_CUDA
 #include "collectives/nccl.h"
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
         dt_trainer_free(&trainer);
         return finish(st.code);
     }
-    if (rank == 0 && cfg.verbose >= 1) {
+    if (rank == 0 && cfg.verbose >= DT_NORMAL) {
         printf("dtrain %s: %d replica%s x batch %d = global batch %d; model %s (%zu parameters); "
                "%lld training samples%s\n",
                PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size,
@@ -105,7 +106,7 @@ int main(int argc, char **argv)
         const struct dt_strategy *s = &trainer.strategy;
         if (s->ops == &dt_strategy_parameter_server) {
             char mode[48];
-            snprintf(mode, sizeof mode, cfg.ps_mode == 0 ? "async" : cfg.ps_mode == 2 ? "sync" : "ssp, staleness %d",
+            snprintf(mode, sizeof mode, cfg.ps_mode == PS_ASYNC ? "async" : cfg.ps_mode == PS_SYNC ? "sync" : "ssp, staleness %d",
                      cfg.staleness);
             printf("layout: %s; strategy parameter-server (%s, %s): %d server%s, %d worker%s\n", layout, mode,
                    dt_ps_transport_name(s), cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas,
@@ -121,7 +122,7 @@ int main(int argc, char **argv)
                    "on a communication stream\n", layout, s->ops->name,
                    trainer.coll.topo.nnodes > 1 ? (dt_nccl_cuda_aware(s->nccl) ? " + CUDA-aware MPI across nodes"
                                                    : " + MPI across nodes (via pinned host memory)") : "",
-                   cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
+                   cfg.compress == DT_COMPRESS_FP16 ? " (fp16)" : cfg.compress == DT_COMPRESS_BF16 ? " (bf16)" : "",
                    nb, nb == 1 ? "" : "s", cfg.bucket_mb);
         }
 #endif
@@ -134,18 +135,18 @@ int main(int argc, char **argv)
             }
             printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s\n", layout,
                    s->ops->name, trainer.coll.algo->name, how,
-                   cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "",
+                   cfg.compress == DT_COMPRESS_FP16 ? " (fp16)" : cfg.compress == DT_COMPRESS_BF16 ? " (bf16)" : "",
                    s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s", cfg.bucket_mb,
                    s->reducer.overlap ? "overlapped with backward" : "after backward");
         }
-        if (cfg.verbose >= 2) dt_model_summary(&trainer.model, stdout);
+        if (cfg.verbose >= DT_VERBOSE) dt_model_summary(&trainer.model, stdout);
         fflush(stdout);
     }
     int rc = dt_trainer_fit(&trainer, stdout, &st);
     if (rc == DT_EXIT_REQUEUE && rank == 0) fprintf(stderr, "dtrain: %s\n", st.msg); /* not an error */
     else if (rc != DT_OK && rank == 0) fprintf(stderr, "dtrain: error: %s\n", st.msg);
-    if (rc == DT_OK && cfg.verbose >= 1) dt_trainer_report_memory(&trainer, stdout);
-    if (rc == DT_OK && cfg.verbose >= 1 && rank == 0 && trainer.graphs.on) {
+    if (rc == DT_OK && cfg.verbose >= DT_NORMAL) dt_trainer_report_memory(&trainer, stdout);
+    if (rc == DT_OK && cfg.verbose >= DT_NORMAL && rank == 0 && trainer.graphs.on) {
         const struct dt_step_graphs *g = &trainer.graphs;
         printf("CUDA graphs: %ld step%s replayed from %ld recording%s, %ld run plainly (first of a shape%s)\n",
                g->replayed, g->replayed == 1 ? "" : "s", g->recorded, g->recorded == 1 ? "" : "s", g->plain,

@@ -76,7 +76,7 @@ static int finish_open(dtrain_dataset *ds, const dtrain_dataset_options *o, cons
     char note[1100];
     dt_loader_open(&ds->loader, &lc, &ds->data, &ds->plan, ctx->device.be, note, sizeof note);
     ds->loader_open = 1;
-    if (note[0] && ctx->rank == 0 && ctx->base.verbose >= 1)
+    if (note[0] && ctx->rank == 0 && ctx->base.verbose >= DT_NORMAL)
         fprintf(stderr, "dtrain: note: prefetch %d: %s, so its rows are read through HDF5, which is not "
                 "thread-safe here; batches are read in dtrain_dataset_next instead\n", o->prefetch, note);
     ds->shuffle = o->shuffle;

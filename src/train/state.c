@@ -308,7 +308,7 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
         int fresh = t->rank == 0 ? no_checkpoint_yet(cfg->checkpoint_dir) : 0;
         DT_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, t->comm));
         if (fresh) {
-            if (t->rank == 0 && cfg->verbose >= 1)
+            if (t->rank == 0 && cfg->verbose >= DT_NORMAL)
                 printf("dtrain: --resume latest: no checkpoint in %s yet; starting from the beginning\n",
                        cfg->checkpoint_dir);
             st->code = DT_OK;

@@ -83,7 +83,7 @@ static void open_loader(struct dt_trainer *t)
     lc.fail_at = dt_fault_read_error_at(t->rank);
     char note[1100];
     dt_loader_open(&t->loader, &lc, &t->data, &t->plan, t->be, note, sizeof note);
-    if (note[0] && t->rank == 0 && cfg->verbose >= 1)
+    if (note[0] && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(stderr, "dtrain: note: --prefetch %d: %s, so its rows are read through HDF5, which is not "
                 "thread-safe here; batches are read in the training loop instead\n", cfg->prefetch, note);
 }
@@ -202,7 +202,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         t->saver.best = t->stopper.best;
         t->saver.best_epoch = t->stopper.best_epoch;
         t->skipped_before = t->strategy.loss_scale.skipped;
-        if (t->rank == 0 && cfg->verbose >= 1)
+        if (t->rank == 0 && cfg->verbose >= DT_NORMAL)
             printf("dtrain: resuming from %s: %d epoch%s and %lld step%s done\n", t->resume_path, t->start_epoch,
                    t->start_epoch == 1 ? "" : "s", (long long)t->start_step, t->start_step == 1 ? "" : "s");
         /* --restore-best: the best epoch's weights, kept in DIR/best. */
@@ -223,7 +223,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
         return dt_status_agree(st, t->comm);
     t->strategy.alive = watchdog_alive;
     t->strategy.alive_arg = &t->watchdog;
-    if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= 1)
+    if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(stderr, "dtrain: note: --stall-timeout: no one-sided window here (%s); the watchdog %s\n",
                 t->watchdog.why, t->watchdog.how == DT_WATCH_SEND
                 ? "gathers progress with two-sided messages instead"
@@ -410,7 +410,7 @@ static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_
         return st->code;
     DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
     t->last_ckpt_time = MPI_Wtime();
-    if (cfg->verbose >= 2 && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
+    if (cfg->verbose >= DT_VERBOSE && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
     if (flags[0])
         return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d step %lld; exiting "
                        "with %d so the job can be requeued (resume with --resume latest)",
@@ -557,7 +557,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         if (strat->nonfinite) { /* every replica saw the same reduced gradient */
             if (strat->nan_policy == DT_NAN_ABORT) return nan_abort(t, epoch, s, group_stats[0], st);
             es->samples -= group_global; /* the step did not happen */
-            if (cfg->verbose >= 2 && t->rank == 0)
+            if (cfg->verbose >= DT_VERBOSE && t->rank == 0)
                 fprintf(out, "step %lld/%lld - the gradient holds a NaN or infinity: step skipped (--nan-policy skip)\n",
                         (long long)s + 1, (long long)steps);
             continue;
@@ -566,7 +566,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         epoch_sums[1] += sums[1];
         dt_report_step(&t->report, s + 1, steps, epoch_sums[0], epoch_sums[1], es->samples, t->global_step);
         if (!per_step) continue; /* only this replica's figures: summed at the epoch's end */
-        if (cfg->verbose >= 2 && t->rank == 0)
+        if (cfg->verbose >= DT_VERBOSE && t->rank == 0)
         {
             char note[96] = "";
             if (skipped)
@@ -657,7 +657,7 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
                          : dt_trainer_save(t, cfg->save_best, 1, e + 1, 0, zero, NULL, 0, st);
             DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
             if (rc != DT_OK) return st->code;
-            if (cfg->verbose >= 1 && t->rank == 0)
+            if (cfg->verbose >= DT_NORMAL && t->rank == 0)
                 fprintf(out, "Epoch %d: %s improved from %.5f to %.5f, saving model to %s\n", e + 1, cfg->monitor,
                         before, v, cfg->save_best);
         }
@@ -688,7 +688,7 @@ static int epoch_callbacks(struct dt_trainer *t, int e, int *stop, FILE *out, dt
         DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
         t->ckpt_pending = 0;
         t->last_ckpt_time = MPI_Wtime();
-        if (cfg->verbose >= 2 && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
+        if (cfg->verbose >= DT_VERBOSE && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
     }
     if (sig && !last)
         return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d; exiting with %d so "
@@ -707,7 +707,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         return st->code;
     }
     if (cfg->timeline && dt_timeline_start(t->comm, cfg->timeline, st) != DT_OK) return st->code;
-    if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= 1)
+    if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(out, "dtrain: the checkpoint has %d epochs done, --epochs is %d: nothing left to train\n",
                 t->start_epoch, cfg->epochs);
     for (int e = t->start_epoch; e < cfg->epochs; e++) {
@@ -728,19 +728,19 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         int stop = 0;
         if (epoch_callbacks(t, e, &stop, out, st) != DT_OK) return st->code;
         if (stop) {
-            if (cfg->verbose >= 1 && t->rank == 0) fprintf(out, "Epoch %d: early stopping\n", e + 1);
+            if (cfg->verbose >= DT_NORMAL && t->rank == 0) fprintf(out, "Epoch %d: early stopping\n", e + 1);
             break;
         }
     }
     if (cfg->restore_best && t->best_params && t->stopper.best_epoch >= 0) {
         dt_trainer_set_params(t, t->best_params);
         t->be->upload(t->model.buffers, t->best_params + t->model.nparams, sizeof(float) * t->model.nbuffers);
-        if (cfg->verbose >= 1 && t->rank == 0)
+        if (cfg->verbose >= DT_NORMAL && t->rank == 0)
             fprintf(out, "Restoring model weights from the end of the best epoch: %d.\n", t->stopper.best_epoch + 1);
         if (validate) {
             double vl, va;
             dt_trainer_evaluate(t, &vl, &va);
-            if (cfg->verbose >= 1 && t->rank == 0)
+            if (cfg->verbose >= DT_NORMAL && t->rank == 0)
                 fprintf(out, "restored weights: val_loss: %.4f - val_accuracy: %.4f\n", vl, va);
         }
     }
@@ -766,7 +766,7 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
                  "same model on every rank): rerun with --debug-collectives, or name another --allreduce");
         return st->code;
     }
-    if (t->rank == 0 && t->cfg->verbose >= 2)
+    if (t->rank == 0 && t->cfg->verbose >= DT_VERBOSE)
         fprintf(out, "epoch %d: parameters and statistics bitwise identical on all %d ranks (hash %016lx)\n", epoch,
                 t->nranks, (unsigned long)val);
     return DT_OK;
@@ -779,7 +779,7 @@ static void report_cache(struct dt_trainer *t, FILE *out)
     double counts[2] = {(double)c->hits, (double)(c->hits + c->misses)}, held = (double)dt_cache_bytes(c), most = 0.0;
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_DOUBLE, MPI_SUM, t->comm));
     DT_MPI_CHECK(MPI_Allreduce(&held, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm));
-    if (t->rank == 0 && t->cfg->verbose >= 1)
+    if (t->rank == 0 && t->cfg->verbose >= DT_NORMAL)
         fprintf(out, "  data cache           %.2f MiB held per rank (largest; limit %.2f MiB), %.1f%% of sample "
                 "reads from memory\n", most / 1048576.0, (double)c->limit / 1048576.0,
                 counts[1] > 0 ? 100.0 * counts[0] / counts[1] : 0.0);
