@@ -147,7 +147,7 @@ static int read_arg(const struct dt_option *o, struct dt_config *cfg, const char
         if ((rc = read_number(o, flag, arg, &d, st)) == DT_OK) *FIELD(cfg, o, double) = d;
         break;
     case DT_OPT_STRING:
-        if (!o->accept || (rc = o->accept(flag, arg, st)) == DT_OK) *FIELD(cfg, o, const char *) = arg;
+        if (!o->verify || (rc = o->verify(flag, arg, st)) == DT_OK) *FIELD(cfg, o, const char *) = arg;
         break;
     case DT_OPT_NAME:
         if ((i = name_index(o, arg)) >= 0) *FIELD(cfg, o, const char *) = o->names[i];
@@ -203,7 +203,7 @@ static int check_value(const struct dt_option *o, const struct dt_config *cfg, c
     case DT_OPT_DOUBLE: return check_number(o, flag, *CFIELD(cfg, o, double), st);
     case DT_OPT_STRING:
         s = *CFIELD(cfg, o, const char *);
-        return s && o->accept && !(o->def_str && !strcmp(s, o->def_str)) ? o->accept(flag, s, st) : DT_OK;
+        return s && o->verify && !(o->def_str && !strcmp(s, o->def_str)) ? o->verify(flag, s, st) : DT_OK;
     case DT_OPT_NAME:
         s = *CFIELD(cfg, o, const char *);
         return name_index(o, s) >= 0 || (s && o->is_other && o->is_other(s)) ? DT_OK : refuse_name(o, flag, s, st);

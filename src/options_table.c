@@ -84,14 +84,14 @@ static int parse_ckpt_every(const struct dt_option *o, struct dt_config *cfg, co
     return DT_OK;
 }
 
-static int accept_synthetic(const char *flag, const char *arg, dt_status *st)
+static int verify_synthetic(const char *flag, const char *arg, dt_status *st)
 {
     (void)flag; /* the spec's own messages name --synthetic */
     struct dt_synthetic sy;
     return dt_synthetic_parse(arg, &sy, st);
 }
 
-static int accept_augment(const char *flag, const char *arg, dt_status *st)
+static int verify_augment(const char *flag, const char *arg, dt_status *st)
 {
     (void)flag; /* the spec's own messages name --augment */
     struct dt_augment a;
@@ -104,19 +104,19 @@ static int ends_with(const char *s, const char *tail)
     return n >= k && !strcmp(s + n - k, tail);
 }
 
-static int accept_directory(const char *flag, const char *arg, dt_status *st)
+static int verify_directory(const char *flag, const char *arg, dt_status *st)
 {
     return *arg ? DT_OK : dt_fail(st, DT_EUSAGE, "%s: expected a directory, found ''", flag);
 }
 
-static int accept_metrics(const char *flag, const char *arg, dt_status *st)
+static int verify_metrics(const char *flag, const char *arg, dt_status *st)
 {
     size_t n = strlen(arg);
     if ((n > 4 && ends_with(arg, ".csv")) || (n > 6 && ends_with(arg, ".jsonl"))) return DT_OK;
     return dt_fail(st, DT_EUSAGE, "%s: expected a file name ending in .csv or .jsonl, found '%s'", flag, arg);
 }
 
-static int accept_keras(const char *flag, const char *arg, dt_status *st)
+static int verify_keras(const char *flag, const char *arg, dt_status *st)
 {
     if (ends_with(arg, ".weights.h5")) return DT_OK;
     return dt_fail(st, DT_EUSAGE, "%s: Keras 3 loads weights only from a file named *.weights.h5, found '%s'",
@@ -184,10 +184,10 @@ const struct dt_option dt_option_table[] = {
      .help = "do not evaluate on the file's /test split"},
 
     /* Data and parallelism */
-    {"augment", 0, DT_OPT_STRING, 0, F(augment), .accept = accept_augment, .arg = "A",
+    {"augment", 0, DT_OPT_STRING, 0, F(augment), .verify = verify_augment, .arg = "A",
      .section = "Data and parallelism",
      .help = "flip, crop[:PAD] or both (flip,crop:4): random per\nepoch and sample, training data only"},
-    {"synthetic", 0, DT_OPT_STRING, 0, F(synthetic), .accept = accept_synthetic, .arg = "SPEC",
+    {"synthetic", 0, DT_OPT_STRING, 0, F(synthetic), .verify = verify_synthetic, .arg = "SPEC",
      .help = "generated data instead of INPUT.h5: HxWxC:CLASSES[:N],\ne.g. 32x32x3:10 (N = 51200 samples by default)"},
     {"shard-policy", 0, DT_OPT_CHOICE, 0, F(shard_policy), .def = DT_SHARD_AUTO,
      .names = NAMES("auto", "data", "file"), .values = VALUES(DT_SHARD_AUTO, DT_SHARD_DATA, DT_SHARD_FILE),
@@ -265,7 +265,7 @@ const struct dt_option dt_option_table[] = {
      .help = "compress only hops between nodes"},
 
     /* Checkpoints and callbacks */
-    {"checkpoint-dir", 0, DT_OPT_STRING, 0, F(checkpoint_dir), .accept = accept_directory, .arg = "DIR",
+    {"checkpoint-dir", 0, DT_OPT_STRING, 0, F(checkpoint_dir), .verify = verify_directory, .arg = "DIR",
      .section = "Checkpoints and callbacks",
      .help = "write checkpoints (one HDF5 file each) into DIR;\nSIGUSR1/SIGTERM then checkpoint and exit 75"},
     {"checkpoint-every", 0, DT_OPT_CUSTOM, 0, 0, .def_str = "1epoch", .parse = parse_ckpt_every,
@@ -288,14 +288,14 @@ const struct dt_option dt_option_table[] = {
      .help = "smallest change that counts as improvement (%D)"},
     {"restore-best", 0, DT_OPT_FLAG, 0, F(restore_best), .set = 1,
      .help = "end with the weights of the best epoch"},
-    {"export-keras", 0, DT_OPT_STRING, 0, F(export_keras), .accept = accept_keras, .arg = "PATH",
+    {"export-keras", 0, DT_OPT_STRING, 0, F(export_keras), .verify = verify_keras, .arg = "PATH",
      .help = "write the final weights as a Keras 3 .weights.h5"},
 
     /* Monitoring */
     {"progress", 0, DT_OPT_CHOICE, 0, F(progress), .def = DT_PROGRESS_AUTO, .names = NAMES("auto", "bar", "plain"),
      .values = VALUES(DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_PLAIN), .arg = "P", .section = "Monitoring",
      .help = "auto (default: a progress bar on a terminal, one line\nper epoch otherwise), bar or plain"},
-    {"metrics", 0, DT_OPT_STRING, 0, F(metrics), .accept = accept_metrics, .arg = "FILE",
+    {"metrics", 0, DT_OPT_STRING, 0, F(metrics), .verify = verify_metrics, .arg = "FILE",
      .help = "a row per epoch (.csv, or .jsonl for JSON lines):\n"
              "loss, accuracy, samples/s, communication, data wait"},
     {"metrics-every", 0, DT_OPT_LONG, 0, F(metrics_every), I(1, LONG_MAX), .arg = "N",

@@ -21,7 +21,7 @@ enum dt_opt_kind {
     DT_OPT_U64,    /* uint64_t field: the same (a value set by libdtrain is not checked) */
     DT_OPT_FLOAT,  /* float field: a number in [min, max] */
     DT_OPT_DOUBLE, /* double field: the same, read as a float as it always was */
-    DT_OPT_STRING, /* const char * field: the argument, refused by .accept if given */
+    DT_OPT_STRING, /* const char * field: the argument, refused by .verify if given */
     DT_OPT_NAME,   /* const char * field: one of .names (stored as the table's own string),
                       or else what .is_other accepts (stored as given) */
     DT_OPT_CHOICE, /* int field: .values[i] for .names[i] */
@@ -51,7 +51,7 @@ struct dt_option {
     const int *values;      /* CHOICE: the value of each name */
     const char *other;      /* NAME, CUSTOM: what else is accepted, for the message */
     int (*is_other)(const char *arg);                                   /* NAME */
-    int (*accept)(const char *flag, const char *arg, dt_status *st);    /* STRING */
+    int (*verify)(const char *flag, const char *arg, dt_status *st);    /* STRING */
     int (*parse)(const struct dt_option *o, struct dt_config *cfg, const char *flag, const char *arg,
                  dt_status *st);                                        /* CUSTOM */
     const char *arg;        /* the argument's name in --help; NULL: none */
