@@ -1,166 +1,69 @@
-/* options.c: getopt_long parsing of dtrain's command line (see options.h).
- * Every option here is documented in usage() and in doc/dtrain.1. */
+/* options.c: dtrain's command line, made from the option table
+ * (options_table.c): getopt_long's arrays, --help, the defaults, the checks
+ * of each value and of the combinations (see options.h).
+ *
+ * The table is the one description of every option; nothing here names an
+ * option but the combination checks and the two settings that follow
+ * --precision, which are code because each is a rule of its own. libdtrain
+ * takes the same defaults and checks. */
 #include "config.h"
 
 #include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-#include "data/augment.h"
-#include "data/shard.h"
-#include "data/synthetic.h"
+#include "collectives/coll.h"
 #include "nn/model.h"
-#include "options.h"
+#include "optim/schedule.h"
+#include "options_table.h"
+#include "runtime/checks.h"
 
-void dt_options_usage(FILE *out)
+enum { HELP_COLUMN = 27 }; /* where --help's descriptions start */
+
+#define FIELD(cfg, o, type) ((type *)(void *)((char *)(cfg) + (o)->off))
+#define CFIELD(cfg, o, type) ((const type *)(const void *)((const char *)(cfg) + (o)->off))
+
+static const struct dt_option *row_named(const char *name)
 {
-    fputs(
-        "Usage: mpirun -np N dtrain INPUT.h5 [SHARD.h5 ...] [OPTIONS]\n"
-        "Train a model data-parallel over N MPI ranks (every rank a replica).\n"
-        "\n"
-        "Training:\n"
-        "  -e, --epochs N           passes over the training data (default 10)\n"
-        "  -b, --batch-size N       samples per replica per step (default 64);\n"
-        "                           the global batch is N x ranks\n"
-        "      --steps-per-epoch N  stop each epoch after N steps (default: full pass)\n"
-        "      --grad-accum K       sum the gradients of K batches before one all-reduce\n"
-        "                           and update: a K times larger batch (default 1)\n"
-        "  -m, --model NAME|FILE    cnn (the reference CNN, default), mlp, or a model\n"
-        "                           file (inputs/NAME.cfg: [conv2d], [maxpool], [dense], ...)\n"
-        "      --dropout RATE       dropout rate of the CNN, in [0, 1) (default 0.5)\n"
-        "      --sync-bn            batch normalization over the global batch: its\n"
-        "                           statistics summed over all replicas each step\n"
-        "  -o, --optimizer NAME     adam (default) or sgd\n"
-        "      --lr RATE            learning rate (default 0.001 adam, 0.01 sgd)\n"
-        "      --momentum M         SGD momentum, in [0, 1) (default 0)\n"
-        "      --lr-schedule S      constant (default), step or cosine\n"
-        "      --lr-steps E1,E2,..  step: multiply the rate by --lr-factor (0.1) when\n"
-        "                           epochs E1, E2, ... begin\n"
-        "      --lr-min LR          cosine: the rate at the end (default 0)\n"
-        "      --warmup-epochs W    raise the rate linearly over the first W epochs\n"
-        "      --lr-scale linear    multiply --lr by the number of replicas (Goyal et\n"
-        "                           al.); warm-up then starts from --lr\n"
-        "  -s, --seed N             seed for initialisation, shuffling, dropout (default 42)\n"
-        "      --nan-policy P       abort (default) or skip: what a NaN or infinity in the\n"
-        "                           reduced gradient does (loss-scale overflows are skips)\n"
-        "      --stall-timeout S    end the job when a rank waits S seconds in a collective\n"
-        "                           for ranks that do not come, naming them (default 300;\n"
-        "                           0 = wait forever)\n"
-        "      --debug-collectives  ranks compare step, layout and call before every step\n"
-        "                           and every gradient all-reduce (default: each epoch's\n"
-        "                           start and every 100 steps)\n"
-        "      --no-validation      do not evaluate on the file's /test split\n"
-        "\n"
-        "Data and parallelism:\n"
-        "      --augment A          flip, crop[:PAD] or both (flip,crop:4): random per\n"
-        "                           epoch and sample, training data only\n"
-        "      --synthetic SPEC     generated data instead of INPUT.h5: HxWxC:CLASSES[:N],\n"
-        "                           e.g. 32x32x3:10 (N = 51200 samples by default)\n"
-        "      --shard-policy P     auto (default), data or file: how samples are dealt\n"
-        "                           to ranks (file: whole shard files per rank)\n"
-        "      --prefetch N         a thread reads up to N batches ahead of the step\n"
-        "                           (default 2); 0 reads each batch in the training loop\n"
-        "      --cache              keep the training samples a rank reads in memory:\n"
-        "                           later epochs read them from there\n"
-        "      --cache-limit MIB    the cache's size per rank (default: a quarter of the\n"
-        "                           node's memory over its ranks); beyond it, from disk\n"
-        "  -t, --threads N          BLAS/oneDNN threads per rank (default 1)\n"
-        "\n"
-        "Device and precision:\n"
-        "      --device D           cpu (default) or cuda: one GPU per rank, the node-\n"
-        "                           local rank picks it (needs a --with-cuda build)\n"
-        "      --gpus-per-node N    GPUs to use per node (default: all visible); more\n"
-        "                           ranks on a node than GPUs is refused\n"
-        "      --devices            print each rank's host, node, local rank and device,\n"
-        "                           then exit\n"
-        "      --precision P        fp32 (default), bf16 or fp16: 16-bit convolutions\n"
-        "                           and matmuls with fp32 master weights and 16-bit\n"
-        "                           gradient transport (fp16: GPU only); on the GPU\n"
-        "                           the activations are stored in 16 bits too\n"
-        "      --fp32-activations   keep activations in float32 under --precision\n"
-        "                           bf16|fp16 (the CPU always does)\n"
-        "      --loss-scale S       dynamic (default with fp16: start 2^15, halve and\n"
-        "                           skip the step on overflow, double after 2000 clean\n"
-        "                           steps), none (default otherwise), or a fixed number\n"
-        "      --cuda-graphs        record each step's forward pass, loss and backward\n"
-        "                           pass as a CUDA graph and replay it with one launch\n"
-        "                           (--device cuda; models without batchnorm)\n"
-        "\n"
-        "Distribution:\n"
-        "      --strategy NAME      auto (default: mirrored on one node, multi-worker on\n"
-        "                           several), mirrored, multi-worker, central-storage\n"
-        "                           (one copy of parameters and optimizer per node), or\n"
-        "                           sharded (ZeRO-1: each rank keeps 1/N of the optimizer),\n"
-        "                           or parameter-server\n"
-        "      --num-ps K           parameter-server: ranks 0..K-1 are servers (default 1)\n"
-        "      --ps-mode M          async (default), ssp or sync\n"
-        "      --staleness S        ssp: steps a worker may run ahead of the slowest (2)\n"
-        "      --ps-transport T     auto (default: one-sided windows where the MPI can\n"
-        "                           make them, else two-sided messages), one-sided or\n"
-        "                           two-sided\n"
-        "\n"
-        "Gradient exchange:\n"
-        "      --allreduce ALGO     auto (default: by size and layout), mpi, ring or hier\n"
-        "      --allreduce-table F  auto's table (from dtrain-bench-allreduce --table)\n"
-        "      --ranks-per-node K   treat each K consecutive ranks as one node\n"
-        "                           (default: detected; env DTRAIN_RANKS_PER_NODE)\n"
-        "      --bucket-mb MB       gradient bucket size (default 1); 0 = one\n"
-        "                           bucket for the whole gradient block\n"
-        "      --overlap            reduce buckets during backward, in a thread\n"
-        "                           (default when the job spans nodes)\n"
-        "      --no-overlap         reduce buckets after backward (default on one node)\n"
-        "      --grad-compression C none (default), fp16 or bf16: 16-bit transport,\n"
-        "                           fp32 sums\n"
-        "      --compress-cross-only  compress only hops between nodes\n"
-        "\n"
-        "Checkpoints and callbacks:\n"
-        "      --checkpoint-dir DIR  write checkpoints (one HDF5 file each) into DIR;\n"
-        "                           SIGUSR1/SIGTERM then checkpoint and exit 75\n"
-        "      --checkpoint-every N[epoch|step]  how often (default 1epoch)\n"
-        "      --checkpoint-seconds S  also when S seconds passed since the last one\n"
-        "      --keep K             keep the newest K checkpoints (default 3; 0 = all)\n"
-        "      --resume WHAT        continue from latest (in --checkpoint-dir), a\n"
-        "                           checkpoint directory, or a checkpoint file\n"
-        "      --save-best PATH     save when --monitor improves (ModelCheckpoint with\n"
-        "                           save_best_only); a .weights.h5 PATH gets Keras's layout\n"
-        "      --monitor M          val_loss (default), val_accuracy, loss or accuracy\n"
-        "      --early-stopping P   stop after P epochs without improvement of --monitor\n"
-        "      --min-delta D        smallest change that counts as improvement (0)\n"
-        "      --restore-best       end with the weights of the best epoch\n"
-        "      --export-keras PATH  write the final weights as a Keras 3 .weights.h5\n"
-        "\n"
-        "Monitoring:\n"
-        "      --progress P         auto (default: a progress bar on a terminal, one line\n"
-        "                           per epoch otherwise), bar or plain\n"
-        "      --metrics FILE       a row per epoch (.csv, or .jsonl for JSON lines):\n"
-        "                           loss, accuracy, samples/s, communication, data wait\n"
-        "      --metrics-every N    also a row every N steps\n"
-        "      --logdir DIR         TensorBoard event files in DIR/train, DIR/validation\n"
-        "      --timeline FILE      Chrome trace (Perfetto, chrome://tracing) of every\n"
-        "                           rank's layers, all-reduces, data reads, checkpoints\n"
-        "\n"
-        "Before a big job:\n"
-        "      --preflight          check what the run needs, on its launcher and with its\n"
-        "                           options: the same dtrain and MPI everywhere, the MPI\n"
-        "                           thread level, shared memory in each node, one-sided\n"
-        "                           windows, the input files and --checkpoint-dir as every\n"
-        "                           node sees them, the network between nodes beside the\n"
-        "                           all-reduce, one GPU per rank (--device cuda); print a\n"
-        "                           table and exit (1 naming the first failed check)\n"
-        "\n"
-        "Output:\n"
-        "  -q, --quiet              print nothing but errors\n"
-        "  -v, --verbose            also print every step's loss and the model summary\n"
-        "  -h, --help               print this help and exit\n"
-        "  -V, --version            print the version and exit\n"
-        "\n"
-        "Exit status: 0 success, 1 runtime failure, 2 bad command line, 3 bad input file.\n"
-        "See dtrain(1).\n",
-        out);
+    for (const struct dt_option *o = dt_option_table; o->name; o++)
+        if (!strcmp(o->name, name)) return o;
+    return NULL;
+}
+
+/* When the option was last given on the command line; 0: never. */
+static int given(const struct dt_config *cfg, const char *name)
+{
+    const struct dt_option *o = row_named(name);
+    if (!o) DT_DIE("no option --%s in the table", name);
+    return cfg->given[o - dt_option_table];
+}
+
+/* How messages name the option: --NAME, or "caller: NAME" (libdtrain's field). */
+static void flag_name(const struct dt_option *o, const char *caller, char *buf, size_t size)
+{
+    if (!caller) {
+        snprintf(buf, size, "--%s", o->name);
+        return;
+    }
+    snprintf(buf, size, "%s: %s", caller, o->name);
+    for (char *p = strrchr(buf, ' ') + 1; *p; p++) /* the name has no space */
+        if (*p == '-') *p = '_';
+}
+
+void dt_option_expected(const struct dt_option *o, char *buf, size_t size)
+{
+    size_t n = 0, len = 0;
+    while (o->names[n]) n++;
+    size_t total = n + (o->other != NULL);
+    buf[0] = '\0';
+    for (size_t i = 0; i < total && len < size; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == total ? " or " : ", ";
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, i < n ? o->names[i] : o->other);
+    }
 }
 
 int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st)
@@ -176,8 +79,8 @@ int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out
     return DT_OK;
 }
 
-static int parse_float(const char *flag, const char *arg, double lo, double hi, int hi_open,
-                       float *out, dt_status *st)
+static int parse_float(const char *flag, const char *arg, double lo, double hi, int hi_open, double *out,
+                       dt_status *st)
 {
     char *end;
     errno = 0;
@@ -187,409 +90,317 @@ static int parse_float(const char *flag, const char *arg, double lo, double hi, 
     if (v < lo || v > hi || (hi_open && v >= hi))
         return dt_fail(st, DT_EUSAGE, "%s: expected a number in [%g, %g%c, found %s", flag, lo, hi,
                        hi_open ? ')' : ']', arg);
-    *out = (float)v;
+    *out = v;
     return DT_OK;
 }
 
-enum { OPT_STEPS = 256, OPT_DROPOUT, OPT_LR, OPT_MOMENTUM, OPT_NO_VAL, OPT_SHARD, OPT_ALLREDUCE,
-       OPT_TABLE, OPT_RPN, OPT_STRATEGY, OPT_NUM_PS, OPT_PS_MODE, OPT_STALENESS, OPT_PS_TRANSPORT, OPT_BUCKET, OPT_NO_OVERLAP, OPT_OVERLAP, OPT_COMPRESS, OPT_CROSS_ONLY,
-       OPT_DEVICE, OPT_GPN, OPT_DEVICES, OPT_PREFLIGHT, OPT_PRECISION, OPT_LOSS_SCALE,
-       OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_SECONDS, OPT_KEEP, OPT_RESUME, OPT_SAVE_BEST, OPT_MONITOR,
-       OPT_EARLY, OPT_MIN_DELTA, OPT_RESTORE_BEST, OPT_EXPORT_KERAS,
-       OPT_PROGRESS, OPT_METRICS, OPT_METRICS_EVERY, OPT_LOGDIR, OPT_TIMELINE,
-       OPT_LR_SCHEDULE, OPT_LR_STEPS, OPT_LR_FACTOR, OPT_LR_MIN, OPT_WARMUP, OPT_LR_SCALE, OPT_SYNTHETIC, OPT_GRAD_ACCUM, OPT_AUGMENT,
-       OPT_PREFETCH, OPT_CACHE, OPT_CACHE_LIMIT, OPT_SYNC_BN, OPT_NAN_POLICY, OPT_STALL, OPT_DEBUG_COLL,
-       OPT_CUDA_GRAPHS, OPT_FP32_ACT };
-
-int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
+/* FLOAT and DOUBLE: the value as the float it is kept as (--lr 1e-50 is 0, so
+ * not positive). */
+static int read_number(const struct dt_option *o, const char *flag, const char *arg, double *out, dt_status *st)
 {
-    static const struct option longopts[] = {
-        {"epochs", required_argument, 0, 'e'},
-        {"batch-size", required_argument, 0, 'b'},
-        {"steps-per-epoch", required_argument, 0, OPT_STEPS},
-        {"model", required_argument, 0, 'm'},
-        {"dropout", required_argument, 0, OPT_DROPOUT},
-        {"optimizer", required_argument, 0, 'o'},
-        {"lr", required_argument, 0, OPT_LR},
-        {"momentum", required_argument, 0, OPT_MOMENTUM},
-        {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
-        {"lr-steps", required_argument, 0, OPT_LR_STEPS},
-        {"lr-factor", required_argument, 0, OPT_LR_FACTOR},
-        {"lr-min", required_argument, 0, OPT_LR_MIN},
-        {"warmup-epochs", required_argument, 0, OPT_WARMUP},
-        {"lr-scale", required_argument, 0, OPT_LR_SCALE},
-        {"seed", required_argument, 0, 's'},
-        {"no-validation", no_argument, 0, OPT_NO_VAL},
-        {"shard-policy", required_argument, 0, OPT_SHARD},
-        {"synthetic", required_argument, 0, OPT_SYNTHETIC},
-        {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
-        {"sync-bn", no_argument, 0, OPT_SYNC_BN},
-        {"nan-policy", required_argument, 0, OPT_NAN_POLICY},
-        {"stall-timeout", required_argument, 0, OPT_STALL},
-        {"debug-collectives", no_argument, 0, OPT_DEBUG_COLL},
-        {"augment", required_argument, 0, OPT_AUGMENT},
-        {"prefetch", required_argument, 0, OPT_PREFETCH},
-        {"cache", no_argument, 0, OPT_CACHE},
-        {"cache-limit", required_argument, 0, OPT_CACHE_LIMIT},
-        {"threads", required_argument, 0, 't'},
-        {"strategy", required_argument, 0, OPT_STRATEGY},
-        {"num-ps", required_argument, 0, OPT_NUM_PS},
-        {"ps-mode", required_argument, 0, OPT_PS_MODE},
-        {"staleness", required_argument, 0, OPT_STALENESS},
-        {"ps-transport", required_argument, 0, OPT_PS_TRANSPORT},
-        {"allreduce", required_argument, 0, OPT_ALLREDUCE},
-        {"allreduce-table", required_argument, 0, OPT_TABLE},
-        {"ranks-per-node", required_argument, 0, OPT_RPN},
-        {"bucket-mb", required_argument, 0, OPT_BUCKET},
-        {"no-overlap", no_argument, 0, OPT_NO_OVERLAP},
-        {"overlap", no_argument, 0, OPT_OVERLAP},
-        {"grad-compression", required_argument, 0, OPT_COMPRESS},
-        {"compress-cross-only", no_argument, 0, OPT_CROSS_ONLY},
-        {"device", required_argument, 0, OPT_DEVICE},
-        {"gpus-per-node", required_argument, 0, OPT_GPN},
-        {"devices", no_argument, 0, OPT_DEVICES},
-        {"preflight", no_argument, 0, OPT_PREFLIGHT},
-        {"cuda-graphs", no_argument, 0, OPT_CUDA_GRAPHS},
-        {"fp32-activations", no_argument, 0, OPT_FP32_ACT},
-        {"precision", required_argument, 0, OPT_PRECISION},
-        {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
-        {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
-        {"checkpoint-every", required_argument, 0, OPT_CKPT_EVERY},
-        {"checkpoint-seconds", required_argument, 0, OPT_CKPT_SECONDS},
-        {"keep", required_argument, 0, OPT_KEEP},
-        {"resume", required_argument, 0, OPT_RESUME},
-        {"save-best", required_argument, 0, OPT_SAVE_BEST},
-        {"monitor", required_argument, 0, OPT_MONITOR},
-        {"early-stopping", required_argument, 0, OPT_EARLY},
-        {"min-delta", required_argument, 0, OPT_MIN_DELTA},
-        {"restore-best", no_argument, 0, OPT_RESTORE_BEST},
-        {"export-keras", required_argument, 0, OPT_EXPORT_KERAS},
-        {"progress", required_argument, 0, OPT_PROGRESS},
-        {"metrics", required_argument, 0, OPT_METRICS},
-        {"metrics-every", required_argument, 0, OPT_METRICS_EVERY},
-        {"logdir", required_argument, 0, OPT_LOGDIR},
-        {"timeline", required_argument, 0, OPT_TIMELINE},
-        {"quiet", no_argument, 0, 'q'},
-        {"verbose", no_argument, 0, 'v'},
-        {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0},
-    };
-    long v;
-    int c, set_momentum = 0, set_compress = 0;
-    const char *ckpt_flag = NULL; /* a checkpoint option that needs --checkpoint-dir */
-    int set_lr_factor = 0, set_lr_min = 0, set_dropout = 0;
+    double v = 0.0;
+    int rc = parse_float(flag, arg, o->min, o->max, o->flags & DT_OPT_HI_OPEN, &v, st);
+    if (rc != DT_OK) return rc;
+    *out = (double)(float)v;
+    if ((o->flags & DT_OPT_LO_OPEN) && *out <= o->min)
+        return o->flags & DT_OPT_HI_OPEN
+            ? dt_fail(st, DT_EUSAGE, "%s: expected a number in (%g, %g), found %s", flag, o->min, o->max, arg)
+            : dt_fail(st, DT_EUSAGE, "%s: expected a positive number, found %s", flag, arg);
+    return DT_OK;
+}
 
-    memset(cfg, 0, sizeof *cfg);
-    *cfg = (struct dt_config){.epochs = 10, .batch_size = 64, .optimizer = "adam", .model = "cnn",
-                              .dropout = 0.5f, .seed = 42, .validation = 1,
-                              .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 1,
-                              .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0, .overlap = -1,
-                              .device = "cpu", .precision = DT_PREC_FP32,
-                              .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
-                              .lr_factor = 0.1f, .grad_accum = 1, .prefetch = 2,
-                              .stall_timeout = 300.0};
-    st->code = DT_OK;
-    opterr = 0; /* we print our own messages, from rank 0 only */
-    optind = 0; /* 0, not 1: a full reset, else a "-Xq" refused mid-cluster by an earlier call leaves
-                   getopt to resume at its 'q' (found by tests/fuzz/fuzz_options) */
-    while ((c = getopt_long(argc, argv, ":e:b:m:o:s:t:qvhV", longopts, NULL)) != -1) {
-        const char *flag = optind > 1 ? argv[optind - 1] : "?";
-        int rc = DT_OK;
-        switch (c) {
-        case 'e': rc = dt_parse_long("--epochs", optarg, 1, INT_MAX, &v, st); cfg->epochs = (int)v; break;
-        case 'b': rc = dt_parse_long("--batch-size", optarg, 1, 1 << 20, &v, st); cfg->batch_size = (int)v; break;
-        case OPT_STEPS: rc = dt_parse_long("--steps-per-epoch", optarg, 1, LONG_MAX, &cfg->steps_per_epoch, st); break;
-        case 'm':
-            if (strcmp(optarg, "cnn") && strcmp(optarg, "mlp") && !dt_model_is_file(optarg))
-                rc = dt_fail(st, DT_EUSAGE, "--model: expected cnn, mlp or a model file (.cfg), found '%s'", optarg);
-            cfg->model = optarg;
-            break;
-        case OPT_DROPOUT: rc = parse_float("--dropout", optarg, 0.0, 1.0, 1, &cfg->dropout, st); set_dropout = 1; break;
-        case 'o':
-            if (strcmp(optarg, "adam") && strcmp(optarg, "sgd"))
-                rc = dt_fail(st, DT_EUSAGE, "--optimizer: expected adam or sgd, found '%s'", optarg);
-            cfg->optimizer = optarg;
-            break;
-        case OPT_LR:
-            rc = parse_float("--lr", optarg, 0.0, 1e6, 0, &cfg->lr, st);
-            if (rc == DT_OK && cfg->lr <= 0.0f)
-                rc = dt_fail(st, DT_EUSAGE, "--lr: expected a positive number, found %s", optarg);
-            break;
-        case OPT_MOMENTUM: rc = parse_float("--momentum", optarg, 0.0, 1.0, 1, &cfg->momentum, st); set_momentum = 1; break;
-        case 's': rc = dt_parse_long("--seed", optarg, 0, LONG_MAX, &v, st); cfg->seed = (uint64_t)v; break;
-        case OPT_NO_VAL: cfg->validation = 0; break;
-        case OPT_SHARD:
-            if (!strcmp(optarg, "auto")) cfg->shard_policy = DT_SHARD_AUTO;
-            else if (!strcmp(optarg, "data")) cfg->shard_policy = DT_SHARD_DATA;
-            else if (!strcmp(optarg, "file")) cfg->shard_policy = DT_SHARD_FILE;
-            else rc = dt_fail(st, DT_EUSAGE, "--shard-policy: expected auto, data or file, found '%s'", optarg);
-            break;
-        case 't': rc = dt_parse_long("--threads", optarg, 1, 1024, &v, st); cfg->threads = (int)v; break;
-        case OPT_ALLREDUCE:
-            if (strcmp(optarg, "auto") && strcmp(optarg, "mpi") && strcmp(optarg, "ring") && strcmp(optarg, "hier"))
-                rc = dt_fail(st, DT_EUSAGE, "--allreduce: expected auto, mpi, ring or hier, found '%s'", optarg);
-            cfg->allreduce = optarg;
-            break;
-        case OPT_TABLE: cfg->allreduce_table = optarg; break;
-        case OPT_STRATEGY: cfg->strategy = optarg; break; /* checked by dt_strategy_create */
-        case OPT_NUM_PS: rc = dt_parse_long("--num-ps", optarg, 1, 1 << 20, &v, st); cfg->num_ps = (int)v; break;
-        case OPT_PS_MODE:
-            if (!strcmp(optarg, "async")) cfg->ps_mode = 0;
-            else if (!strcmp(optarg, "ssp")) cfg->ps_mode = 1;
-            else if (!strcmp(optarg, "sync")) cfg->ps_mode = 2;
-            else rc = dt_fail(st, DT_EUSAGE, "--ps-mode: expected async, ssp or sync, found '%s'", optarg);
-            break;
-        case OPT_STALENESS: rc = dt_parse_long("--staleness", optarg, 0, 1 << 20, &v, st); cfg->staleness = (int)v; break;
-        case OPT_PS_TRANSPORT:
-            if (!strcmp(optarg, "auto")) cfg->ps_transport = 0;
-            else if (!strcmp(optarg, "one-sided")) cfg->ps_transport = 1;
-            else if (!strcmp(optarg, "two-sided")) cfg->ps_transport = 2;
-            else rc = dt_fail(st, DT_EUSAGE, "--ps-transport: expected auto, one-sided or two-sided, found '%s'", optarg);
-            break;
-        case OPT_RPN: rc = dt_parse_long("--ranks-per-node", optarg, 1, 1 << 20, &v, st); cfg->ranks_per_node = (int)v; break;
-        case OPT_BUCKET: {
-            float mb;
-            rc = parse_float("--bucket-mb", optarg, 0.0, 65536.0, 0, &mb, st);
-            cfg->bucket_mb = (double)mb;
-            break;
-        }
-        case OPT_NO_OVERLAP: cfg->overlap = 0; break;
-        case OPT_OVERLAP: cfg->overlap = 1; break;
-        case OPT_COMPRESS:
-            if (!strcmp(optarg, "none")) cfg->compress = 0;
-            else if (!strcmp(optarg, "fp16")) cfg->compress = 1;
-            else if (!strcmp(optarg, "bf16")) cfg->compress = 2;
-            else rc = dt_fail(st, DT_EUSAGE, "--grad-compression: expected none, fp16 or bf16, found '%s'", optarg);
-            set_compress = 1;
-            break;
-        case OPT_CROSS_ONLY: cfg->compress_cross_only = 1; break;
-        case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                rc = dt_fail(st, DT_EUSAGE, "--device: expected cpu or cuda, found '%s'", optarg);
-            cfg->device = optarg;
-            break;
-        case OPT_GPN: rc = dt_parse_long("--gpus-per-node", optarg, 1, 1024, &v, st); cfg->gpus_per_node = (int)v; break;
-        case OPT_DEVICES: cfg->list_devices = 1; break;
-        case OPT_PREFLIGHT: cfg->preflight = 1; break;
-        case OPT_PRECISION:
-            if (!strcmp(optarg, "fp32")) cfg->precision = DT_PREC_FP32;
-            else if (!strcmp(optarg, "fp16")) cfg->precision = DT_PREC_FP16;
-            else if (!strcmp(optarg, "bf16")) cfg->precision = DT_PREC_BF16;
-            else rc = dt_fail(st, DT_EUSAGE, "--precision: expected fp32, bf16 or fp16, found '%s'", optarg);
-            break;
-        case OPT_LOSS_SCALE:
-            cfg->loss_scale_set = 1;
-            if (!strcmp(optarg, "dynamic")) cfg->loss_scale = -1.0f;
-            else if (!strcmp(optarg, "none")) cfg->loss_scale = 0.0f;
-            else {
-                char *end;
-                double ls = strtod(optarg, &end);
-                if (end == optarg || *end || !(ls > 0.0 && ls <= 1e30))
-                    rc = dt_fail(st, DT_EUSAGE, "--loss-scale: expected dynamic, none or a positive number, found '%s'", optarg);
-                cfg->loss_scale = (float)ls;
-            }
-            break;
-        case OPT_CKPT_DIR:
-            if (!*optarg) rc = dt_fail(st, DT_EUSAGE, "--checkpoint-dir: expected a directory, found ''");
-            cfg->checkpoint_dir = optarg;
-            break;
-        case OPT_CKPT_EVERY: {
-            char *end;
-            errno = 0;
-            long n = strtol(optarg, &end, 10);
-            int steps = 0;
-            if (!strcmp(end, "step") || !strcmp(end, "steps")) steps = 1;
-            else if (*end && strcmp(end, "epoch") && strcmp(end, "epochs")) n = -1;
-            if (errno || end == optarg || n < 1)
-                rc = dt_fail(st, DT_EUSAGE, "--checkpoint-every: expected a positive count with an optional unit, "
-                             "e.g. 2, 2epoch or 500step, found '%s'", optarg);
-            cfg->ckpt_every = n;
-            cfg->ckpt_every_steps = steps;
-            ckpt_flag = "--checkpoint-every";
-            break;
-        }
-        case OPT_CKPT_SECONDS: {
-            float sec;
-            rc = parse_float("--checkpoint-seconds", optarg, 1.0, 1e9, 0, &sec, st);
-            cfg->ckpt_seconds = (double)sec;
-            break;
-        }
-        case OPT_KEEP:
-            rc = dt_parse_long("--keep", optarg, 0, 1 << 20, &v, st);
-            cfg->keep = (int)v;
-            ckpt_flag = "--keep";
-            break;
-        case OPT_RESUME: cfg->resume = optarg; break;
-        case OPT_SAVE_BEST: cfg->save_best = optarg; break;
-        case OPT_MONITOR:
-            if (strcmp(optarg, "val_loss") && strcmp(optarg, "val_accuracy") && strcmp(optarg, "loss") &&
-                strcmp(optarg, "accuracy"))
-                rc = dt_fail(st, DT_EUSAGE, "--monitor: expected val_loss, val_accuracy, loss or accuracy, found '%s'", optarg);
-            cfg->monitor = optarg;
-            break;
-        case OPT_EARLY: rc = dt_parse_long("--early-stopping", optarg, 0, 1 << 20, &v, st); cfg->patience = (int)v; break;
-        case OPT_MIN_DELTA: {
-            float d;
-            rc = parse_float("--min-delta", optarg, 0.0, 1e9, 0, &d, st);
-            cfg->min_delta = (double)d;
-            break;
-        }
-        case OPT_RESTORE_BEST: cfg->restore_best = 1; break;
-        case OPT_EXPORT_KERAS:
-            cfg->export_keras = optarg;
-            if (strlen(optarg) < 11 || strcmp(optarg + strlen(optarg) - 11, ".weights.h5") != 0)
-                rc = dt_fail(st, DT_EUSAGE, "--export-keras: Keras 3 loads weights only from a file named "
-                             "*.weights.h5, found '%s'", optarg);
-            break;
-        case OPT_SYNC_BN: cfg->sync_bn = 1; break;
-        case OPT_CUDA_GRAPHS: cfg->cuda_graphs = 1; break;
-        case OPT_FP32_ACT: cfg->fp32_activations = 1; break;
-        case OPT_STALL: {
-            float v2;
-            rc = parse_float("--stall-timeout", optarg, 0.0, 1e7, 0, &v2, st);
-            cfg->stall_timeout = (double)v2;
-            break;
-        }
-        case OPT_DEBUG_COLL: cfg->debug_collectives = 1; break;
-        case OPT_NAN_POLICY:
-            if (!strcmp(optarg, "abort")) cfg->nan_policy = 0;
-            else if (!strcmp(optarg, "skip")) cfg->nan_policy = 1;
-            else rc = dt_fail(st, DT_EUSAGE, "--nan-policy: expected abort or skip, found '%s'", optarg);
-            break;
-        case OPT_GRAD_ACCUM: rc = dt_parse_long("--grad-accum", optarg, 1, 1 << 20, &v, st); cfg->grad_accum = (int)v; break;
-        case OPT_AUGMENT: {
-            struct dt_augment a;
-            rc = dt_augment_parse(optarg, &a, st);
-            cfg->augment = optarg;
-            break;
-        }
-        case OPT_PREFETCH: rc = dt_parse_long("--prefetch", optarg, 0, 64, &v, st); cfg->prefetch = (int)v; break;
-        case OPT_CACHE: cfg->cache = 1; break;
-        case OPT_CACHE_LIMIT:
-            rc = dt_parse_long("--cache-limit", optarg, 1, 1L << 30, &cfg->cache_limit_mib, st);
-            break;
-        case OPT_SYNTHETIC: {
-            struct dt_synthetic sy;
-            rc = dt_synthetic_parse(optarg, &sy, st);
-            cfg->synthetic = optarg;
-            break;
-        }
-        case OPT_LR_SCHEDULE:
-            if (!strcmp(optarg, "constant")) cfg->lr_schedule = 0;
-            else if (!strcmp(optarg, "step")) cfg->lr_schedule = 1;
-            else if (!strcmp(optarg, "cosine")) cfg->lr_schedule = 2;
-            else rc = dt_fail(st, DT_EUSAGE, "--lr-schedule: expected constant, step or cosine, found '%s'", optarg);
-            break;
-        case OPT_LR_STEPS: {
-            const char *p = optarg;
-            cfg->n_lr_boundaries = 0;
-            while (rc == DT_OK && *p) {
-                char *end;
-                errno = 0;
-                long e = strtol(p, &end, 10);
-                int prev = cfg->n_lr_boundaries ? cfg->lr_boundaries[cfg->n_lr_boundaries - 1] : 1;
-                if (errno || end == p || e <= prev || e > INT_MAX || cfg->n_lr_boundaries == 16 || (*end && *end != ','))
-                    rc = dt_fail(st, DT_EUSAGE, "--lr-steps: expected up to 16 increasing epoch numbers above 1, "
-                                 "e.g. 30,60,80, found '%s'", optarg);
-                else cfg->lr_boundaries[cfg->n_lr_boundaries++] = (int)e;
-                p = *end == ',' ? end + 1 : end;
-            }
-            break;
-        }
-        case OPT_LR_FACTOR:
-            rc = parse_float("--lr-factor", optarg, 0.0, 1.0, 1, &cfg->lr_factor, st);
-            if (rc == DT_OK && cfg->lr_factor <= 0.0f)
-                rc = dt_fail(st, DT_EUSAGE, "--lr-factor: expected a number in (0, 1), found %s", optarg);
-            set_lr_factor = 1;
-            break;
-        case OPT_LR_MIN: rc = parse_float("--lr-min", optarg, 0.0, 1e6, 0, &cfg->lr_min, st); set_lr_min = 1; break;
-        case OPT_WARMUP: rc = parse_float("--warmup-epochs", optarg, 0.0, 1e6, 0, &cfg->warmup_epochs, st); break;
-        case OPT_LR_SCALE:
-            if (!strcmp(optarg, "linear")) cfg->lr_scale_linear = 1;
-            else if (!strcmp(optarg, "none")) cfg->lr_scale_linear = 0;
-            else rc = dt_fail(st, DT_EUSAGE, "--lr-scale: expected linear or none, found '%s'", optarg);
-            break;
-        case OPT_PROGRESS:
-            if (!strcmp(optarg, "auto")) cfg->progress = 0;
-            else if (!strcmp(optarg, "plain")) cfg->progress = 1;
-            else if (!strcmp(optarg, "bar")) cfg->progress = 2;
-            else rc = dt_fail(st, DT_EUSAGE, "--progress: expected auto, bar or plain, found '%s'", optarg);
-            break;
-        case OPT_METRICS: {
-            size_t n = strlen(optarg);
-            if (!(n > 4 && !strcmp(optarg + n - 4, ".csv")) && !(n > 6 && !strcmp(optarg + n - 6, ".jsonl")))
-                rc = dt_fail(st, DT_EUSAGE, "--metrics: expected a file name ending in .csv or .jsonl, found '%s'", optarg);
-            cfg->metrics = optarg;
-            break;
-        }
-        case OPT_METRICS_EVERY:
-            rc = dt_parse_long("--metrics-every", optarg, 1, LONG_MAX, &cfg->metrics_every, st);
-            break;
-        case OPT_LOGDIR: cfg->logdir = optarg; break;
-        case OPT_TIMELINE: cfg->timeline = optarg; break;
-        case 'q': cfg->verbose = 0; break;
-        case 'v': cfg->verbose = 2; break;
-        case 'h': cfg->help = 1; break;
-        case 'V': cfg->version = 1; break;
-        case ':': rc = dt_fail(st, DT_EUSAGE, "%s: missing value", flag); break;
-        default: rc = dt_fail(st, DT_EUSAGE, "unknown option '%s' (see dtrain --help)", flag); break;
-        }
-        if (rc != DT_OK) return rc;
+/* NAME and CHOICE: the index of arg among the names, -1 if it is none of them. */
+static int name_index(const struct dt_option *o, const char *arg)
+{
+    for (int i = 0; arg && o->names[i]; i++)
+        if (!strcmp(arg, o->names[i])) return i;
+    return -1;
+}
+
+static int refuse_name(const struct dt_option *o, const char *flag, const char *arg, dt_status *st)
+{
+    char expected[256];
+    dt_option_expected(o, expected, sizeof expected);
+    return dt_fail(st, DT_EUSAGE, "%s: expected %s, found '%s'", flag, expected, arg ? arg : "");
+}
+
+/* One option's argument into its field, refused with a message naming flag. */
+static int read_arg(const struct dt_option *o, struct dt_config *cfg, const char *flag, const char *arg,
+                    dt_status *st)
+{
+    long v = 0;
+    double d = 0.0;
+    int i, rc = DT_OK;
+    switch ((enum dt_opt_kind)o->kind) {
+    case DT_OPT_FLAG: *FIELD(cfg, o, int) = o->set; break;
+    case DT_OPT_INT:
+        if ((rc = dt_parse_long(flag, arg, o->imin, o->imax, &v, st)) == DT_OK) *FIELD(cfg, o, int) = (int)v;
+        break;
+    case DT_OPT_LONG: rc = dt_parse_long(flag, arg, o->imin, o->imax, FIELD(cfg, o, long), st); break;
+    case DT_OPT_U64:
+        if ((rc = dt_parse_long(flag, arg, o->imin, o->imax, &v, st)) == DT_OK) *FIELD(cfg, o, uint64_t) = (uint64_t)v;
+        break;
+    case DT_OPT_FLOAT:
+        if ((rc = read_number(o, flag, arg, &d, st)) == DT_OK) *FIELD(cfg, o, float) = (float)d;
+        break;
+    case DT_OPT_DOUBLE:
+        if ((rc = read_number(o, flag, arg, &d, st)) == DT_OK) *FIELD(cfg, o, double) = d;
+        break;
+    case DT_OPT_STRING:
+        if (!o->verify || (rc = o->verify(flag, arg, st)) == DT_OK) *FIELD(cfg, o, const char *) = arg;
+        break;
+    case DT_OPT_NAME:
+        if ((i = name_index(o, arg)) >= 0) *FIELD(cfg, o, const char *) = o->names[i];
+        else if (o->is_other && o->is_other(arg)) *FIELD(cfg, o, const char *) = arg;
+        else rc = refuse_name(o, flag, arg, st);
+        break;
+    case DT_OPT_CHOICE:
+        if ((i = name_index(o, arg)) >= 0) *FIELD(cfg, o, int) = o->values[i];
+        else rc = refuse_name(o, flag, arg, st);
+        break;
+    case DT_OPT_CUSTOM: rc = o->parse(o, cfg, flag, arg, st); break;
     }
-    if (cfg->help || cfg->version) return DT_OK;
-    if (set_momentum && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
+    return rc;
+}
+
+/* ---- the values already in a config (libdtrain sets fields directly) ---- */
+
+static int check_integer(const struct dt_option *o, const char *flag, long v, dt_status *st)
+{
+    long def = (long)o->def;
+    if (v == def || (v >= o->imin && v <= o->imax)) return DT_OK;
+    if (def >= o->imin && def <= o->imax)
+        return dt_fail(st, DT_EUSAGE, "%s: expected an integer in [%ld, %ld], found %ld", flag, o->imin, o->imax, v);
+    return dt_fail(st, DT_EUSAGE, "%s: expected an integer in [%ld, %ld] or %ld (the default), found %ld", flag,
+                   o->imin, o->imax, def, v);
+}
+
+static int in_range(const struct dt_option *o, double v)
+{
+    return (o->flags & DT_OPT_LO_OPEN ? v > o->min : v >= o->min) &&
+           (o->flags & DT_OPT_HI_OPEN ? v < o->max : v <= o->max);
+}
+
+static int check_number(const struct dt_option *o, const char *flag, double v, dt_status *st)
+{
+    double def = o->kind == DT_OPT_FLOAT ? (double)(float)o->def : o->def;
+    if (v == def || in_range(o, v)) return DT_OK;
+    char note[64] = "";
+    if (!in_range(o, def)) snprintf(note, sizeof note, " or %g (the default)", def);
+    return dt_fail(st, DT_EUSAGE, "%s: expected a number in %c%g, %g%c%s, found %g", flag,
+                   o->flags & DT_OPT_LO_OPEN ? '(' : '[', o->min, o->max, o->flags & DT_OPT_HI_OPEN ? ')' : ']',
+                   note, v);
+}
+
+static int check_value(const struct dt_option *o, const struct dt_config *cfg, const char *flag, dt_status *st)
+{
+    const char *s;
+    int v;
+    switch ((enum dt_opt_kind)o->kind) {
+    case DT_OPT_INT: return check_integer(o, flag, *CFIELD(cfg, o, int), st);
+    case DT_OPT_LONG: return check_integer(o, flag, *CFIELD(cfg, o, long), st);
+    case DT_OPT_FLOAT: return check_number(o, flag, (double)*CFIELD(cfg, o, float), st);
+    case DT_OPT_DOUBLE: return check_number(o, flag, *CFIELD(cfg, o, double), st);
+    case DT_OPT_STRING:
+        s = *CFIELD(cfg, o, const char *);
+        return s && o->verify && !(o->def_str && !strcmp(s, o->def_str)) ? o->verify(flag, s, st) : DT_OK;
+    case DT_OPT_NAME:
+        s = *CFIELD(cfg, o, const char *);
+        return name_index(o, s) >= 0 || (s && o->is_other && o->is_other(s)) ? DT_OK : refuse_name(o, flag, s, st);
+    case DT_OPT_CHOICE:
+        v = *CFIELD(cfg, o, int);
+        for (int i = 0; o->names[i]; i++)
+            if (o->values[i] == v) return DT_OK;
+        char expected[256];
+        dt_option_expected(o, expected, sizeof expected);
+        return dt_fail(st, DT_EUSAGE, "%s: expected %s, found the value %d", flag, expected, v);
+    case DT_OPT_FLAG: /* any int */
+    case DT_OPT_U64:  /* any seed */
+    case DT_OPT_CUSTOM: break;
+    }
+    return DT_OK;
+}
+
+/* The options that only mean something together with others. */
+static int check_combinations(const struct dt_config *cfg, dt_status *st)
+{
+    const char *ckpt_flag = NULL; /* a checkpoint option given without --checkpoint-dir */
+    if (given(cfg, "momentum") && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
         return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);
-    if (cfg->compress_cross_only && !cfg->compress)
+    if (cfg->compress_cross_only && cfg->compress == DT_COMPRESS_NONE)
         return dt_fail(st, DT_EUSAGE, "--compress-cross-only: needs --grad-compression fp16 or bf16");
-    /* 16-bit arithmetic sends 16-bit gradients unless told otherwise; fp16
-     * gradients need a loss scale to survive, so fp16 gets the dynamic one. */
-    if (!set_compress && cfg->precision != DT_PREC_FP32) cfg->compress = cfg->precision;
-    if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
     if (cfg->restore_best && cfg->patience < 0 && !cfg->save_best)
         return dt_fail(st, DT_EUSAGE, "--restore-best: needs --early-stopping PATIENCE (or --save-best), which track the best epoch");
     if (cfg->resume && !strcmp(cfg->resume, "latest") && !cfg->checkpoint_dir)
         return dt_fail(st, DT_EUSAGE, "--resume latest: needs --checkpoint-dir DIR (or give the directory or file: --resume PATH)");
+    if (given(cfg, "checkpoint-every") || given(cfg, "keep"))
+        ckpt_flag = given(cfg, "keep") > given(cfg, "checkpoint-every") ? "--keep" : "--checkpoint-every";
     if (cfg->ckpt_seconds > 0) ckpt_flag = "--checkpoint-seconds";
     if (ckpt_flag && !cfg->checkpoint_dir)
         return dt_fail(st, DT_EUSAGE, "%s: needs --checkpoint-dir DIR", ckpt_flag);
-    if (set_dropout && dt_model_is_file(cfg->model))
+    if (given(cfg, "dropout") && dt_model_is_file(cfg->model))
         return dt_fail(st, DT_EUSAGE, "--dropout: sets the built-in cnn's rate; the model file %s gives its own "
                        "([dropout] rate = ...)", cfg->model);
-    if (cfg->n_lr_boundaries && cfg->lr_schedule != 1)
+    if (cfg->n_lr_boundaries && cfg->lr_schedule != DT_LR_STEP)
         return dt_fail(st, DT_EUSAGE, "--lr-steps: only with --lr-schedule step");
-    if (cfg->lr_schedule == 1 && !cfg->n_lr_boundaries)
+    if (cfg->lr_schedule == DT_LR_STEP && !cfg->n_lr_boundaries)
         return dt_fail(st, DT_EUSAGE, "--lr-schedule step: needs --lr-steps E1,E2,... (the epochs where the rate drops)");
-    if (set_lr_factor && cfg->lr_schedule != 1)
+    if (given(cfg, "lr-factor") && cfg->lr_schedule != DT_LR_STEP)
         return dt_fail(st, DT_EUSAGE, "--lr-factor: only with --lr-schedule step");
-    if (set_lr_min && cfg->lr_schedule != 2)
+    if (given(cfg, "lr-min") && cfg->lr_schedule != DT_LR_COSINE)
         return dt_fail(st, DT_EUSAGE, "--lr-min: only with --lr-schedule cosine");
     if (cfg->metrics_every && !cfg->metrics)
         return dt_fail(st, DT_EUSAGE, "--metrics-every: needs --metrics FILE");
     if (cfg->cache_limit_mib && !cfg->cache)
         return dt_fail(st, DT_EUSAGE, "--cache-limit: needs --cache");
-    if (cfg->sync_bn && cfg->overlap == 1)
+    if (cfg->sync_bn && cfg->overlap == DT_OVERLAP_ON)
         return dt_fail(st, DT_EUSAGE, "--sync-bn: cannot run with --overlap (batch normalization's reductions "
                        "happen during backward, where the overlap thread owns MPI); drop --overlap");
     if (cfg->min_delta > 0 && cfg->patience < 0)
         return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
-    {   /* the command line, for checkpoints */
-        size_t len = 1;
-        for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
-        cfg->command_line = malloc(len);
-        if (cfg->command_line) {
-            cfg->command_line[0] = '\0';
-            for (int i = 0; i < argc; i++) {
-                if (i) strcat(cfg->command_line, " ");
-                strcat(cfg->command_line, argv[i]);
-            }
-        }
-    }
     if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
     if (cfg->cuda_graphs && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--cuda-graphs: records the step on a GPU; it needs --device cuda (device is %s)",
                        cfg->device);
+    return DT_OK;
+}
+
+int dt_options_check(const struct dt_config *cfg, const char *caller, dt_status *st)
+{
+    char flag[96];
+    st->code = DT_OK;
+    for (const struct dt_option *o = dt_option_table; o->name; o++) {
+        flag_name(o, caller, flag, sizeof flag);
+        if (check_value(o, cfg, flag, st) != DT_OK) return st->code;
+    }
+    if (check_combinations(cfg, st) != DT_OK && caller) {
+        dt_status why = *st;
+        dt_fail(st, why.code, "%s: %s", caller, why.msg);
+    }
+    return st->code;
+}
+
+int dt_options_set(struct dt_config *cfg, const char *name, const char *arg, const char *caller, dt_status *st)
+{
+    const struct dt_option *o = row_named(name);
+    char flag[96];
+    if (!o) DT_DIE("no option --%s in the table", name);
+    flag_name(o, caller, flag, sizeof flag);
+    st->code = DT_OK;
+    return read_arg(o, cfg, flag, arg, st);
+}
+
+const char *dt_options_choice_name(const char *name, int value)
+{
+    const struct dt_option *o = row_named(name);
+    for (int i = 0; o && o->kind == DT_OPT_CHOICE && o->names[i]; i++)
+        if (o->values[i] == value) return o->names[i];
+    return NULL;
+}
+
+void dt_options_defaults(struct dt_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (const struct dt_option *o = dt_option_table; o->name; o++) {
+        switch ((enum dt_opt_kind)o->kind) {
+        case DT_OPT_FLAG:
+        case DT_OPT_INT:
+        case DT_OPT_CHOICE: *FIELD(cfg, o, int) = (int)o->def; break;
+        case DT_OPT_LONG: *FIELD(cfg, o, long) = (long)o->def; break;
+        case DT_OPT_U64: *FIELD(cfg, o, uint64_t) = (uint64_t)o->def; break;
+        case DT_OPT_FLOAT: *FIELD(cfg, o, float) = (float)o->def; break;
+        case DT_OPT_DOUBLE: *FIELD(cfg, o, double) = o->def; break;
+        case DT_OPT_STRING:
+        case DT_OPT_NAME: *FIELD(cfg, o, const char *) = o->def_str; break;
+        case DT_OPT_CUSTOM:
+            if (o->def_str) {
+                dt_status st;
+                if (o->parse(o, cfg, o->name, o->def_str, &st) != DT_OK) DT_DIE("--%s: its default: %s", o->name, st.msg);
+            }
+            break;
+        }
+    }
+}
+
+/* ---- --help ---- */
+
+/* A row's default as --help's "%D" prints it. */
+static void put_default(FILE *out, const struct dt_option *o)
+{
+    switch ((enum dt_opt_kind)o->kind) {
+    case DT_OPT_INT:
+    case DT_OPT_LONG:
+    case DT_OPT_U64: fprintf(out, "%ld", (long)o->def); break;
+    case DT_OPT_FLOAT:
+    case DT_OPT_DOUBLE: fprintf(out, "%g", o->def); break;
+    case DT_OPT_CHOICE: fputs(dt_options_choice_name(o->name, (int)o->def), out); break;
+    default: fputs(o->def_str ? o->def_str : "", out); break;
+    }
+}
+
+static void put_row(FILE *out, const struct dt_option *o)
+{
+    char left[64];
+    int n = snprintf(left, sizeof left, "  %s%c%s--%s%s%s", o->letter ? "-" : " ", o->letter ? o->letter : ' ',
+                     o->letter ? ", " : "  ", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+    int pad = HELP_COLUMN - n;
+    if (pad < 2 && !((o->flags & DT_OPT_SNUG) && pad == 1)) pad = 2;
+    fprintf(out, "%s%*s", left, pad, "");
+    for (const char *p = o->help; *p; p++) {
+        if (*p == '\n') fprintf(out, "\n%*s", HELP_COLUMN, "");
+        else if (p[0] == '%' && p[1] == 'D') {
+            put_default(out, o);
+            p++;
+        }
+        else fputc(*p, out);
+    }
+    fputc('\n', out);
+}
+
+void dt_options_usage(FILE *out)
+{
+    fputs("Usage: mpirun -np N dtrain INPUT.h5 [SHARD.h5 ...] [OPTIONS]\n"
+          "Train a model data-parallel over N MPI ranks (every rank a replica).\n", out);
+    for (const struct dt_option *o = dt_option_table; o->name; o++) {
+        if (o->section) fprintf(out, "\n%s:\n", o->section);
+        if (o->help) put_row(out, o);
+    }
+    fputs("\n"
+          "Exit status: 0 success, 1 runtime failure, 2 bad command line, 3 bad input file.\n"
+          "See dtrain(1).\n", out);
+}
+
+/* ---- the command line ---- */
+
+/* 16-bit arithmetic sends 16-bit gradients unless told otherwise; fp16
+ * gradients need a loss scale to survive, so fp16 gets the dynamic one. */
+static void derive(struct dt_config *cfg)
+{
+    if (!given(cfg, "grad-compression") && cfg->precision != DT_PREC_FP32)
+        cfg->compress = cfg->precision == DT_PREC_FP16 ? DT_COMPRESS_FP16 : DT_COMPRESS_BF16;
+    if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
+}
+
+/* argv joined by spaces, for checkpoints; NULL when memory is short. */
+static char *join(int argc, char **argv)
+{
+    size_t len = 1;
+    for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
+    char *s = malloc(len);
+    if (!s) return NULL;
+    s[0] = '\0';
+    for (int i = 0; i < argc; i++) {
+        if (i) strcat(s, " ");
+        strcat(s, argv[i]);
+    }
+    return s;
+}
+
+/* The operands after the options: input files, or none with --synthetic,
+ * --devices or --preflight. */
+static int take_inputs(struct dt_config *cfg, int argc, char **argv, dt_status *st)
+{
     if (cfg->list_devices) return DT_OK; /* needs no input */
     if (cfg->synthetic) {
         static char name[160], *names[1] = {name};
@@ -607,6 +418,53 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
     cfg->ninputs = argc - optind;
     cfg->inputs = argv + optind;
     return DT_OK;
+}
+
+/* The row getopt_long's return value c stands for; NULL for '?' and ':'. */
+static const struct dt_option *row_of(int c)
+{
+    if (c >= 256) return &dt_option_table[c - 256];
+    for (const struct dt_option *o = dt_option_table; o->name; o++)
+        if (o->letter && o->letter == c) return o;
+    return NULL;
+}
+
+int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st)
+{
+    struct option longopts[DT_OPTIONS_MAX + 1];
+    char shortopts[2 * DT_OPTIONS_MAX + 2] = ":"; /* ':' first: a missing value is told apart */
+    int n = 0, c, seq = 0;
+    for (const struct dt_option *o = dt_option_table; o->name; o++, n++) {
+        int has_arg = o->kind == DT_OPT_FLAG ? no_argument : required_argument;
+        longopts[n] = (struct option){o->name, has_arg, NULL, o->letter ? o->letter : 256 + n};
+        if (o->letter) {
+            size_t k = strlen(shortopts);
+            shortopts[k++] = o->letter;
+            if (has_arg == required_argument) shortopts[k++] = ':';
+            shortopts[k] = '\0';
+        }
+    }
+    longopts[n] = (struct option){0};
+    dt_options_defaults(cfg);
+    st->code = DT_OK;
+    opterr = 0; /* we print our own messages, from rank 0 only */
+    optind = 0; /* 0, not 1: a full reset, else a "-Xq" refused mid-cluster by an earlier call leaves
+                   getopt to resume at its 'q' (found by tests/fuzz/fuzz_options) */
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const char *flag = optind > 1 ? argv[optind - 1] : "?";
+        const struct dt_option *o = row_of(c);
+        char name[64];
+        if (c == ':') return dt_fail(st, DT_EUSAGE, "%s: missing value", flag);
+        if (!o) return dt_fail(st, DT_EUSAGE, "unknown option '%s' (see dtrain --help)", flag);
+        cfg->given[o - dt_option_table] = ++seq;
+        snprintf(name, sizeof name, "--%s", o->name);
+        if (read_arg(o, cfg, name, optarg, st) != DT_OK) return st->code;
+    }
+    if (cfg->help || cfg->version) return DT_OK;
+    if (dt_options_check(cfg, NULL, st) != DT_OK) return st->code;
+    derive(cfg);
+    cfg->command_line = join(argc, argv);
+    return take_inputs(cfg, argc, argv, st);
 }
 
 void dt_options_free(struct dt_config *cfg)

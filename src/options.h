@@ -2,7 +2,11 @@
  *
  * Every rank parses the same argv, so every rank reaches the same verdict;
  * errors come back as a dt_status naming the flag, what was expected and
- * what was found, and main() has rank 0 print it. */
+ * what was found, and main() has rank 0 print it.
+ *
+ * One table (options_table.c) describes every option: getopt's arrays,
+ * --help, the defaults and the checks are all made from it, and libdtrain
+ * (src/api/) takes its defaults and checks from the same table. */
 #ifndef DT_OPTIONS_H
 #define DT_OPTIONS_H
 
@@ -10,6 +14,16 @@
 #include <stdio.h>
 
 #include "runtime/status.h"
+
+/* The modes read by several modules; the others are named by their owner:
+ * enum dt_shard_policy (data/shard.h), dt_lr_kind (optim/schedule.h),
+ * dt_precision (backend.h), dt_compress (collectives/coll.h), dt_nan_policy
+ * (strategy/strategy.h), dt_ps_mode and dt_ps_transport (strategy/ps.h). */
+enum dt_progress { DT_PROGRESS_AUTO = 0, DT_PROGRESS_PLAIN = 1, DT_PROGRESS_BAR = 2 };
+enum dt_overlap { DT_OVERLAP_AUTO = -1, DT_OVERLAP_OFF = 0, DT_OVERLAP_ON = 1 };
+enum dt_verbose { DT_QUIET = 0, DT_NORMAL = 1, DT_VERBOSE = 2 };
+
+enum { DT_OPTIONS_MAX = 80 }; /* rows the table may have (static_assert in options_table.c) */
 
 struct dt_config {
     char **inputs;          /* HDF5 files (one file, or shard files) */
@@ -27,7 +41,7 @@ struct dt_config {
     float momentum;         /* sgd */
     int grad_accum;         /* micro-batches per update: 1 */
     int sync_bn;            /* --sync-bn: batchnorm statistics over all replicas */
-    int nan_policy;         /* --nan-policy: 0 abort (default), 1 skip the step */
+    int nan_policy;         /* enum dt_nan_policy (strategy/strategy.h) */
     double stall_timeout;   /* --stall-timeout: seconds in a collective before the job ends (300; 0 off) */
     int debug_collectives;  /* --debug-collectives: ranks compare every step and every bucket call */
     int lr_schedule;        /* enum dt_lr_kind (optim/schedule.h) */
@@ -41,11 +55,11 @@ struct dt_config {
     float dropout;          /* the CNN's dropout rate, 0.5 */
     uint64_t seed;          /* 42 */
     int validation;         /* evaluate on /test each epoch when the file has it */
-    int shard_policy;       /* dt_shard_policy */
+    int shard_policy;       /* enum dt_shard_policy (data/shard.h) */
     int threads;            /* BLAS/oneDNN threads per rank: 1 */
     /* device and arithmetic (backend.h, gpu/gpu.h) */
     const char *device;     /* cpu | cuda */
-    int precision;          /* enum dt_precision */
+    int precision;          /* enum dt_precision (backend.h) */
     float loss_scale;       /* 0 = none, < 0 = dynamic (default with fp16), > 0 = fixed */
     int loss_scale_set;     /* --loss-scale given */
     int gpus_per_node;      /* 0 = every visible device */
@@ -56,16 +70,16 @@ struct dt_config {
     /* gradient exchange (src/collectives/) */
     const char *strategy;   /* auto | mirrored | multi-worker | sharded | tpu (refused) */
     int num_ps;             /* parameter-server: server ranks (1) */
-    int ps_mode;            /* 0 async, 1 ssp, 2 sync */
+    int ps_mode;            /* enum dt_ps_mode (strategy/ps.h) */
     int staleness;          /* ssp: steps a worker may run ahead of the slowest (2) */
-    int ps_transport;       /* 0 auto, 1 one-sided, 2 two-sided (strategy/ps.h) */
+    int ps_transport;       /* enum dt_ps_transport (strategy/ps.h) */
     const char *allreduce;  /* auto | mpi | ring | hier */
     const char *allreduce_table; /* auto's table file; NULL = built in */
     int ranks_per_node;     /* 0 = detect */
     double bucket_mb;       /* bucket size; 0 = one all-reduce after backward */
-    int overlap;            /* reduce buckets during backward: 1 on, 0 off,
-                               -1 auto = on when the job spans nodes */
-    int compress;           /* dt_compress */
+    int overlap;            /* enum dt_overlap: reduce buckets during backward;
+                               auto = on when the job spans nodes */
+    int compress;           /* enum dt_compress (collectives/coll.h) */
     int compress_cross_only;
     /* checkpoints and callbacks (src/checkpoint/, train.c) */
     const char *checkpoint_dir; /* NULL: no checkpoints, signals kill as usual */
@@ -82,18 +96,33 @@ struct dt_config {
     const char *export_keras; /* .weights.h5 path; NULL */
     char *command_line;     /* argv joined, for checkpoints (allocated) */
     /* what training reports (src/metrics/) */
-    int progress;           /* 0 auto (a bar on a terminal), 1 plain lines, 2 bar */
+    int progress;           /* enum dt_progress: auto = a bar on a terminal */
     const char *metrics;    /* .csv or .jsonl; NULL */
     long metrics_every;     /* also a row every N steps; 0 off */
     const char *logdir;     /* TensorBoard event files; NULL */
     const char *timeline;   /* Chrome trace JSON; NULL */
-    int verbose;            /* 0 quiet, 1 normal, 2 per-step */
+    int verbose;            /* enum dt_verbose: quiet, normal, verbose = per-step */
     int help, version;      /* print and exit 0 */
+    int given[DT_OPTIONS_MAX]; /* per table row: when it was last given on the
+                                  command line (1 = the first option), 0 never */
 };
 
 /* Fills cfg from argv; returns DT_OK or DT_EUSAGE with st filled. */
 int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st);
+/* --help, made from the table. */
 void dt_options_usage(FILE *out);
+/* Every field the table describes at its default (the rest zero). */
+void dt_options_defaults(struct dt_config *cfg);
+/* Sets one option from text, as the command line would. caller NULL: the
+ * message names --NAME; else "caller: NAME" with '_' for '-' (libdtrain's
+ * field names). */
+int dt_options_set(struct dt_config *cfg, const char *name, const char *arg, const char *caller, dt_status *st);
+/* Every value against its row (a range, choices; a row's default always
+ * passes), then the combinations the command line refuses. caller as for
+ * dt_options_set. dt_options_parse calls it, and so does libdtrain. */
+int dt_options_check(const struct dt_config *cfg, const char *caller, dt_status *st);
+/* The name of a choice option's value ("abort" for nan-policy 0); NULL if none. */
+const char *dt_options_choice_name(const char *name, int value);
 /* An integer flag value in [lo, hi]; the message names the flag. Shared with
  * the other executables (dtrain-bench-allreduce). */
 int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st);

@@ -53,8 +53,6 @@ struct dtrain_model {
     char last_dir[4096];      /* of the last dtrain_checkpoint_save ("latest") */
 };
 
-/* The dtrain program's option defaults (options.c), for runs made by the API. */
-void dt_api_config_defaults(struct dt_config *cfg);
 /* Record st on ctx (its message, or "" for DT_OK) and return its code. */
 int dt_api_error(dtrain_context *ctx, const dt_status *st);
 

@@ -21,20 +21,6 @@ static struct {
     int threads, precision;
 } process_backend;
 
-void dt_api_config_defaults(struct dt_config *cfg)
-{
-    /* options.c's defaults, with what a library must not do by itself off:
-     * no watchdog thread ending the job, no output. */
-    *cfg = (struct dt_config){.epochs = 1, .batch_size = 64, .optimizer = "adam", .model = "cnn",
-                              .dropout = 0.5f, .seed = 42, .validation = 1,
-                              .shard_policy = DT_SHARD_AUTO, .threads = 1, .verbose = 0,
-                              .strategy = "auto", .num_ps = 1, .staleness = 2, .allreduce = "auto", .bucket_mb = 1.0,
-                              .overlap = 0, .device = "cpu", .precision = DT_PREC_FP32,
-                              .ckpt_every = 1, .keep = 3, .monitor = "val_loss", .patience = -1,
-                              .lr_factor = 0.1f, .grad_accum = 1, .prefetch = 2,
-                              .stall_timeout = 0.0};
-}
-
 int dt_api_error(dtrain_context *ctx, const dt_status *st)
 {
     if (ctx) snprintf(ctx->err, sizeof ctx->err, "%s", st->code == DT_OK ? "" : st->msg);
@@ -61,19 +47,34 @@ const char *dtrain_last_error(const dtrain_context *ctx)
 
 void dtrain_context_options_init(dtrain_context_options *o)
 {
+    struct dt_config d;
+    dt_options_defaults(&d);
     memset(o, 0, sizeof *o);
-    o->device = "cpu";
-    o->threads = 1;
-    o->precision = "fp32";
-    o->seed = 42;
+    o->device = d.device;
+    o->threads = d.threads;
+    o->precision = dt_options_choice_name("precision", d.precision);
+    o->seed = d.seed;
 }
 
-static int parse_precision(const char *p)
+/* dtrain's defaults (the option table) but for what a library must not do
+ * by itself: no watchdog thread ending the job, no overlap thread, no
+ * output unless asked; then the context's options, checked as dtrain
+ * checks its own. */
+static void base_config(struct dt_config *cfg, const dtrain_context_options *opts, dt_status *st)
 {
-    if (!p || !strcmp(p, "fp32")) return DT_PREC_FP32;
-    if (!strcmp(p, "bf16")) return DT_PREC_BF16;
-    if (!strcmp(p, "fp16")) return DT_PREC_FP16;
-    return -1;
+    dt_options_defaults(cfg);
+    cfg->epochs = 1;
+    cfg->overlap = DT_OVERLAP_OFF;
+    cfg->stall_timeout = 0.0;
+    cfg->threads = opts->threads;
+    cfg->seed = opts->seed;
+    cfg->ranks_per_node = opts->ranks_per_node;
+    cfg->gpus_per_node = opts->gpus_per_node;
+    cfg->verbose = opts->verbose;
+    if (dt_options_set(cfg, "device", opts->device ? opts->device : "cpu", "dtrain_init", st) == DT_OK &&
+        dt_options_set(cfg, "precision", opts->precision ? opts->precision : "fp32", "dtrain_init", st) == DT_OK &&
+        dt_options_check(cfg, "dtrain_init", st) == DT_OK && cfg->precision == DT_PREC_FP16)
+        cfg->loss_scale = -1.0f; /* dynamic, as dtrain's default for fp16 */
 }
 
 int dtrain_init(MPI_Comm comm, const dtrain_context_options *opts, dtrain_context **out)
@@ -109,27 +110,10 @@ int dtrain_init(MPI_Comm comm, const dtrain_context_options *opts, dtrain_contex
     if (dt_log_rank < 0) MPI_Comm_rank(MPI_COMM_WORLD, &dt_log_rank); /* the log prefix: the process's rank */
 
     struct dt_config *cfg = &ctx->base;
-    dt_api_config_defaults(cfg);
-    cfg->device = opts->device ? opts->device : "cpu";
-    cfg->threads = opts->threads;
-    cfg->precision = parse_precision(opts->precision);
-    cfg->seed = opts->seed;
-    cfg->ranks_per_node = opts->ranks_per_node;
-    cfg->gpus_per_node = opts->gpus_per_node;
-    cfg->verbose = opts->verbose;
-    if (cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f; /* dynamic, as dtrain's default for fp16 */
-    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda"))
-        dt_fail(&st, DT_EUSAGE, "dtrain_init: device: expected cpu or cuda, found '%s'", cfg->device);
-    else if (cfg->threads < 1 || cfg->threads > 1024)
-        dt_fail(&st, DT_EUSAGE, "dtrain_init: threads: expected 1 to 1024, found %d", cfg->threads);
-    else if (cfg->precision < 0)
-        dt_fail(&st, DT_EUSAGE, "dtrain_init: precision: expected fp32, bf16 or fp16, found '%s'", opts->precision);
-    else if (cfg->ranks_per_node < 0)
-        dt_fail(&st, DT_EUSAGE, "dtrain_init: ranks_per_node: expected 0 (detect) or more, found %d",
-                cfg->ranks_per_node);
-    else if (process_backend.live &&
-             (strcmp(process_backend.device, cfg->device) || process_backend.threads != cfg->threads ||
-              process_backend.precision != cfg->precision))
+    base_config(cfg, opts, &st);
+    if (st.code == DT_OK && process_backend.live &&
+        (strcmp(process_backend.device, cfg->device) || process_backend.threads != cfg->threads ||
+         process_backend.precision != cfg->precision))
         dt_fail(&st, DT_EUSAGE, "dtrain_init: this process already has a context on %s with %d thread%s and %s; "
                 "the backend's threads and precision are the process's, so every live context must ask for "
                 "the same (found %s, %d, %s)", process_backend.device, process_backend.threads,

@@ -20,15 +20,20 @@
 
 void dtrain_model_options_init(dtrain_model_options *o)
 {
+    struct dt_config d;
+    dt_options_defaults(&d); /* the dtrain program's, from its option table */
     memset(o, 0, sizeof *o);
-    o->model = "cnn";
-    o->dropout = 0.5f;
-    o->strategy = "auto";
-    o->optimizer = "adam";
-    o->allreduce = "auto";
-    o->bucket_mb = 1.0;
-    o->nan_policy = "abort";
-    o->keep = 3;
+    o->model = d.model;
+    o->dropout = d.dropout;
+    o->strategy = d.strategy;
+    o->optimizer = d.optimizer;
+    o->lr = d.lr;
+    o->momentum = d.momentum;
+    o->allreduce = d.allreduce;
+    o->bucket_mb = d.bucket_mb;
+    o->overlap = DT_OVERLAP_OFF; /* not dtrain's auto: the library starts no thread unasked */
+    o->nan_policy = dt_options_choice_name("nan-policy", d.nan_policy);
+    o->keep = d.keep;
 }
 
 static char *dup_or(const char *s, const char *fallback)
@@ -38,16 +43,17 @@ static char *dup_or(const char *s, const char *fallback)
     return d;
 }
 
-/* The options as the dtrain program's configuration; their verdict in st. */
+/* The options as the dtrain program's configuration (NULL strings: its
+ * defaults); their verdict in st, from the checks dtrain makes of its own. */
 static void fill_config(dtrain_model *m, const dtrain_model_options *o, dt_status *st)
 {
     struct dt_config *cfg = &m->cfg;
     const dtrain_dataset *ds = m->ds;
     *cfg = m->ctx->base;
-    m->model_name = dup_or(o->model, "cnn");
-    m->strategy_name = dup_or(o->strategy, "auto");
-    m->optimizer_name = dup_or(o->optimizer, "adam");
-    m->allreduce_name = dup_or(o->allreduce, "auto");
+    m->model_name = dup_or(o->model, cfg->model);
+    m->strategy_name = dup_or(o->strategy, cfg->strategy);
+    m->optimizer_name = dup_or(o->optimizer, cfg->optimizer);
+    m->allreduce_name = dup_or(o->allreduce, cfg->allreduce);
     cfg->model = m->model_name;
     cfg->strategy = m->strategy_name;
     cfg->optimizer = m->optimizer_name;
@@ -58,7 +64,6 @@ static void fill_config(dtrain_model *m, const dtrain_model_options *o, dt_statu
     cfg->bucket_mb = o->bucket_mb;
     cfg->overlap = o->overlap;
     cfg->keep = o->keep;
-    cfg->nan_policy = o->nan_policy && !strcmp(o->nan_policy, "skip") ? DT_NAN_SKIP : DT_NAN_ABORT;
     cfg->batch_size = ds->batch;
     cfg->inputs = ds->paths;
     cfg->ninputs = ds->npaths;
@@ -68,30 +73,14 @@ static void fill_config(dtrain_model *m, const dtrain_model_options *o, dt_statu
     cfg->validation = ds->data.split[DT_TEST].present && ds->data.split[DT_TEST].n > 0;
     cfg->epochs = 1;
     st->code = DT_OK;
-    if (strcmp(cfg->model, "cnn") && strcmp(cfg->model, "mlp") && !dt_model_is_file(cfg->model))
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: model: expected cnn, mlp or a model file (.cfg), found '%s'",
-                cfg->model);
-    else if (strcmp(cfg->optimizer, "adam") && strcmp(cfg->optimizer, "sgd"))
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: optimizer: expected adam or sgd, found '%s'", cfg->optimizer);
-    else if (!strcmp(cfg->strategy, "parameter-server"))
+    if (!strcmp(cfg->strategy, "parameter-server"))
         dt_fail(st, DT_EUSAGE, "dtrain_model_create: strategy parameter-server: its workers do not step together, "
                 "which a custom loop's collective steps assume; use the dtrain program for it, or a synchronous "
                 "strategy (auto, mirrored, multi-worker, sharded, central-storage)");
-    else if (!(o->lr >= 0.0f) || o->lr > 1e6f)
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: lr: expected 0 (the default) or a positive rate, found %g",
-                (double)o->lr);
-    else if (!(o->momentum >= 0.0f && o->momentum < 1.0f))
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: momentum: expected [0, 1), found %g", (double)o->momentum);
-    else if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: dropout: expected [0, 1), found %g", (double)o->dropout);
-    else if (!(o->bucket_mb >= 0.0 && o->bucket_mb <= 1e6))
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: bucket_mb: expected 0 to 1e6, found %g", o->bucket_mb);
-    else if (o->overlap != 0 && o->overlap != 1)
+    else if (o->overlap != DT_OVERLAP_OFF && o->overlap != DT_OVERLAP_ON) /* dtrain's auto is not offered */
         dt_fail(st, DT_EUSAGE, "dtrain_model_create: overlap: expected 0 or 1, found %d", o->overlap);
-    else if (o->nan_policy && strcmp(o->nan_policy, "abort") && strcmp(o->nan_policy, "skip"))
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: nan_policy: expected abort or skip, found '%s'", o->nan_policy);
-    else if (o->keep < 0)
-        dt_fail(st, DT_EUSAGE, "dtrain_model_create: keep: expected 0 (all) or more, found %d", o->keep);
+    else if (!o->nan_policy || dt_options_set(cfg, "nan-policy", o->nan_policy, "dtrain_model_create", st) == DT_OK)
+        dt_options_check(cfg, "dtrain_model_create", st);
 }
 
 /* Room for n epochs of history (train/state.c writes history[0..epochs_done)).

@@ -113,7 +113,7 @@ struct dt_nccl *dt_nccl_create(const struct dt_topo *topo, float *buf, size_t co
     r->ntail = ntail;
     /* 16-bit only where NCCL moves it: alone on a node, the cross-node sum
      * is fp32 anyway and a 16-bit round trip would only lose precision. */
-    r->compress = topo->local_size > 1 ? compress : 0;
+    r->compress = topo->local_size > 1 ? compress : DT_COMPRESS_NONE;
     r->elem = r->compress ? 2 : 4;
     r->cuda_aware = query_cuda_aware();
     r->compute = (cudaStream_t)dt_gpu_stream();

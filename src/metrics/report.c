@@ -48,8 +48,8 @@ int dt_report_open(struct dt_report *r, const struct dt_config *cfg, int rank, i
      * output is (a file, a pipe), so there isatty() says nothing: plain
      * lines unless --progress bar. */
     int tty = isatty(fileno(out)) && !getenv("OMPI_COMM_WORLD_SIZE");
-    r->bar = cfg->progress == 2 || (cfg->progress == 0 && tty);
-    if (cfg->verbose != 1) r->bar = 0;
+    r->bar = cfg->progress == DT_PROGRESS_BAR || (cfg->progress == DT_PROGRESS_AUTO && tty);
+    if (cfg->verbose != DT_NORMAL) r->bar = 0;
     if (cfg->metrics) {
         r->jsonl = ends_with(cfg->metrics, ".jsonl");
         r->metrics = fopen(cfg->metrics, "w");
@@ -152,7 +152,7 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
     if (!r->active) return;
     const struct dt_config *cfg = r->cfg;
     double rate = es->seconds > 0 ? (double)es->samples / es->seconds : 0.0;
-    if (cfg->verbose >= 1) {
+    if (cfg->verbose >= DT_NORMAL) {
         FILE *out = r->out;
         if (r->bar) fputs("\r\033[K", out);
         fprintf(out, "Epoch %d/%d - %.2f s - %.0f samples/s - loss: %.4f - accuracy: %.4f", epoch + 1, cfg->epochs,
@@ -199,7 +199,7 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
 
 void dt_report_summary(struct dt_report *r, int epochs_done, double peak_mib)
 {
-    if (!r->active || r->cfg->verbose < 1) return;
+    if (!r->active || r->cfg->verbose < DT_NORMAL) return;
     FILE *out = r->out;
     double total = wall_now() - r->t_start;
     fprintf(out, "Run summary\n");

@@ -52,7 +52,7 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
      * the rank's own core, so a thread only time-slices with backward; across
      * nodes there is network time to hide. */
     /* --sync-bn reduces in the main thread during backward: no overlap thread. */
-    int want = cfg->sync_bn ? 0 : cfg->overlap < 0 ? s->coll->topo.nnodes > 1 : cfg->overlap;
+    int want = cfg->sync_bn ? 0 : cfg->overlap == DT_OVERLAP_AUTO ? s->coll->topo.nnodes > 1 : cfg->overlap;
     s->overlap = want && level >= MPI_THREAD_SERIALIZED;
     if (want && !s->overlap && s->coll->topo.rank == 0 && cfg->verbose)
         printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "

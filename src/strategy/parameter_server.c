@@ -127,7 +127,7 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
                 return dt_fail(st, DT_ERUNTIME, "--ps-transport one-sided: this MPI cannot make the servers' "
                                "one-sided windows (%s); use --ps-transport two-sided (or auto), or a one-sided "
                                "component that works on this network (Open MPI: --mca osc ucx or pt2pt)", why);
-            if (t->rank == 0 && cfg->verbose >= 1)
+            if (t->rank == 0 && cfg->verbose >= DT_NORMAL)
                 fprintf(stderr, "dtrain: note: parameter server: no one-sided windows here (%s); pushes and pulls "
                         "go as two-sided messages (--ps-transport two-sided)\n", why);
         }

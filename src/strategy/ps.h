@@ -19,8 +19,8 @@
 
 #include "strategy/strategy.h"
 
-enum { PS_ASYNC = 0, PS_SSP = 1, PS_SYNC = 2 };
-enum { PS_TRANSPORT_AUTO = 0, PS_TRANSPORT_RMA = 1, PS_TRANSPORT_MSG = 2 };
+enum dt_ps_mode { PS_ASYNC = 0, PS_SSP = 1, PS_SYNC = 2 };
+enum dt_ps_transport { PS_TRANSPORT_AUTO = 0, PS_TRANSPORT_RMA = 1, PS_TRANSPORT_MSG = 2 };
 
 struct ps;
 

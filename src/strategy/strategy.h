@@ -78,7 +78,7 @@ struct dt_strategy {
     void *alive_arg;
 };
 
-enum { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
+enum dt_nan_policy { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
 
 /* After a step's reduction, without loss scaling: whether the n values of g
  * (the reduced gradient, the same bits on every rank that checks it) are
