@@ -17,6 +17,7 @@
 #include "options.h"
 #include "runtime/preflight.h"
 #include "runtime/rma.h"
+#include "strategy/ps.h"
 #include "train/train.h"
 #ifdef DT_HAVE_CUDA
 #include "collectives/nccl.h"
@@ -88,10 +89,10 @@ static void print_layout(const struct dt_trainer *tr, int nranks)
     const struct dt_strategy *s = &tr->strategy;
     char layout[160], how[256] = "";
     dt_topo_describe(&tr->coll.topo, layout, sizeof layout);
-    const char *compress = cfg.compress == 1 ? " (fp16)" : cfg.compress == 2 ? " (bf16)" : "";
+    const char *compress = cfg.compress == DT_COMPRESS_FP16 ? " (fp16)" : cfg.compress == DT_COMPRESS_BF16 ? " (bf16)" : "";
     if (s->ops == &dt_strategy_parameter_server) {
         char mode[48];
-        snprintf(mode, sizeof mode, cfg.ps_mode == 0 ? "async" : cfg.ps_mode == 2 ? "sync" : "ssp, staleness %d",
+        snprintf(mode, sizeof mode, cfg.ps_mode == PS_ASYNC ? "async" : cfg.ps_mode == PS_SYNC ? "sync" : "ssp, staleness %d",
                  cfg.staleness);
         printf("layout: %s; strategy parameter-server (%s, %s): %d server%s, %d worker%s\n", layout, mode,
                dt_ps_transport_name(s), cfg.num_ps, cfg.num_ps == 1 ? "" : "s", s->nreplicas,
@@ -142,7 +143,7 @@ static void print_setup(const struct dt_trainer *tr, int nranks)
            ls->on ? (ls->dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
            tr->graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
     print_layout(tr, nranks);
-    if (cfg.verbose >= 2) dt_model_summary(&tr->model, stdout);
+    if (cfg.verbose >= DT_VERBOSE) dt_model_summary(&tr->model, stdout);
     fflush(stdout);
 }
 
@@ -171,12 +172,12 @@ int main(int argc, char **argv)
         dt_trainer_free(&trainer);
         return finish(st.code);
     }
-    if (rank == 0 && cfg.verbose >= 1) print_setup(&trainer, nranks);
+    if (rank == 0 && cfg.verbose >= DT_NORMAL) print_setup(&trainer, nranks);
     int rc = dt_trainer_fit(&trainer, stdout, &st);
     if (rc == DT_EXIT_REQUEUE && rank == 0) fprintf(stderr, "dtrain: %s\n", st.msg); /* not an error */
     else if (rc != DT_OK) say_error(rank, &st);
-    if (rc == DT_OK && cfg.verbose >= 1) dt_trainer_report_memory(&trainer, stdout);
-    if (rc == DT_OK && cfg.verbose >= 1 && rank == 0 && trainer.graphs.on) print_graphs(&trainer.graphs);
+    if (rc == DT_OK && cfg.verbose >= DT_NORMAL) dt_trainer_report_memory(&trainer, stdout);
+    if (rc == DT_OK && cfg.verbose >= DT_NORMAL && rank == 0 && trainer.graphs.on) print_graphs(&trainer.graphs);
     dt_trainer_free(&trainer);
     return finish(rc);
 }

@@ -66,7 +66,7 @@ static int finish_open(dtrain_dataset *ds, const dtrain_dataset_options *o, cons
     dt_setup_plan(&ds->plan, &ds->data, policy, ctx->rank, ctx->size, ds->batch);
     struct dt_loader_config lc = {.batch = ds->batch, .prefetch = o->prefetch, .augment = *aug,
                                   .seed = ctx->base.seed};
-    dt_setup_loader(&ds->loader, &lc, &ds->data, &ds->plan, ctx->device.be, ctx->rank == 0 && ctx->base.verbose >= 1,
+    dt_setup_loader(&ds->loader, &lc, &ds->data, &ds->plan, ctx->device.be, ctx->rank == 0 && ctx->base.verbose >= DT_NORMAL,
                     "prefetch", "dtrain_dataset_next");
     ds->loader_open = 1;
     ds->shuffle = o->shuffle;

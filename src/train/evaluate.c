@@ -76,7 +76,7 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
                  "same model on every rank): rerun with --debug-collectives, or name another --allreduce");
         return st->code;
     }
-    if (t->rank == 0 && t->cfg->verbose >= 2)
+    if (t->rank == 0 && t->cfg->verbose >= DT_VERBOSE)
         fprintf(out, "epoch %d: parameters and statistics bitwise identical on all %d ranks (hash %016lx)\n", epoch,
                 t->nranks, (unsigned long)val);
     return DT_OK;

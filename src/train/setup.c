@@ -223,7 +223,7 @@ static int resume_rest(struct dt_trainer *t, dt_status *st)
     t->saver.best = t->stopper.best;
     t->saver.best_epoch = t->stopper.best_epoch;
     t->skipped_before = t->strategy.loss_scale.skipped;
-    if (t->rank == 0 && cfg->verbose >= 1)
+    if (t->rank == 0 && cfg->verbose >= DT_NORMAL)
         printf("dtrain: resuming from %s: %d epoch%s and %lld step%s done\n", t->resume_path, t->start_epoch,
                t->start_epoch == 1 ? "" : "s", (long long)t->start_step, t->start_step == 1 ? "" : "s");
     if (cfg->restore_best && t->stopper.best_epoch >= 0 && dt_trainer_resume_best(t, st) != DT_OK) {
@@ -260,7 +260,7 @@ static int start_watchdog(struct dt_trainer *t, dt_status *st)
         return dt_status_agree(st, t->comm);
     t->strategy.alive = watchdog_alive;
     t->strategy.alive_arg = &t->watchdog;
-    if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= 1)
+    if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(stderr, "dtrain: note: --stall-timeout: no one-sided window here (%s); the watchdog %s\n",
                 t->watchdog.why, t->watchdog.how == DT_WATCH_SEND
                 ? "gathers progress with two-sided messages instead"
@@ -290,7 +290,7 @@ static void open_batches(struct dt_trainer *t, dt_status *st)
                                   .seed = cfg->seed};
     if (cfg->cache) lc.cache_bytes = cfg->cache_limit_mib ? (size_t)cfg->cache_limit_mib << 20 : default_cache_bytes(t);
     lc.fail_at = dt_fault_read_error_at(t->rank);
-    dt_setup_loader(&t->loader, &lc, &t->data, &t->plan, t->be, t->rank == 0 && cfg->verbose >= 1, "--prefetch",
+    dt_setup_loader(&t->loader, &lc, &t->data, &t->plan, t->be, t->rank == 0 && cfg->verbose >= DT_NORMAL, "--prefetch",
                     "the training loop");
 }
 

@@ -326,7 +326,7 @@ static int nothing_to_resume(struct dt_trainer *t)
     if (strcmp(cfg->resume, "latest")) return 0;
     int fresh = t->rank == 0 ? no_checkpoint_yet(cfg->checkpoint_dir) : 0;
     DT_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, t->comm));
-    if (fresh && t->rank == 0 && cfg->verbose >= 1)
+    if (fresh && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         printf("dtrain: --resume latest: no checkpoint in %s yet; starting from the beginning\n", cfg->checkpoint_dir);
     return fresh;
 }

@@ -43,7 +43,7 @@ static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_
         return st->code;
     DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
     t->last_ckpt_time = MPI_Wtime();
-    if (cfg->verbose >= 2 && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
+    if (cfg->verbose >= DT_VERBOSE && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
     if (flags[0])
         return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d step %lld; exiting "
                        "with %d so the job can be requeued (resume with --resume latest)",
@@ -84,7 +84,7 @@ static int after_step(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t don
                       struct dt_epoch_stats *es, FILE *out, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
-    const int say = cfg->verbose >= 2 && t->rank == 0;
+    const int say = cfg->verbose >= DT_VERBOSE && t->rank == 0;
     if (r->skipped) {
         if (say)
             fprintf(out, "step %lld/%lld - the gradient holds a NaN or infinity: step skipped (--nan-policy skip)\n",
@@ -224,7 +224,7 @@ static int save_best(struct dt_trainer *t, int e, double v, FILE *out, dt_status
                                                         : dt_trainer_save(t, cfg->save_best, 1, e + 1, 0, zero, NULL, 0, st);
     DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
     if (rc != DT_OK) return st->code;
-    if (cfg->verbose >= 1 && t->rank == 0)
+    if (cfg->verbose >= DT_NORMAL && t->rank == 0)
         fprintf(out, "Epoch %d: %s improved from %.5f to %.5f, saving model to %s\n", e + 1, cfg->monitor, before, v,
                 cfg->save_best);
     return DT_OK;
@@ -272,7 +272,7 @@ static int epoch_checkpoint(struct dt_trainer *t, int e, int stop, FILE *out, dt
         DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
         t->ckpt_pending = 0;
         t->last_ckpt_time = MPI_Wtime();
-        if (cfg->verbose >= 2 && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
+        if (cfg->verbose >= DT_VERBOSE && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
     }
     if (sig && !last)
         return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d; exiting with %d so "
@@ -299,12 +299,12 @@ static void restore_best(struct dt_trainer *t, int validate, FILE *out)
     if (!cfg->restore_best || !t->best_params || t->stopper.best_epoch < 0) return;
     dt_trainer_set_params(t, t->best_params);
     t->be->upload(t->model.buffers, t->best_params + t->model.nparams, sizeof(float) * t->model.nbuffers);
-    if (cfg->verbose >= 1 && t->rank == 0)
+    if (cfg->verbose >= DT_NORMAL && t->rank == 0)
         fprintf(out, "Restoring model weights from the end of the best epoch: %d.\n", t->stopper.best_epoch + 1);
     if (validate) {
         double vl, va;
         dt_trainer_evaluate(t, &vl, &va);
-        if (cfg->verbose >= 1 && t->rank == 0)
+        if (cfg->verbose >= DT_NORMAL && t->rank == 0)
             fprintf(out, "restored weights: val_loss: %.4f - val_accuracy: %.4f\n", vl, va);
     }
 }
@@ -319,7 +319,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         return st->code;
     }
     if (cfg->timeline && dt_timeline_start(t->comm, cfg->timeline, st) != DT_OK) return st->code;
-    if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= 1)
+    if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(out, "dtrain: the checkpoint has %d epochs done, --epochs is %d: nothing left to train\n",
                 t->start_epoch, cfg->epochs);
     for (int e = t->start_epoch; e < cfg->epochs; e++) {
@@ -340,7 +340,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         int stop = 0;
         if (epoch_callbacks(t, e, &stop, out, st) != DT_OK) return st->code;
         if (stop) {
-            if (cfg->verbose >= 1 && t->rank == 0) fprintf(out, "Epoch %d: early stopping\n", e + 1);
+            if (cfg->verbose >= DT_NORMAL && t->rank == 0) fprintf(out, "Epoch %d: early stopping\n", e + 1);
             break;
         }
     }
@@ -356,7 +356,7 @@ static void report_cache(struct dt_trainer *t, FILE *out)
     double counts[2] = {(double)c->hits, (double)(c->hits + c->misses)}, held = (double)dt_cache_bytes(c), most = 0.0;
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_DOUBLE, MPI_SUM, t->comm));
     DT_MPI_CHECK(MPI_Allreduce(&held, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm));
-    if (t->rank == 0 && t->cfg->verbose >= 1)
+    if (t->rank == 0 && t->cfg->verbose >= DT_NORMAL)
         fprintf(out, "  data cache           %.2f MiB held per rank (largest; limit %.2f MiB), %.1f%% of sample "
                 "reads from memory\n", most / 1048576.0, (double)c->limit / 1048576.0,
                 counts[1] > 0 ? 100.0 * counts[0] / counts[1] : 0.0);
