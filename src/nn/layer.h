@@ -13,10 +13,7 @@
 #include "backend.h"
 #include "runtime/rng.h"
 #include "runtime/status.h"
-
-struct dt_shape { int h, w, c; };
-
-static inline size_t dt_shape_size(struct dt_shape s) { return (size_t)s.h * s.w * s.c; }
+#include "tensor.h"
 
 enum dt_activation { DT_ACT_NONE = 0, DT_ACT_RELU = 1 };
 
