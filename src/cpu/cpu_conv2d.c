@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/log.h"
+#include "runtime/status.h"
 #include "cpu/cpu_internal.h"
 
 #define CONV_CACHE 6

@@ -6,8 +6,16 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "backend.h"
+#include "runtime/status.h" /* dt_die */
 #include "simd.h" /* DT_MULTIVERSION on the element-wise kernels */
 
+/* oneDNN calls return dnnl_status_t; a failure is not the user's. */
+#define DT_DNNL_CHECK(call)                                                  \
+    do {                                                                     \
+        int dt_rc_ = (int)(call);                                            \
+        if (dt_rc_ != 0)                                                     \
+            dt_die(__FILE__, __LINE__, "%s failed: oneDNN status %d", #call, dt_rc_); \
+    } while (0)
 
 /* cpu_conv2d.c (oneDNN). A plan takes its arithmetic from cpu_precision
  * when it is created: bf16 plans convert inputs and weights to bf16 and

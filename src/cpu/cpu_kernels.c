@@ -25,7 +25,7 @@
 #define DT_BF16_INTRINSICS 1
 #endif
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "cpu/cpu_internal.h"
 
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "metrics/tl_span.h"
 #include "nn/model.h"
 #include "nn/model_file.h"
