@@ -99,7 +99,7 @@ extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt
     dt_dropout_ops, dt_avgpool_ops, dt_global_avgpool_ops, dt_batchnorm_ops, dt_add_ops, dt_route_ops,
     dt_flatten_ops, dt_reshape_ops;
 
-/* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
+/* init.c: Glorot-uniform, U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
 void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng);
 
 #endif
