@@ -2,9 +2,10 @@
  *
  * A layer type is one file in src/nn/ that fills a const dt_layer_ops; the
  * model loop calls layer->ops->forward(...) and never switches on the type.
- * Layers see tensors and the backend (backend.h), never MPI. Shapes are per
- * sample, NHWC; a dense layer reads its input flattened (Keras's Flatten of
- * an NHWC tensor is the same memory). */
+ * Layers see tensors (tensor.h) and the backend (backend.h), never MPI
+ * (tests/layering.sh compiles nn/ without it). Shapes are per sample, NHWC;
+ * a dense layer reads its input flattened (Keras's Flatten of an NHWC
+ * tensor is the same memory). */
 #ifndef DT_LAYER_H
 #define DT_LAYER_H
 

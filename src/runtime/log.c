@@ -5,7 +5,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
-#include <string.h>
 #include <unistd.h>
 
 int dt_log_rank = -1;
