@@ -9,7 +9,11 @@ registry that lists its members while the members call back into it, or
 two files that each hold what the other needs. The fix is to move what
 both need into a file of its own.
 
-Usage: depcycles.py BUILDDIR   every libtool object (.lo) under BUILDDIR/src
+Usage: depcycles.py BUILDDIR [SRCDIR]
+                         every libtool object (.lo) under BUILDDIR/src; with
+                         SRCDIR, only those whose source (.c, .cu) is still
+                         in SRCDIR/src, so the objects a build directory
+                         keeps of moved or deleted files do not count
        depcycles.py OBJ.o...   these objects
 Prints each cycle and the mutual edges in it, with the symbols behind them;
 exits 1 when there is any cycle, 2 when there is nothing to check.
@@ -25,13 +29,16 @@ import subprocess
 import sys
 
 
-def objects_of(builddir):
+def objects_of(builddir, srcdir=None):
     """(name, path) of the object behind each .lo under builddir/src."""
     out = []
     top = os.path.join(builddir, "src")
     for d, _, files in os.walk(top):
         for f in sorted(files):
             if not f.endswith(".lo"):
+                continue
+            rel = os.path.relpath(os.path.join(d, f[:-3]), top)
+            if srcdir and not any(os.path.exists(os.path.join(srcdir, "src", rel + e)) for e in (".c", ".cu")):
                 continue
             text = open(os.path.join(d, f)).read()
             obj = None
@@ -41,7 +48,7 @@ def objects_of(builddir):
                     obj = os.path.join(d, m.group(1))
                     break
             if obj:
-                out.append((os.path.relpath(os.path.join(d, f[:-3]), top), obj))
+                out.append((rel, obj))
     return out
 
 
@@ -101,8 +108,8 @@ def components(graph):
 
 
 def main(argv):
-    if len(argv) == 2 and os.path.isdir(argv[1]):
-        objs = objects_of(argv[1])
+    if len(argv) in (2, 3) and all(os.path.isdir(a) for a in argv[1:]):
+        objs = objects_of(argv[1], argv[2] if len(argv) == 3 else None)
     else:
         objs = [(os.path.splitext(os.path.basename(a))[0], a) for a in argv[1:]]
     if not objs:

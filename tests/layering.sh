@@ -57,7 +57,7 @@ else
 fi
 
 # ---- (b) no dependency cycles between object files --------------------------
-if python3 "$TOP_SRCDIR/tests/depcycles.py" "$TOP_BUILDDIR" >"$T/cycles" 2>&1; then
+if python3 "$TOP_SRCDIR/tests/depcycles.py" "$TOP_BUILDDIR" "$TOP_SRCDIR" >"$T/cycles" 2>&1; then
   pass "(b) $(tail -1 "$T/cycles")"
 else
   fail "(b) dependency cycles (move what both files need into a file of its own):"
