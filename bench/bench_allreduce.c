@@ -14,7 +14,7 @@
  * The design decision: one dt_coll context and one set of buffers serve every
  * algorithm; the harness drives each through its struct dt_allreduce_algo
  * (usable, run) and never switches on which one it is, so an algorithm added
- * to coll.c is benchmarked here by name with no change. */
+ * to coll.c's registry is benchmarked here by name with no change. */
 #include "config.h"
 
 #include <errno.h>

@@ -42,8 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { (void)data; (void
        AC_MSG_ERROR([--enable-fuzzing: $CC cannot link -fsanitize=fuzzer (Debian: the libclang-rt-dev package of your clang)])])
     CFLAGS="$dt_save_CFLAGS"
     FUZZ_CFLAGS="-fsanitize=fuzzer-no-link $dt_fuzz_san"
-    # clang < 15 has no _Float16 on x86 (the fp16 gradient packing in
-    # collectives/coll.c uses it); its storage-only __fp16 converts the same.
+    # clang < 15 has no _Float16 on x86 (runtime/half.h's fp16 conversions
+    # use it); its storage-only __fp16 converts the same.
     AC_MSG_CHECKING([whether $CC supports _Float16])
     AC_COMPILE_IFELSE([AC_LANG_PROGRAM([], [[_Float16 h = (_Float16)1.5f; return (int)(float)h;]])],
       [AC_MSG_RESULT([yes])],

@@ -14,29 +14,7 @@
 #include <stdint.h>
 
 #include "runtime/rng.h"
-
-/* Arithmetic of convolutions and matmuls (--precision). Parameters,
- * optimizer state and parameter gradients stay float32 in every mode (fp32
- * master weights); fp16/bf16 run the convolutions and matrix products with
- * 16-bit inputs and float32 accumulation (tensor cores on the GPU,
- * AVX512-BF16/AMX through oneDNN on the CPU). The same values name the
- * element type activations are stored in (set_act_type below). */
-enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_FP16 = 1, DT_PREC_BF16 = 2 };
-
-static inline const char *dt_precision_name(int p)
-{
-    return p == DT_PREC_FP16 ? "fp16" : p == DT_PREC_BF16 ? "bf16" : "fp32";
-}
-
-/* An activation: the tensors between layers and their gradients. Their
- * element type is the backend's act_type() (float32, or a 16-bit type under
- * --precision fp16|bf16 where the backend stores 16 bits), so layers and
- * the model never index them: they size them with dt_act_size and hand
- * them to the ops below. Parameters, parameter gradients, optimizer state
- * and dropout masks are float everywhere. */
-typedef void dt_act;
-
-static inline size_t dt_act_size(int type) { return type == DT_PREC_FP32 ? 4 : 2; }
+#include "tensor.h" /* dt_act, enum dt_precision */
 
 /* A 2-D convolution (or pooling window) over NHWC tensors. */
 struct dt_conv_shape {

@@ -23,6 +23,7 @@
 
 #include "mpi_check.h"
 #include "collectives/sum_large.h"
+#include "runtime/checks.h" /* dt_status_agree */
 #include "train/train.h"
 
 static int rank, nranks;

@@ -39,6 +39,17 @@ static const char builtin[] = "0 0 0 ring\n0 0 65536 hier\n";
 static const char builtin[] = "0 0 0 mpi\n0 0 65536 hier\n";
 #endif
 
+/* What auto picks among: every algorithm but itself. */
+static const struct dt_allreduce_algo *const candidates[] = {&dt_allreduce_mpi, &dt_allreduce_ring, &dt_allreduce_hier};
+#define NCAND ((int)(sizeof candidates / sizeof *candidates))
+
+static const struct dt_allreduce_algo *candidate(const char *name)
+{
+    for (int i = 0; i < NCAND; i++)
+        if (strcmp(candidates[i]->name, name) == 0) return candidates[i];
+    return NULL;
+}
+
 static int parse(struct dt_coll *c, const char *text, const char *source, dt_status *st)
 {
     int line = 0, cap = 8;
@@ -65,8 +76,8 @@ static int parse(struct dt_coll *c, const char *text, const char *source, dt_sta
             r.nodes < 0 || r.ranks_per_node < 0 || minb < 0)
             return dt_fail(st, DT_EUSAGE, "%s:%d: expected 'NODES RANKS_PER_NODE MIN_BYTES ALGORITHM', found '%s'",
                            source, line, q);
-        const struct dt_allreduce_algo *a = dt_allreduce_find(r.algo);
-        if (!a || a == &dt_allreduce_auto)
+        const struct dt_allreduce_algo *a = candidate(r.algo);
+        if (!a)
             return dt_fail(st, DT_EUSAGE, "%s:%d: algorithm '%s' is not mpi, ring or hier", source, line, r.algo);
         r.min_bytes = (size_t)minb;
         r.pick = a;
@@ -196,8 +207,8 @@ int dt_auto_preset(struct dt_coll *c, const char *text)
         while (*p == ' ') p++;
         if (!*p) break;
         if (sscanf(p, "%d:%15[a-z]%n", &cls, name, &k) != 2 || cls < 0 || cls > 62) return 0;
-        const struct dt_allreduce_algo *a = dt_allreduce_find(name);
-        if (!a || a == &dt_allreduce_auto || !a->usable(c, why, sizeof why)) return 0;
+        const struct dt_allreduce_algo *a = candidate(name);
+        if (!a || !a->usable(c, why, sizeof why)) return 0;
         t[n++] = (struct dt_auto_tuned){.cls = cls, .pick = a};
         p += k;
     }
@@ -223,11 +234,11 @@ int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t
         if (covered) return c->ntuned;
         c->tuned_preset = 0; /* other buckets than the checkpoint's run had: time them all */
     }
-    const struct dt_allreduce_algo *all[] = {&dt_allreduce_mpi, &dt_allreduce_ring, &dt_allreduce_hier}, *cand[3];
+    const struct dt_allreduce_algo *cand[NCAND];
     int ncand = 0;
     char why[256];
-    for (int j = 0; j < 3; j++)
-        if (all[j]->usable(c, why, sizeof why)) cand[ncand++] = all[j];
+    for (int j = 0; j < NCAND; j++)
+        if (candidates[j]->usable(c, why, sizeof why)) cand[ncand++] = candidates[j];
     if (ncand == 0) return 0;
     /* One count per size class, the first seen; at most 64 classes. */
     size_t pick_count[64];

@@ -105,13 +105,19 @@ const struct dt_shm *dt_coll_alloc_node_shared(struct dt_coll *c, size_t count);
 void dt_allreduce(struct dt_coll *c, const float *send, float *recv, size_t count);
 const struct dt_allreduce_algo *dt_allreduce_find(const char *name);
 
-/* ---- helpers the algorithms share (coll.c) ---- */
+/* ---- shm.c: the node-shared windows ---- */
+/* Collective over the node: a window of count floats per local rank, of
+ * which mine_count are in my region (count, or 0 off local rank 0 for a
+ * node-shared block). Returns MPI's error code, 0 when it worked (errors
+ * are returned while the window is made: runtime/rma.h). */
+int dt_shm_create(struct dt_coll *c, struct dt_shm *s, size_t count, size_t mine_count);
+void dt_shm_free(struct dt_shm *s);
 /* The dt_coll_alloc window whose region of mine holds [p, p+count), or NULL. */
 const struct dt_shm *dt_coll_find_shm(const struct dt_coll *c, const float *p, size_t count);
-float *dt_coll_scratch(struct dt_coll *c, size_t count);
-uint16_t *dt_coll_packed(struct dt_coll *c, int which, size_t count);
 /* Make stores to the window visible to the node, and wait for everyone. */
 void dt_shm_fence(struct dt_coll *c, const struct dt_shm *s);
+
+/* ---- ring.c ---- */
 /* Ring all-reduce over any communicator (used by ring and by hier's
  * cross-node hop). compress: 16-bit transport, fp32 sums; cross_only (comm
  * must then be the world): only hops between nodes are compressed. */
@@ -149,12 +155,5 @@ void dt_auto_describe(const struct dt_coll *c, char *buf, size_t len);
  * the text applies here (same layout, where timing would happen). */
 int dt_auto_encode(const struct dt_coll *c, char *buf, size_t len);
 int dt_auto_preset(struct dt_coll *c, const char *text);
-
-/* fp16/bf16 conversion, round to nearest even. */
-void dt_pack16(uint16_t *dst, const float *src, size_t n, int compress);
-void dt_unpack16_add(float *dst, const uint16_t *src, size_t n, int compress);
-void dt_unpack16(float *dst, const uint16_t *src, size_t n, int compress);
-/* Round src through the 16-bit format in place (so the owner holds what peers receive). */
-void dt_round16(float *buf, size_t n, int compress);
 
 #endif

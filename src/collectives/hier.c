@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "collectives/coll.h"
 #include "simd.h"
 

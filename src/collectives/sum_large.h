@@ -2,8 +2,8 @@
  *
  * For small host-side sums outside the gradient path (batch-norm running
  * statistics, metrics, replica checks); the gradient algorithms live in
- * coll.c and one file each beside it. Counts beyond INT_MAX elements are
- * sent in pieces. */
+ * src/collectives/, one file each, registered in coll.c. Counts beyond
+ * INT_MAX elements are sent in pieces. */
 #ifndef DT_SUM_LARGE_H
 #define DT_SUM_LARGE_H
 

@@ -9,7 +9,7 @@
 #include "collectives/topology.h"
 
 /* Collective. An emulated node must lie on one host: its ranks share
- * memory windows (collectives/coll.c), which MPI cannot make across hosts. */
+ * memory windows (collectives/shm.c), which MPI cannot make across hosts. */
 static int check_emulated_node(struct dt_topo *t, int ranks_per_node, dt_status *st)
 {
     MPI_Comm shared;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "cpu/cpu_internal.h"
 
 static void *cpu_alloc(size_t bytes) { return dt_xmalloc(bytes); }

@@ -19,34 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/log.h"
+#include "runtime/status.h"
 #include "cpu/cpu_internal.h"
 
 #define CONV_CACHE 6
-
-/* One engine and stream for the process: oneDNN engines are expensive and
- * carry no per-model state. */
-static dnnl_engine_t engine;
-static dnnl_stream_t stream;
-
-static void ensure_engine(void)
-{
-    if (engine) return;
-    DT_DNNL_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
-    DT_DNNL_CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
-}
-
-dnnl_engine_t cpu_dnnl_engine(void)
-{
-    ensure_engine();
-    return engine;
-}
-
-dnnl_stream_t cpu_dnnl_stream(void)
-{
-    ensure_engine();
-    return stream;
-}
 
 /* A weights-shaped buffer in a primitive's preferred layout, and the
  * reorder that fills it from (or empties it into) the user's HWIO. */
@@ -88,7 +65,7 @@ static dnnl_memory_t mem_owned(const dnnl_memory_desc_t *md, uint16_t **data)
 {
     dnnl_memory_t m;
     *data = dt_xmalloc(dnnl_memory_desc_get_size(md));
-    DT_DNNL_CHECK(dnnl_memory_create(&m, md, engine, *data));
+    DT_DNNL_CHECK(dnnl_memory_create(&m, md, cpu_dnnl_engine(), *data));
     return m;
 }
 
@@ -100,7 +77,7 @@ static void pd_create(dnnl_primitive_desc_t *pd, const void *desc, const_dnnl_pr
                       const_dnnl_primitive_desc_t hint, const struct dt_conv_plan *p, const char *what)
 {
     const struct dt_conv_shape *s = &p->s;
-    int rc = (int)dnnl_primitive_desc_create(pd, desc, attr, engine, hint);
+    int rc = (int)dnnl_primitive_desc_create(pd, desc, attr, cpu_dnnl_engine(), hint);
     if (rc != 0 && p->bf16)
         DT_DIE("oneDNN %d.%d has no bf16 %s convolution for %dx%dx%d input, %d %dx%d filters, stride %d, "
                "pad %d on this CPU (status %d); run with --precision fp32", DNNL_VERSION_MAJOR,
@@ -121,7 +98,7 @@ static void pd_create(dnnl_primitive_desc_t *pd, const void *desc, const_dnnl_pr
 static dnnl_memory_t mem_none(const dnnl_memory_desc_t *md)
 {
     dnnl_memory_t m;
-    DT_DNNL_CHECK(dnnl_memory_create(&m, md, engine, DNNL_MEMORY_NONE));
+    DT_DNNL_CHECK(dnnl_memory_create(&m, md, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
     return m;
 }
 
@@ -133,12 +110,13 @@ static void wbuf_init(struct wbuf *b, const dnnl_memory_desc_t *want, dnnl_memor
     memset(b, 0, sizeof *b);
     if (dnnl_memory_desc_equal(want, user_md)) return; /* use the user's buffer directly */
     b->data = dt_xmalloc(dnnl_memory_desc_get_size(want));
-    DT_DNNL_CHECK(dnnl_memory_create(&b->mem, want, engine, b->data));
+    DT_DNNL_CHECK(dnnl_memory_create(&b->mem, want, cpu_dnnl_engine(), b->data));
     dnnl_primitive_desc_t rpd;
+    dnnl_engine_t e = cpu_dnnl_engine();
     if (to_want)
-        DT_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, user_md, engine, want, engine, NULL));
+        DT_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, user_md, e, want, e, NULL));
     else
-        DT_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, want, engine, user_md, engine, NULL));
+        DT_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, want, e, user_md, e, NULL));
     DT_DNNL_CHECK(dnnl_primitive_create(&b->reorder, rpd));
     dnnl_primitive_desc_destroy(rpd);
 }
@@ -153,7 +131,7 @@ static void wbuf_destroy(struct wbuf *b)
 
 static void exec(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args)
 {
-    DT_DNNL_CHECK(dnnl_primitive_execute(p, stream, nargs, args));
+    DT_DNNL_CHECK(dnnl_primitive_execute(p, cpu_dnnl_stream(), nargs, args));
 }
 
 static void reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
@@ -264,7 +242,6 @@ static struct entry *lookup(struct dt_conv_plan *p, int n)
 
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
 {
-    ensure_engine();
     dt_conv_plan *p = dt_xcalloc(1, sizeof *p);
     p->s = *shape;
     p->relu = relu;
@@ -330,7 +307,7 @@ void cpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, cons
     dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_fwd)},
                            {DNNL_ARG_BIAS, e->bias}, {DNNL_ARG_DST, e->dst}};
     exec(e->fwd, 4, a);
-    DT_DNNL_CHECK(dnnl_stream_wait(stream));
+    DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
 }
 
 void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, float *dbias,
@@ -366,5 +343,5 @@ void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, floa
                                 {DNNL_ARG_DIFF_SRC, e->diff_src}};
         exec(e->bwd_data, 3, ad);
     }
-    DT_DNNL_CHECK(dnnl_stream_wait(stream));
+    DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
 }

@@ -6,8 +6,16 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "backend.h"
+#include "runtime/status.h" /* dt_die */
 #include "simd.h" /* DT_MULTIVERSION on the element-wise kernels */
 
+/* oneDNN calls return dnnl_status_t; a failure is not the user's. */
+#define DT_DNNL_CHECK(call)                                                  \
+    do {                                                                     \
+        int dt_rc_ = (int)(call);                                            \
+        if (dt_rc_ != 0)                                                     \
+            dt_die(__FILE__, __LINE__, "%s failed: oneDNN status %d", #call, dt_rc_); \
+    } while (0)
 
 /* cpu_conv2d.c (oneDNN). A plan takes its arithmetic from cpu_precision
  * when it is created: bf16 plans convert inputs and weights to bf16 and
@@ -18,10 +26,6 @@ void cpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, c
                       const float *bias);
 void cpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight);
-/* The process's one oneDNN engine and stream, made on first use (the bf16
- * GEMM in cpu_kernels.c runs on them too). */
-dnnl_engine_t cpu_dnnl_engine(void);
-dnnl_stream_t cpu_dnnl_stream(void);
 
 /* cpu_conv_direct.c: one input channel, vectorized over output channels */
 int cpu_conv_direct_fits(const struct dt_conv_shape *s);
@@ -55,7 +59,6 @@ void cpu_adam_update(float *param, float *m, float *v, const float *grad, size_t
                      float beta1, float beta2, float eps);
 void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
                     float momentum);
-int cpu_setup(int nthreads, int precision, char *why, size_t whylen);
 int cpu_unscale_check(float *grad, size_t n, float inv_scale);
 void cpu_accumulate(float *dst, const float *src, size_t n);
 
@@ -65,11 +68,19 @@ void cpu_channel_affine(float *out, const float *a, const float *b, size_t rows,
                         const float *q, const float *r, int relu);
 void cpu_avgpool_forward(const struct dt_conv_shape *s, int n, float *out, const float *inp);
 void cpu_avgpool_backward(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
-/* The precision setup() chose (enum dt_precision), and whether this CPU has
- * bf16 dot-product instructions. */
+
+/* cpu_setup.c: setup(); the precision it chose (enum dt_precision), and
+ * whether this CPU has bf16 dot-product instructions; the process's one
+ * oneDNN engine and stream, made on first use (the convolutions and the
+ * bf16 GEMM run on them). */
+int cpu_setup(int nthreads, int precision, char *why, size_t whylen);
 extern int cpu_precision;
 int cpu_has_bf16(void);
-/* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN). */
+dnnl_engine_t cpu_dnnl_engine(void);
+dnnl_stream_t cpu_dnnl_stream(void);
+
+/* cpu_kernels.c: dst[i] = src[i] rounded to bf16 (runtime/half.h's rounding,
+ * or AVX512-BF16's instruction where the CPU has it). */
 void cpu_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 #endif

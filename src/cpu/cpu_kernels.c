@@ -13,58 +13,16 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE__) || defined(__x86_64__)
-#include <xmmintrin.h>
-#endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define DT_BF16_INTRINSICS 1
 #endif
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "cpu/cpu_internal.h"
-
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-void openblas_set_num_threads(int);
-#endif
-
-int cpu_precision = DT_PREC_FP32;
-
-int cpu_has_bf16(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
-#else
-    return 0;
-#endif
-}
-
-int cpu_setup(int nthreads, int precision, char *why, size_t whylen)
-{
-#if defined(__SSE__) || defined(__x86_64__)
-    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) and DAZ (bit 6) */
-#endif
-    omp_set_num_threads(nthreads);
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    openblas_set_num_threads(nthreads);
-#endif
-    if (precision == DT_PREC_FP16) {
-        snprintf(why, whylen, "the CPU backend has no fp16 arithmetic; use --precision bf16 (or fp32), "
-                 "or fp16 with --device cuda");
-        return -1;
-    }
-    if (precision == DT_PREC_BF16 && !cpu_has_bf16()) {
-        snprintf(why, whylen, "this CPU has neither AVX512-BF16 nor AMX-BF16 instructions; "
-                 "--precision bf16 would be emulated and slower than fp32");
-        return -1;
-    }
-    cpu_precision = precision;
-    return 0;
-}
+#include "runtime/half.h"
 
 DT_MULTIVERSION void cpu_accumulate(float *dst, const float *src, size_t n)
 {
@@ -82,16 +40,10 @@ DT_MULTIVERSION int cpu_unscale_check(float *grad, size_t n, float inv_scale)
 
 /* ---- bf16 ------------------------------------------------------------- */
 
-/* Round to nearest even on the bit pattern; a NaN keeps its sign and top
- * payload bits and is made quiet, so it cannot round into an infinity. */
+/* runtime/half.h's rounding: nearest even; a NaN stays a (quiet) NaN. */
 DT_MULTIVERSION static void to_bf16_c(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
-        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = dt_f32_to_bf16(src[i]);
 }
 
 #ifdef DT_BF16_INTRINSICS

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "cpu/cpu_internal.h"
 
 #define SUM_BLOCK 64

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "data/cache.h"
 
 void dt_cache_init(struct dt_cache *c, size_t limit_bytes, size_t row, int64_t n)

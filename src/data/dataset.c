@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +15,9 @@
 #include "runtime/checks.h"
 #include "data/dataset.h"
 #include "data/shard.h"
+
+/* dataset_rows.h holds the HDF5 ids as int64_t so that it needs no hdf5.h. */
+_Static_assert(_Generic((hid_t)0, int64_t: 1, default: 0), "hid_t is int64_t (HDF5 >= 1.10)");
 
 static const char *split_name[2] = {"train", "test"};
 

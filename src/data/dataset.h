@@ -7,46 +7,20 @@
  *
  * Rank 0 validates every file (shapes, types, label range) and the verdict is
  * agreed on by all ranks before anyone reads; after that each rank reads only
- * the rows it trains on, as hyperslab selections, never the whole file. */
+ * the rows it trains on, as hyperslab selections, never the whole file.
+ *
+ * This header is the collective half, opening; what an open dataset holds
+ * and the reading of its rows are in dataset_rows.h, which needs no MPI. */
 #ifndef DT_DATASET_H
 #define DT_DATASET_H
 
-#include <hdf5.h>
 #include <mpi.h>
-#include <stdint.h>
 
-#include "nn/layer.h"
+#include "data/dataset_rows.h" /* struct dt_dataset, reading rows */
 #include "runtime/status.h"
 
-enum { DT_TRAIN = 0, DT_TEST = 1 };
-
-struct dt_split {
-    int present;
-    int64_t n;              /* samples over all files */
-    int64_t *file_start;    /* [nfiles+1] prefix sums */
-    hid_t *images, *labels; /* per file; -1 where a file has no rows */
-};
-
-struct dt_dataset {
-    int nfiles;
-    char **paths;
-    hid_t *files;
-    struct dt_shape shape;  /* per image */
-    int classes;
-    struct dt_split split[2];
-    uint8_t *scratch;
-    size_t scratch_bytes;
-    int synthetic;          /* rows are generated (data/synthetic.c), no files */
-    uint64_t synth_seed;
-};
-
+/* Collective over comm: rank 0 validates the files, every rank learns the
+ * verdict, then each opens them for its own reads. */
 int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm comm, dt_status *st);
-/* Read samples idx[0..n) (global indices of the split) into images
- * [n][H][W][C] and labels [n], in idx order. Returns DT_OK or DT_ERUNTIME. */
-int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
-                    uint8_t *labels, dt_status *st);
-void dt_dataset_close(struct dt_dataset *ds);
-/* synthetic.c: generate rows idx[0..n) of a synthetic dataset. */
-void dt_synthetic_rows(const struct dt_dataset *ds, const int64_t *idx, int n, uint8_t *images, uint8_t *labels);
 
 #endif

@@ -7,10 +7,11 @@
 #include "config.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
 

@@ -30,7 +30,7 @@
 #include "backend.h"
 #include "data/augment.h"
 #include "data/cache.h"
-#include "data/dataset.h"
+#include "data/dataset_rows.h"
 #include "data/rowmap.h"
 #include "data/shard.h"
 #include "runtime/status.h"

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

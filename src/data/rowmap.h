@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/dataset.h"
+#include "data/dataset_rows.h"
 #include "runtime/status.h"
 
 /* One dataset's rows: row r starts at file offset

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "data/dataset.h"
+#include "data/dataset_rows.h"
 #include "runtime/status.h"
 
 struct dt_synthetic {

@@ -29,10 +29,7 @@ extern "C" {
 #include "backend.h"
 #include "gpu/gpu.h"
 #include "runtime/log.h"
-/* checks.h declares this too, but includes mpi.h, and nvcc compiles these
- * files without MPI's include path; the signature must stay the same. */
-__attribute__((noreturn, format(printf, 3, 4))) void dt_die(const char *file, int line,
-                                                            const char *fmt, ...);
+#include "runtime/status.h" /* dt_die; no MPI, as nvcc compiles without MPI's include path */
 }
 
 /* The checks of checks.h for the CUDA libraries: file:line and the

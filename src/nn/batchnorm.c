@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "nn/layer.h"
 
 struct bn_state {

@@ -2,9 +2,10 @@
  *
  * A layer type is one file in src/nn/ that fills a const dt_layer_ops; the
  * model loop calls layer->ops->forward(...) and never switches on the type.
- * Layers see tensors and the backend (backend.h), never MPI. Shapes are per
- * sample, NHWC; a dense layer reads its input flattened (Keras's Flatten of
- * an NHWC tensor is the same memory). */
+ * Layers see tensors (tensor.h) and the backend (backend.h), never MPI
+ * (tests/layering.sh compiles nn/ without it). Shapes are per sample, NHWC;
+ * a dense layer reads its input flattened (Keras's Flatten of an NHWC
+ * tensor is the same memory). */
 #ifndef DT_LAYER_H
 #define DT_LAYER_H
 
@@ -13,10 +14,7 @@
 #include "backend.h"
 #include "runtime/rng.h"
 #include "runtime/status.h"
-
-struct dt_shape { int h, w, c; };
-
-static inline size_t dt_shape_size(struct dt_shape s) { return (size_t)s.h * s.w * s.c; }
+#include "tensor.h"
 
 enum dt_activation { DT_ACT_NONE = 0, DT_ACT_RELU = 1 };
 
@@ -102,7 +100,7 @@ extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt
     dt_dropout_ops, dt_avgpool_ops, dt_global_avgpool_ops, dt_batchnorm_ops, dt_add_ops, dt_route_ops,
     dt_flatten_ops, dt_reshape_ops;
 
-/* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
+/* init.c: Glorot-uniform, U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
 void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng);
 
 #endif

@@ -1,11 +1,10 @@
 /* model.c: building, initialising and running a model (see model.h). */
 #include "config.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checks.h"
+#include "runtime/status.h"
 #include "metrics/tl_span.h"
 #include "nn/model.h"
 #include "nn/model_file.h"
@@ -29,12 +28,6 @@ static const struct {
     {"reshape", &dt_reshape_ops, "reshape"},
 };
 #define NTYPES ((int)(sizeof layer_types / sizeof *layer_types))
-
-void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng)
-{
-    float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
-    for (size_t i = 0; i < n; i++) w[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * limit;
-}
 
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st)

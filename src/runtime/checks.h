@@ -1,21 +1,18 @@
-/* checks.h: abort-every-rank checks around library calls.
+/* checks.h: abort-every-rank checks around MPI and HDF5 calls, and the
+ * agreement of every rank on a user error.
  *
- * These are for failures that are not the user's fault (a library refusing a
- * call that should work). They print host, rank, file:line and the library's
- * own error string, then MPI_Abort so no rank is left waiting in a
- * collective. User errors go through dt_status (status.h) instead. */
+ * The checks are for failures that are not the user's fault (a library
+ * refusing a call that should work). They print host, rank, file:line and
+ * the library's own error string, then MPI_Abort so no rank is left waiting
+ * in a collective. User errors go through dt_status (status.h), agreed on
+ * here. The MPI half of status.h: code that must not need mpi.h (nn/, most
+ * of data/) includes status.h alone. */
 #ifndef DT_CHECKS_H
 #define DT_CHECKS_H
 
 #include <mpi.h>
-#include <stddef.h>
 
-#include "runtime/log.h"
-
-_Noreturn void dt_die(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#define DT_DIE(...) dt_die(__FILE__, __LINE__, __VA_ARGS__)
+#include "runtime/status.h"
 
 #define DT_MPI_CHECK(call)                                                   \
     do {                                                                     \
@@ -35,18 +32,8 @@ _Noreturn void dt_die(const char *file, int line, const char *fmt, ...)
             dt_die(__FILE__, __LINE__, "%s failed (HDF5 error stack above)", #call); \
     } while (0)
 
-/* oneDNN calls return dnnl_status_t. */
-#define DT_DNNL_CHECK(call)                                                  \
-    do {                                                                     \
-        int dt_rc_ = (int)(call);                                            \
-        if (dt_rc_ != 0)                                                     \
-            dt_die(__FILE__, __LINE__, "%s failed: oneDNN status %d", #call, dt_rc_); \
-    } while (0)
-
-#define DT_ABORT_CODE 1
-
-/* Allocation that cannot reasonably be recovered from. */
-void *dt_xmalloc(size_t bytes);
-void *dt_xcalloc(size_t count, size_t size);
+/* Collective over comm: if any rank holds an error, every rank ends up holding
+ * the lowest such rank's error. Returns the agreed code. */
+int dt_status_agree(dt_status *st, MPI_Comm comm);
 
 #endif

@@ -17,6 +17,13 @@
 #include "collectives/nccl.h"
 #endif
 
+int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n)
+{
+    s->nonfinite = !s->be->unscale_check((float *)g, n, 1.0f); /* a scale of 1 leaves g as it is */
+    if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
+    return !s->nonfinite;
+}
+
 int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
 {
     struct dt_model *m = s->model;

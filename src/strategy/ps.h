@@ -1,5 +1,6 @@
 /* ps.h: the parameter server's inside, shared by parameter_server.c (the
- * strategy: shards, modes, what a server applies) and its two transports:
+ * strategy: shards, modes), ps_apply.c (what a server applies) and its two
+ * transports:
  *
  *   ps_rma.c  one-sided: workers get parameters and accumulate gradients
  *             into MPI windows on the servers, with no server involvement

@@ -56,13 +56,6 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     return s->ops->setup(s, st);
 }
 
-int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n)
-{
-    s->nonfinite = !s->be->unscale_check((float *)g, n, 1.0f); /* a scale of 1 leaves g as it is */
-    if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
-    return !s->nonfinite;
-}
-
 void dt_strategy_free(struct dt_strategy *s)
 {
     if (s->ops && s->ops->teardown) s->ops->teardown(s);
