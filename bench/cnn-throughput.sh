@@ -302,21 +302,16 @@ for ((r = 1; r <= repeats; r++)); do
 done
 
 # ---- Report ------------------------------------------------------------------------------
-stats() { # "x y z ..." -> "min median max" (empty for no values)
-    tr ' ' '\n' <<<"$1" | awk NF | sort -g | awk '
-        { v[NR] = $1 }
-        END { if (NR) printf "%s %s %s\n", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[NR] }'
-}
-median() { local s; s=$(stats "$1"); [[ -z $s ]] || { s=${s#* }; echo "${s%% *}"; }; }
+# stats and median: bench/lib.sh
 ratio() { # A B -> A/B with 2 decimals, or "-" when either is missing
     if [[ -n $1 && -n $2 ]]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; else echo "-"; fi
 }
 header() { printf '%-28s %10s %10s %10s %6s %6s\n' "run" min median max runs cores; }
 row() { # LABEL RUN-KEY [CORES-TEXT]: CORES-TEXT when the program does not measure it
     local s n c
-    s=$(stats "${results[$2]:-}")
+    s=$(stats <<<"${results[$2]:-}")
     n=$(wc -w <<<"${results[$2]:-}")
-    c=${3:-$(median "${cores[$2]:-}")}
+    c=${3:-$(median <<<"${cores[$2]:-}")}
     [[ ! $c =~ ^[0-9.]+$ ]] || c=$(printf '%.2f' "$c")
     if [[ -n $s ]]; then
         read -r mn md mx <<<"$s"
@@ -334,13 +329,13 @@ header
 row "dtrain -np 1" dtrain-np1 bound
 ((want_torch)) && row "pytorch" pytorch
 ((want_keras)) && row "keras" keras
-d1=$(median "${results[dtrain-np1]:-}")
+d1=$(median <<<"${results[dtrain-np1]:-}")
 ((want_torch || want_keras)) && echo
 if ((want_torch)); then
-    printf '%-44s %s\n' "dtrain / pytorch (medians)" "$(ratio "$d1" "$(median "${results[pytorch]:-}")")"
+    printf '%-44s %s\n' "dtrain / pytorch (medians)" "$(ratio "$d1" "$(median <<<"${results[pytorch]:-}")")"
 fi
 if ((want_keras)); then
-    printf '%-44s %s\n' "dtrain / keras (medians)" "$(ratio "$d1" "$(median "${results[keras]:-}")")"
+    printf '%-44s %s\n' "dtrain / keras (medians)" "$(ratio "$d1" "$(median <<<"${results[keras]:-}")")"
 fi
 if ((want_scaling)); then
     echo
@@ -348,13 +343,13 @@ if ((want_scaling)); then
     header
     row "dtrain -np 2" dtrain-np2 bound
     row "2 x -np 1 at once (sum)" concurrent-sum bound
-    d2=$(median "${results[dtrain-np2]:-}")
+    d2=$(median <<<"${results[dtrain-np2]:-}")
     two=""
     [[ -z $d1 ]] || two=$(awk -v a="$d1" 'BEGIN { print 2 * a }')
     echo
     printf '%-44s %s\n' "weak-scaling efficiency np2 / (2 x np1)" "$(ratio "$d2" "$two")"
-    printf '%-44s %s\n' "vs ceiling np2 / (2 x np1 at once)" "$(ratio "$d2" "$(median "${results[concurrent-sum]:-}")")"
-    printf '%-44s %s\n' "vs ceiling, paired by round (median)" "$(ratio "$(median "${results[paired-ceiling]:-}")" 1)"
+    printf '%-44s %s\n' "vs ceiling np2 / (2 x np1 at once)" "$(ratio "$d2" "$(median <<<"${results[concurrent-sum]:-}")")"
+    printf '%-44s %s\n' "vs ceiling, paired by round (median)" "$(ratio "$(median <<<"${results[paired-ceiling]:-}")" 1)"
 fi
 
 if ((failures)); then

@@ -277,10 +277,6 @@ parse_result() { # torch_cnn.py: "RESULT framework=pytorch epoch=K ... samples_p
         if (f["samples_per_s"] != "") print f["epoch"], f["seconds"], f["samples_per_s"], f["loss"], f["accuracy"]
     }' "$1"
 }
-median() { # "x y z ..." -> the median (empty for no values)
-    tr ' ' '\n' <<<"$1" | awk NF | sort -g | awk '{ v[NR] = $1 }
-        END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
-}
 range() { # "x y z ..." -> "min-max" ("-" for no values)
     tr ' ' '\n' <<<"$1" | awk NF | sort -g |
         awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%.0f-%.0f", lo, hi; else printf "-" }'
@@ -338,7 +334,7 @@ measure() {
         tail -n 15 "$file" | sed 's/^/    /' >&2
         return 1
     fi
-    figure=$(median "$(awk '{ printf "%s ", $3 }' <<<"$quoted")")
+    figure=$(awk '{ print $3 }' <<<"$quoted" | median)
     results[$who $model $prec $bs]+="$figure "
     say "$(printf 'round %d/%d: %-7s %-8s %-4s batch %-5s %10.0f samples/s  loss %s' "$round" "$repeats" "$who" "$model" \
         "$prec" "$bs" "$figure" "$(awk '{ print $4 }' <<<"$last")")"
@@ -420,7 +416,7 @@ for model in "${model_list[@]}"; do
         for bs in "${batch_list[@]}"; do
             key="$model $prec $bs"
             dv=${results[dtrain $key]:-} tv=${results[pytorch $key]:-}
-            dm=$(median "$dv") tm=$(median "$tv") ratio=$(median "${paired[$key]:-}")
+            dm=$(median <<<"$dv") tm=$(median <<<"$tv") ratio=$(median <<<"${paired[$key]:-}")
             runs="$(wc -w <<<"$dv")/$repeats"
             if [[ -v torch_for[$model] ]]; then runs+=" $(wc -w <<<"$tv")/$repeats"; fi
             # shellcheck disable=SC2059

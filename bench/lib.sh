@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh,
-# gpu-throughput.sh, precision.sh, prefetch.sh and resnet.sh, which set prog,
-# repo and data first).
+# gpu-throughput.sh, monitoring-overhead.sh, multinode.sh, precision.sh,
+# prefetch.sh and resnet.sh, which set prog, repo and data first).
 #
 # die MSG / say MSG            MSG on stderr after "$prog: "; die exits 2 (usage)
 # positive FLAG VALUE          die unless VALUE is a whole number >= 1
@@ -19,6 +19,16 @@
 #                              mpi_flags: as root under Open MPI
 #                              --allow-run-as-root (and ROOT-FLAGS), then
 #                              the words of $MPIRUN_FLAGS
+# stats <<<"x y z"             numbers on stdin (one a line, or separated by
+#                              blanks) -> "min median max"; nothing for none
+# median <<<"x y z"            the same numbers -> their median; nothing for none
+
+stats() {
+    awk '{ for (i = 1; i <= NF; i++) print $i }' | sort -g | awk '
+        { v[NR] = $1 }
+        END { if (NR) printf "%s %s %s\n", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[NR] }'
+}
+median() { local s; s=$(stats); [[ -z $s ]] || { s=${s#* }; echo "${s%% *}"; }; }
 
 # prog comes from the sourcing script.
 # shellcheck disable=SC2154

@@ -9,6 +9,9 @@
 # the median ratio, and the timeline's span count per rank. Same script,
 # same machine, side by side: this machine is shared and noisy.
 set -euo pipefail
+prog=monitoring-overhead.sh
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 data=${1:?usage: monitoring-overhead.sh DATA.h5 [PAIRS] [NP]}
 pairs=${2:-5} np=${3:-2}
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +30,7 @@ for ((i = 1; i <= pairs; i++)); do
   ratios+=("$r")
   echo "pair $i: off $off samples/s, on $with samples/s, on/off $r"
 done
-med=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+med=$(median <<<"${ratios[*]}")
 echo "median on/off: $med ($pairs pairs, np=$np, 2 x 300 steps of batch 64, epoch 2)"
 /usr/bin/python3 - "$tmp/tl.json" <<'PY'
 import collections, json, sys

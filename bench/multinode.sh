@@ -82,8 +82,11 @@ awk -v tcp="$tcp" '/^ +[0-9]+ +[0-9]+  mpi / { if ($10 > best) best = $10 }
 # 3. The CNN.
 echo "#"
 echo "# 3. CNN, Fashion-MNIST, batch 64 per rank, $epochs epochs, samples/s = median of epochs 2..$epochs; $repeats repeats alternating"
-median() { sort -n | awk '{v[NR] = $1} END {print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : 0}'; }
-rate() { grep '^Epoch ' "$1" | tail -n +2 | sed 's/.* - \([0-9]*\) samples\/s.*/\1/' | median; }
+rate() { # median (bench/lib.sh) of the epochs after the first; 0 for none
+    local m
+    m=$(grep '^Epoch ' "$1" | tail -n +2 | sed 's/.* - \([0-9]*\) samples\/s.*/\1/' | median)
+    echo "${m:-0}"
+}
 one=() two=()
 for ((r = 1; r <= repeats; r++)); do
     mpirun --bind-to core -np 2 "$dtrain" "$data" --epochs "$epochs" --no-validation >"$log" 2>&1 ||
@@ -96,7 +99,7 @@ for ((r = 1; r <= repeats; r++)); do
     printf '  repeat %d: 1 host x 2 ranks %s samples/s, 2 hosts x 1 rank %s samples/s (%s)\n' "$r" "${one[-1]}" "${two[-1]}" \
         "$(grep -o 'all-reduce [^,]*' "$log" | head -1)"
 done
-m1=$(printf '%s\n' "${one[@]}" | median) m2=$(printf '%s\n' "${two[@]}" | median)
+m1=$(median <<<"${one[*]}") m2=$(median <<<"${two[*]}")
 printf '  median: 1 host x 2 ranks %s, 2 hosts x 1 rank %s samples/s: %.3fx\n' "$m1" "$m2" \
     "$(awk -v a="$m2" -v b="$m1" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 rm -f "$log"

@@ -194,9 +194,6 @@ if ((acc_epochs > 0)); then
 fi
 
 # ---- Report -----------------------------------------------------------------------------
-median() { # numbers on stdin, one per line -> median (empty for none)
-    sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
-}
 printf '# %s\n' "${meta[@]}"
 echo "#"
 echo "# training samples/s of epoch $epochs; ratio = bf16 / fp32 within the pair (first = which ran first)"

@@ -178,9 +178,6 @@ for ds in fashion-mnist synthetic; do
 done
 
 # ---- Report -----------------------------------------------------------------------------
-median() { # numbers on stdin, one per line -> median (empty for none)
-    sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
-}
 pct() { [[ -z $1 ]] && echo - || awk -v w="$1" 'BEGIN { printf "%.2f%%", 100 * w }'; }
 printf '# %s\n' "${meta[@]}"
 echo "#"

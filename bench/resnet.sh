@@ -258,12 +258,7 @@ for ((r = 1; r <= repeats; r++)); do
 done
 
 # ---- Report ------------------------------------------------------------------------------
-stats() { # numbers on stdin -> "min median max" (empty for none)
-    awk NF | sort -g | awk '
-        { v[NR] = $1 }
-        END { if (NR) printf "%s %s %s\n", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[NR] }'
-}
-median() { local s; s=$(stats); [[ -z $s ]] || { s=${s#* }; echo "${s%% *}"; }; }
+# stats and median: bench/lib.sh
 values() { # RUN -> its quoted samples/s, one per valid round
     local r
     for ((r = 1; r <= repeats; r++)); do [[ -z ${sps["$1 $r"]:-} ]] || echo "${sps["$1 $r"]}"; done
@@ -291,8 +286,8 @@ row() { # TEXT RUN
     local s n c m
     s=$(values "$2" | stats)
     n=$(values "$2" | wc -l)
-    c=$(tr ' ' '\n' <<<"${cores[$2]:-}" | median)
-    m=$(tr ' ' '\n' <<<"${comm[$2]:-}" | median)
+    c=$(median <<<"${cores[$2]:-}")
+    m=$(median <<<"${comm[$2]:-}")
     [[ -z $c ]] || c=$(printf '%.2f' "$c")
     [[ -z $m ]] || m=$(printf '%.1f' "$m")
     if [[ -n $s ]]; then

@@ -7,7 +7,8 @@
 # seeds: valid inputs and near-misses) and of tests/fuzz/crashes/NAME (inputs
 # that once crashed a parser) goes through the parser once. A crash, a
 # sanitizer report (--enable-sanitizers) or a refusal without a message
-# (the harness aborts) fails the test and names the input.
+# (the harness aborts) fails the test and names the input. The model files
+# dtrain ships (inputs/*.cfg) are seeds of model_file too, read from inputs/.
 . "$TOP_SRCDIR/tests/common.sh"
 # The MPI harnesses never call MPI_Finalize (see tests/fuzz/fuzz_dataset.c):
 # Open MPI's allocations at exit are not leaks of ours.
@@ -16,6 +17,7 @@ for name in idx model_file options dataset checkpoint; do
   prog=$TOP_BUILDDIR/tests/fuzz/regress_$name
   dirs=$TOP_SRCDIR/tests/fuzz/corpus/$name
   [ -d "$TOP_SRCDIR/tests/fuzz/crashes/$name" ] && dirs="$dirs $TOP_SRCDIR/tests/fuzz/crashes/$name"
+  [ "$name" = model_file ] && dirs="$dirs $TOP_SRCDIR/inputs/*.cfg"
   log=$TEST_TMP/fuzz_regress.$name.$$
   # shellcheck disable=SC2086
   if timeout -k 5 "${DT_TEST_TIMEOUT:-300}" "$prog" $dirs >"$log" 2>&1; then

@@ -6,7 +6,9 @@
 # toolkit is installed; no GPU needed) and run the whole suite again, GPU
 # tests skipping with "SKIP: no GPU" where there is none. After the first
 # build, libdtrain is installed into build/_inst and `make installcheck`
-# builds and runs the API example against it. A build with
+# builds and runs the API example against it, and `make distcheck-quick`
+# builds the release tarball out of tree from a read-only copy, runs the
+# quick tests there, installs and uninstalls it. A build with
 # AddressSanitizer + UBSan (build-asan/) runs the unit and MPI tests in between,
 # and Valgrind the single-rank ones in build/, then the cross-host tests on a
 # 3-host cluster with a real Slurm (tests/cluster/, as root).
@@ -42,6 +44,19 @@ if make -C build install prefix="$top/build/_inst" >build/install.out 2>&1 &&
   install_ok=1
 else
   status=1; tail -20 build/install.out
+fi
+# The release tarball: made (every source file in it, no build product:
+# tests/distfiles.sh), unpacked read-only, configured with --enable-werror,
+# built out of tree, the quick tests run (Makefile.am's DISTCHECK_TESTS; the
+# whole suite ran above on the same sources), installed, installcheck'ed,
+# uninstalled with nothing left behind, distclean'ed. About 3 minutes.
+echo "== make distcheck-quick (build/): the release tarball, built and tested out of tree"
+dist_ok=0
+if make -C build -j"$(nproc)" distcheck-quick >build/distcheck.out 2>&1; then
+  dist_ok=1
+  grep -E '^# (TOTAL|PASS|SKIP|FAIL)' build/distcheck.out | tr '\n' ' ' | sed 's/^/== distcheck tests: /; s/ *$/\n/'
+else
+  status=1; tail -40 build/distcheck.out
 fi
 # MPICH: the tests that involve MPI (the serial unit tests do not change).
 echo "== MPICH limitation here: Debian's MPICH (ch4:ucx) waits by polling without yielding the core,"
@@ -97,5 +112,6 @@ for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs buil
   esac
 done
 if ((install_ok)); then p=$((p + 1)); else f=$((f + 1)); fi # make installcheck
+if ((dist_ok)); then p=$((p + 1)); else f=$((f + 1)); fi    # make distcheck-quick
 echo "$p passed, $f failed, $s skipped"
 (( f == 0 && status == 0 ))

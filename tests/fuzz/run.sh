@@ -5,7 +5,8 @@
 #
 # FUZZ_BIN is the folder with the fuzz_NAME programs (make fuzz builds them
 # in BUILD/tests/fuzz); NAMEs default to all five. Each harness starts from
-# its committed seeds (tests/fuzz/corpus/NAME) and grows a working corpus in
+# its committed seeds (tests/fuzz/corpus/NAME; for model_file also the shipped
+# inputs/*.cfg, copied into the working corpus) and grows a working corpus in
 # $FUZZ_WORK/NAME (default BUILD/tests/tmp/fuzz), so the seeds stay small;
 # crashes land in $FUZZ_WORK/NAME-crash-*. FUZZ_JOBS harnesses run at once
 # (default 1), niced, each with -rss_limit_mb=2048. Prints one line per
@@ -28,6 +29,7 @@ run_one() {
     name=$1
     [ -x "$bin/fuzz_$name" ] || { echo "run.sh: $bin/fuzz_$name not built (make fuzz)" >&2; return 2; }
     mkdir -p "$work/$name"
+    [ "$name" != model_file ] || cp "$here/../../inputs/"*.cfg "$work/$name/"
     # HDF5 has its own bugs on damaged files (doc/guide.md, Fuzzing): for the
     # HDF5 harnesses, keep going after a crash (each is saved) in a forked child.
     case $name in

@@ -1,0 +1,89 @@
+/* prep.h: what the pieces of dtrain-prep share (a program of its own, not
+ * part of libdtcore):
+ *   prep.c        main, the command line, output names, the summary
+ *   prep_input.c  the data: IDX files read, or synthetic rows generated
+ *   prep_write.c  the HDF5 files, written under temporary names
+ *
+ * The one rule they keep: every error ends in die(), which removes every
+ * partial output (prep_write.c tracks them) before exiting with the code
+ * that says whose fault it was. */
+#ifndef DT_PREP_H
+#define DT_PREP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prep/idx.h"
+
+enum { EXIT_WRITE = 1, EXIT_USAGE = 2, EXIT_DATA = 3 };
+
+#define PROG "dtrain-prep"
+#define MAX_CLASSES 256 /* labels are uint8 */
+
+struct options {
+    const char *output;
+    const char *source;       /* --source, or NULL when explicit paths are used */
+    const char *train_images, *train_labels, *test_images, *test_labels;
+    long limit_train, limit_test; /* 0: all samples */
+    long classes;                 /* 0: max label + 1 */
+    const char *class_names;      /* comma-separated, or NULL */
+    long shards;                  /* 0: one file named OUTPUT */
+    const char *synthetic;        /* --synthetic spec, or NULL */
+    long seed;
+    int seed_set;
+    int force, quiet;
+};
+
+struct split {
+    const char *name;               /* "train" or "test" */
+    const char *images_path, *labels_path;
+    struct idx_array images, labels; /* whole files as read (IDX input) */
+    size_t n;                        /* samples written (after --limit-*) */
+    size_t total;                    /* samples in the files */
+    uint32_t height, width, channels;
+    int synthetic;                   /* rows are generated, not read */
+    uint64_t synth_seed;             /* the generator's stream */
+    uint64_t synth_first;            /* stream index of this split's row 0 */
+    int num_classes;                 /* label range of generated rows */
+};
+
+struct dataset {
+    struct split train, test;
+    int has_test;
+    int num_classes;
+    const char **class_names; /* num_classes entries, or NULL */
+    char *source;
+    long seed;                /* --seed, for the summary of synthetic data */
+};
+
+/* ---- prep.c ---------------------------------------------------------------- */
+
+/* "dtrain-prep: MESSAGE" on stderr, partial outputs removed, exit(code). */
+__attribute__((format(printf, 2, 3), noreturn))
+void die(int code, const char *fmt, ...);
+void *xmalloc(size_t n);
+
+/* ---- prep_input.c ------------------------------------------------------------ */
+
+/* --source DIR into the four file paths (nothing without --source). */
+void resolve_inputs(struct options *o);
+void load_dataset(struct dataset *d, const struct options *o);
+void load_synthetic(struct dataset *d, const struct options *o);
+
+/* Synthetic rows: row's stream, bytes [b0, b1) of its image, its label. */
+uint64_t synth_row_base(const struct split *s, uint64_t row);
+void synth_bytes(uint8_t *out, uint64_t base, size_t b0, size_t b1);
+uint8_t synth_label(const struct split *s, uint64_t row);
+
+/* ---- prep_write.c -------------------------------------------------------------- */
+
+/* All COUNT outputs under temporary names, then each renamed into place. */
+void write_outputs(const char **names, int count, int sharded, const struct dataset *d);
+/* Unlinks the temporaries and the outputs already renamed (die's cleanup). */
+void remove_partial_outputs(void);
+/* SIGINT/SIGTERM/SIGHUP: the temporaries removed, then the default action. */
+void on_signal(int sig);
+/* Shard I of K's slice [*first, *first + *n) of TOTAL samples. */
+void shard_slice(size_t total, int k, int i, size_t *first, size_t *n);
+
+#endif
