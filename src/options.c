@@ -54,18 +54,6 @@ static void flag_name(const struct dt_option *o, const char *caller, char *buf, 
         if (*p == '-') *p = '_';
 }
 
-void dt_option_expected(const struct dt_option *o, char *buf, size_t size)
-{
-    size_t n = 0, len = 0;
-    while (o->names[n]) n++;
-    size_t total = n + (o->other != NULL);
-    buf[0] = '\0';
-    for (size_t i = 0; i < total && len < size; i++) {
-        const char *sep = i == 0 ? "" : i + 1 == total ? " or " : ", ";
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, i < n ? o->names[i] : o->other);
-    }
-}
-
 int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st)
 {
     char *end;

@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,20 @@
 #include "options_table.h"
 #include "strategy/ps.h"
 #include "strategy/strategy.h"
+
+/* What a NAME or CHOICE row accepts, in words: "a, b or c". Here, beside
+ * the rows, as both options.c and the odd ones' parsers below use it. */
+void dt_option_expected(const struct dt_option *o, char *buf, size_t size)
+{
+    size_t n = 0, len = 0;
+    while (o->names[n]) n++;
+    size_t total = n + (o->other != NULL);
+    buf[0] = '\0';
+    for (size_t i = 0; i < total && len < size; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == total ? " or " : ", ";
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, i < n ? o->names[i] : o->other);
+    }
+}
 
 /* ---- the odd ones ---- */
 

@@ -115,6 +115,9 @@ struct view {
 void ckpt_size_bounds(const struct view *v, int size, uint64_t *low, uint64_t *high);
 /* Rank 0, once HDF5 has created the file: fallocate bytes for it. */
 int ckpt_reserve(const char *tmp, const char *final, uint64_t bytes, dt_status *st);
+/* The file size limit of every rank and rank 0's free space against the
+ * lower bound; collective verdict left to the caller. */
+int ckpt_check_room(const struct view *v, int rank, int size, const char *dir, const char *final, dt_status *st);
 /* Collective: the whole file tmp (where: its final name, for messages). */
 int ckpt_write_file(const char *tmp, const char *where, const struct view *v, int rank, int size,
                     MPI_Comm comm, dt_status *st);

@@ -1,13 +1,13 @@
 /* ckpt_write.c: dt_ckpt_write, everything around the HDF5 file itself
  * (which ckpt_h5write.c writes): the view of the state that every rank
- * agrees on and checks, room made on the disk first, and publishing the
+ * agrees on and checks, room made on the disk first (ckpt_room.c), and publishing the
  * finished file under its name and in DIR/latest.
  *
  * The one thing to know: a checkpoint either fully replaces the previous one
  * or leaves it untouched. The file is written under a temporary name,
  * flushed, renamed, and only then is latest replaced the same way; any
  * failure on any rank is agreed on and removes the temporary file. */
-#define _GNU_SOURCE /* fallocate */
+#define _GNU_SOURCE
 #include "config.h"
 
 #include <dirent.h>
@@ -16,9 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,64 +186,6 @@ static int check_parts(const struct view *v, int rank, int size, MPI_Comm comm, 
     return st->code;
 }
 
-/* A full disk is the one write error to keep away from HDF5: parallel HDF5
- * 1.10 does not recover from an I/O error inside a metadata flush (the
- * ranks leave its collective calls at different points and wait forever;
- * seen with a nearly full tmpfs), and a failed close crashes it at exit.
- * So the room is made first: rank 0 reserves an upper bound of the file's
- * size with fallocate (KEEP_SIZE: the file stays empty, the blocks are
- * its), and a lower bound is checked against free space and every rank's
- * file size limit where fallocate is not available. */
-void ckpt_size_bounds(const struct view *v, int size, uint64_t *low, uint64_t *high)
-{
-    const struct dt_ckpt *m = &v->m;
-    uint64_t data = 4 * (uint64_t)m->nparams * (1 + (uint64_t)m->nslots) + 4 * (uint64_t)m->nbuffers + 32 * (uint64_t)size +
-                    8 * DT_CKPT_HIST * (uint64_t)m->nhistory;
-    uint64_t text = strlen(m->command_line), objects = 2 * (uint64_t)m->nlayers + (uint64_t)m->nslots + 10;
-    for (int i = 0; i < m->nconfig; i++) text += strlen(v->keys[i]) + strlen(v->values[i]);
-    *low = data + text + 2048 + 256 * objects;
-    *high = data + 2 * text + 65536 + 4096 * objects;
-}
-
-static int check_room(const struct view *v, int rank, int size, const char *dir, const char *final, dt_status *st)
-{
-    uint64_t need, high;
-    ckpt_size_bounds(v, size, &need, &high);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
-        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: rank %d's file size limit (ulimit -f) is %llu bytes, the "
-                       "checkpoint needs about %llu: %s", final, rank, (unsigned long long)rl.rlim_cur,
-                       (unsigned long long)need, strerror(EFBIG));
-    struct statvfs fs;
-    if (rank == 0 && statvfs(dir, &fs) == 0) {
-        /* root may also use the blocks reserved for it */
-        uint64_t avail = (uint64_t)(geteuid() == 0 ? fs.f_bfree : fs.f_bavail) * fs.f_frsize;
-        if (avail < need)
-            return dt_fail(st, DT_ERUNTIME, "checkpoint %s: %llu bytes free in %s, the checkpoint needs about %llu: %s",
-                           final, (unsigned long long)avail, dir, (unsigned long long)need, strerror(ENOSPC));
-    }
-    return DT_OK;
-}
-
-/* Rank 0, once HDF5 has created the file (it truncates it). */
-int ckpt_reserve(const char *tmp, const char *final, uint64_t bytes, dt_status *st)
-{
-#ifdef FALLOC_FL_KEEP_SIZE
-    int fd = open(tmp, O_WRONLY | O_NOFOLLOW);
-    int e = fd < 0 || fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) == 0 ? 0 : errno;
-    if (fd >= 0) close(fd);
-    /* File systems without fallocate have only the free-space check. */
-    if (e && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL)
-        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: cannot reserve %llu bytes for it: %s", final,
-                       (unsigned long long)bytes, strerror(e));
-#else
-    (void)tmp;
-    (void)final;
-    (void)bytes;
-#endif
-    return st->code;
-}
-
 /* ---- publishing the file (rank 0) ------------------------------------------- */
 
 static int fsync_path(const char *path, int dir)
@@ -397,7 +337,7 @@ int dt_ckpt_write(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt
     }
     if (agree(st, comm) != DT_OK) goto out;
     DT_MPI_CHECK(MPI_Bcast(&names, (int)sizeof names, MPI_BYTE, 0, comm));
-    check_room(&v, rank, size, dir, names.final, st);
+    ckpt_check_room(&v, rank, size, dir, names.final, st);
     if (agree(st, comm) == DT_OK && ckpt_write_file(names.tmp, names.final, &v, rank, size, comm, st) == DT_OK && rank == 0)
         publish(dir, names.tmp, names.final, names.base, keep, st);
     if (agree(st, comm) != DT_OK && rank == 0) unlink(names.tmp);
