@@ -11,8 +11,6 @@
 
 #include "gpu/gpu_internal.h"
 
-struct gpu_state dt_cuda::gpu = {-1, 0, 0, 0, "", NULL, NULL, NULL, DT_PREC_FP32, DT_PREC_FP32, NULL, NULL, 0};
-
 /* Device names are up to 255 bytes; ours hold 95 (as printf's %.95s would). */
 static void copy_name(char *dst, size_t len, const char *src)
 {

@@ -168,7 +168,6 @@ static void grads_ready(void *ctx, size_t offset)
 static void backward_reduce(struct dt_trainer *t, int n, int graphed, int first, const float *stats)
 {
     struct dt_strategy *s = &t->strategy;
-    inject_overflow(t, n);
     s->ops->begin(s, stats);
     if (first && graphed)
         dt_model_notify_all(&t->model, grads_ready, s);
@@ -285,6 +284,7 @@ int dt_step(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t s, int64_t en
         forward_loss(t, ep, b, u + 1, 0, global, local, &graphed);
     }
     float stats[DT_STATS] = {local[0], local[1]};
+    inject_overflow(t, b->n); /* dtrain's tests only: libdtrain's halves never inject */
     backward_reduce(t, b->n, graphed, u == s, stats);
 
     long overflows = strat->loss_scale.skipped;
