@@ -3,7 +3,8 @@
  *
  * The module is split along the life of a file:
  *   checkpoint.c     checksums, HDF5 errors as messages, small helpers
- *   ckpt_write.c     dt_ckpt_write: the agreed view, room, publishing
+ *   ckpt_write.c     dt_ckpt_write: the agreed view, publishing
+ *   ckpt_room.c      room on the disk, checked and reserved before HDF5 writes
  *   ckpt_h5write.c   the HDF5 file itself, and the checksum while writing
  *   ckpt_validate.c  what a file holds, its checksum; dt_ckpt_resolve
  *   ckpt_read.c      dt_ckpt_read: into the caller's state
