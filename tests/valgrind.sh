@@ -28,6 +28,14 @@ command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind is not installed
 vg=(valgrind -q --error-exitcode=1 --leak-check=full --keep-debuginfo=yes --num-callers=40
     --suppressions="$TOP_SRCDIR/tests/sanitizers/valgrind.supp")
 export CK_FORK=no OMP_NUM_THREADS=1
+# oneDNN 2.6's AVX2 convolution JIT (what it picks under Valgrind, whose CPU
+# has no AVX-512) writes 16 bytes past a 432-byte block it allocates itself
+# in dnnl_primitive_create. Whether Memcheck sees it depends on the heap's
+# layout: at the default redzone only since a refactor moved allocations,
+# and on the code before it too with --redzone-size=32. It is inside oneDNN
+# (no dtrain frame but the create call), and its AVX kernels do not do it,
+# so the stage, which checks dtrain's memory, runs oneDNN at AVX.
+export ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-AVX}
 outdir=tests/valgrind
 mkdir -p "$outdir" "${TEST_TMP:-tests/tmp}" # TEST_TMP: where the tests write their files
 pass=0 fail=0
