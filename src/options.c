@@ -105,11 +105,12 @@ static int name_index(const struct dt_option *o, const char *arg)
     return -1;
 }
 
-static int refuse_name(const struct dt_option *o, const char *flag, const char *arg, dt_status *st)
+/* CHOICE: the name of value v; NULL if no name has it. */
+static const char *choice_name(const struct dt_option *o, int v)
 {
-    char expected[256];
-    dt_option_expected(o, expected, sizeof expected);
-    return dt_fail(st, DT_EUSAGE, "%s: expected %s, found '%s'", flag, expected, arg ? arg : "");
+    for (int i = 0; o->names[i]; i++)
+        if (o->values[i] == v) return o->names[i];
+    return NULL;
 }
 
 /* One option's argument into its field, refused with a message naming flag. */
@@ -140,11 +141,11 @@ static int read_arg(const struct dt_option *o, struct dt_config *cfg, const char
     case DT_OPT_NAME:
         if ((i = name_index(o, arg)) >= 0) *FIELD(cfg, o, const char *) = o->names[i];
         else if (o->is_other && o->is_other(arg)) *FIELD(cfg, o, const char *) = arg;
-        else rc = refuse_name(o, flag, arg, st);
+        else rc = dt_option_refuse(o, flag, arg, st);
         break;
     case DT_OPT_CHOICE:
         if ((i = name_index(o, arg)) >= 0) *FIELD(cfg, o, int) = o->values[i];
-        else rc = refuse_name(o, flag, arg, st);
+        else rc = dt_option_refuse(o, flag, arg, st);
         break;
     case DT_OPT_CUSTOM: rc = o->parse(o, cfg, flag, arg, st); break;
     }
@@ -194,11 +195,10 @@ static int check_value(const struct dt_option *o, const struct dt_config *cfg, c
         return s && o->verify && !(o->def_str && !strcmp(s, o->def_str)) ? o->verify(flag, s, st) : DT_OK;
     case DT_OPT_NAME:
         s = *CFIELD(cfg, o, const char *);
-        return name_index(o, s) >= 0 || (s && o->is_other && o->is_other(s)) ? DT_OK : refuse_name(o, flag, s, st);
+        return name_index(o, s) >= 0 || (s && o->is_other && o->is_other(s)) ? DT_OK : dt_option_refuse(o, flag, s, st);
     case DT_OPT_CHOICE:
         v = *CFIELD(cfg, o, int);
-        for (int i = 0; o->names[i]; i++)
-            if (o->values[i] == v) return DT_OK;
+        if (choice_name(o, v)) return DT_OK;
         char expected[256];
         dt_option_expected(o, expected, sizeof expected);
         return dt_fail(st, DT_EUSAGE, "%s: expected %s, found the value %d", flag, expected, v);
@@ -282,9 +282,7 @@ int dt_options_set(struct dt_config *cfg, const char *name, const char *arg, con
 const char *dt_options_choice_name(const char *name, int value)
 {
     const struct dt_option *o = row_named(name);
-    for (int i = 0; o && o->kind == DT_OPT_CHOICE && o->names[i]; i++)
-        if (o->values[i] == value) return o->names[i];
-    return NULL;
+    return o && o->kind == DT_OPT_CHOICE ? choice_name(o, value) : NULL;
 }
 
 void dt_options_defaults(struct dt_config *cfg)
@@ -322,7 +320,7 @@ static void put_default(FILE *out, const struct dt_option *o)
     case DT_OPT_U64: fprintf(out, "%ld", (long)o->def); break;
     case DT_OPT_FLOAT:
     case DT_OPT_DOUBLE: fprintf(out, "%g", o->def); break;
-    case DT_OPT_CHOICE: fputs(dt_options_choice_name(o->name, (int)o->def), out); break;
+    case DT_OPT_CHOICE: fputs(choice_name(o, (int)o->def), out); break;
     default: fputs(o->def_str ? o->def_str : "", out); break;
     }
 }
@@ -361,13 +359,18 @@ void dt_options_usage(FILE *out)
 
 /* ---- the command line ---- */
 
+void dt_options_default_loss_scale(struct dt_config *cfg)
+{
+    if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
+}
+
 /* 16-bit arithmetic sends 16-bit gradients unless told otherwise; fp16
  * gradients need a loss scale to survive, so fp16 gets the dynamic one. */
 static void derive(struct dt_config *cfg)
 {
     if (!given(cfg, "grad-compression") && cfg->precision != DT_PREC_FP32)
         cfg->compress = cfg->precision == DT_PREC_FP16 ? DT_COMPRESS_FP16 : DT_COMPRESS_BF16;
-    if (!cfg->loss_scale_set && cfg->precision == DT_PREC_FP16) cfg->loss_scale = -1.0f;
+    dt_options_default_loss_scale(cfg);
 }
 
 /* argv joined by spaces, for checkpoints; NULL when memory is short. */
@@ -445,7 +448,7 @@ int dt_options_parse(struct dt_config *cfg, int argc, char **argv, dt_status *st
         if (c == ':') return dt_fail(st, DT_EUSAGE, "%s: missing value", flag);
         if (!o) return dt_fail(st, DT_EUSAGE, "unknown option '%s' (see dtrain --help)", flag);
         cfg->given[o - dt_option_table] = ++seq;
-        snprintf(name, sizeof name, "--%s", o->name);
+        flag_name(o, NULL, name, sizeof name);
         if (read_arg(o, cfg, name, optarg, st) != DT_OK) return st->code;
     }
     if (cfg->help || cfg->version) return DT_OK;

@@ -123,6 +123,9 @@ int dt_options_set(struct dt_config *cfg, const char *name, const char *arg, con
 int dt_options_check(const struct dt_config *cfg, const char *caller, dt_status *st);
 /* The name of a choice option's value ("abort" for nan-policy 0); NULL if none. */
 const char *dt_options_choice_name(const char *name, int value);
+/* fp16 gradients need a loss scale to survive: unless one was set, fp16
+ * gets the dynamic one (dtrain's default; libdtrain calls it too). */
+void dt_options_default_loss_scale(struct dt_config *cfg);
 /* An integer flag value in [lo, hi]; the message names the flag. Shared with
  * the other executables (dtrain-bench-allreduce). */
 int dt_parse_long(const char *flag, const char *arg, long lo, long hi, long *out, dt_status *st);

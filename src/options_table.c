@@ -40,6 +40,14 @@ void dt_option_expected(const struct dt_option *o, char *buf, size_t size)
     }
 }
 
+/* "FLAG: expected A, B or C, found 'ARG'": a row's refusal of an argument. */
+int dt_option_refuse(const struct dt_option *o, const char *flag, const char *arg, dt_status *st)
+{
+    char expected[256];
+    dt_option_expected(o, expected, sizeof expected);
+    return dt_fail(st, DT_EUSAGE, "%s: expected %s, found '%s'", flag, expected, arg ? arg : "");
+}
+
 /* ---- the odd ones ---- */
 
 static int parse_lr_steps(const struct dt_option *o, struct dt_config *cfg, const char *flag, const char *arg,
@@ -70,11 +78,7 @@ static int parse_loss_scale(const struct dt_option *o, struct dt_config *cfg, co
     else {
         char *end;
         double ls = strtod(arg, &end);
-        if (end == arg || *end || !(ls > 0.0 && ls <= 1e30)) {
-            char expected[256];
-            dt_option_expected(o, expected, sizeof expected);
-            return dt_fail(st, DT_EUSAGE, "%s: expected %s, found '%s'", flag, expected, arg);
-        }
+        if (end == arg || *end || !(ls > 0.0 && ls <= 1e30)) return dt_option_refuse(o, flag, arg, st);
         cfg->loss_scale = (float)ls;
     }
     return DT_OK;
@@ -113,12 +117,6 @@ static int verify_augment(const char *flag, const char *arg, dt_status *st)
     return dt_augment_parse(arg, &a, st);
 }
 
-static int ends_with(const char *s, const char *tail)
-{
-    size_t n = strlen(s), k = strlen(tail);
-    return n >= k && !strcmp(s + n - k, tail);
-}
-
 static int verify_directory(const char *flag, const char *arg, dt_status *st)
 {
     return *arg ? DT_OK : dt_fail(st, DT_EUSAGE, "%s: expected a directory, found ''", flag);
@@ -127,13 +125,13 @@ static int verify_directory(const char *flag, const char *arg, dt_status *st)
 static int verify_metrics(const char *flag, const char *arg, dt_status *st)
 {
     size_t n = strlen(arg);
-    if ((n > 4 && ends_with(arg, ".csv")) || (n > 6 && ends_with(arg, ".jsonl"))) return DT_OK;
+    if ((n > 4 && dt_ends_with(arg, ".csv")) || (n > 6 && dt_ends_with(arg, ".jsonl"))) return DT_OK;
     return dt_fail(st, DT_EUSAGE, "%s: expected a file name ending in .csv or .jsonl, found '%s'", flag, arg);
 }
 
 static int verify_keras(const char *flag, const char *arg, dt_status *st)
 {
-    if (ends_with(arg, ".weights.h5")) return DT_OK;
+    if (dt_ends_with(arg, ".weights.h5")) return DT_OK;
     return dt_fail(st, DT_EUSAGE, "%s: Keras 3 loads weights only from a file named *.weights.h5, found '%s'",
                    flag, arg);
 }

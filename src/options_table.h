@@ -63,5 +63,7 @@ extern const struct dt_option dt_option_table[]; /* ends with a row whose name i
 
 /* "expected A, B or C" (names, then other), for a row's messages. */
 void dt_option_expected(const struct dt_option *o, char *buf, size_t size);
+/* "FLAG: expected ..., found 'ARG'" into st; returns DT_EUSAGE. */
+int dt_option_refuse(const struct dt_option *o, const char *flag, const char *arg, dt_status *st);
 
 #endif

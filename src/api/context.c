@@ -52,7 +52,7 @@ void dtrain_context_options_init(dtrain_context_options *o)
     memset(o, 0, sizeof *o);
     o->device = d.device;
     o->threads = d.threads;
-    o->precision = dt_options_choice_name("precision", d.precision);
+    o->precision = dt_precision_name(d.precision);
     o->seed = d.seed;
 }
 
@@ -71,10 +71,11 @@ static void base_config(struct dt_config *cfg, const dtrain_context_options *opt
     cfg->ranks_per_node = opts->ranks_per_node;
     cfg->gpus_per_node = opts->gpus_per_node;
     cfg->verbose = opts->verbose;
-    if (dt_options_set(cfg, "device", opts->device ? opts->device : "cpu", "dtrain_init", st) == DT_OK &&
-        dt_options_set(cfg, "precision", opts->precision ? opts->precision : "fp32", "dtrain_init", st) == DT_OK &&
-        dt_options_check(cfg, "dtrain_init", st) == DT_OK && cfg->precision == DT_PREC_FP16)
-        cfg->loss_scale = -1.0f; /* dynamic, as dtrain's default for fp16 */
+    st->code = DT_OK;
+    if ((!opts->device || dt_options_set(cfg, "device", opts->device, "dtrain_init", st) == DT_OK) &&
+        (!opts->precision || dt_options_set(cfg, "precision", opts->precision, "dtrain_init", st) == DT_OK) &&
+        dt_options_check(cfg, "dtrain_init", st) == DT_OK)
+        dt_options_default_loss_scale(cfg);
 }
 
 int dtrain_init(MPI_Comm comm, const dtrain_context_options *opts, dtrain_context **out)

@@ -19,12 +19,6 @@ static double wall_now(void)
     return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static const char *const columns[] = {"kind", "epoch", "step", "global_step", "samples", "seconds",
                                       "samples_per_s", "loss", "accuracy", "val_loss", "val_accuracy", "lr",
                                       "loss_scale", "skipped", "comm_ms", "wait_ms", "data_ms"};
@@ -51,7 +45,7 @@ int dt_report_open(struct dt_report *r, const struct dt_config *cfg, int rank, i
     r->bar = cfg->progress == DT_PROGRESS_BAR || (cfg->progress == DT_PROGRESS_AUTO && tty);
     if (cfg->verbose != DT_NORMAL) r->bar = 0;
     if (cfg->metrics) {
-        r->jsonl = ends_with(cfg->metrics, ".jsonl");
+        r->jsonl = dt_ends_with(cfg->metrics, ".jsonl");
         r->metrics = fopen(cfg->metrics, "w");
         if (!r->metrics) return dt_fail(st, DT_EUSAGE, "--metrics %s: cannot create it: %s", cfg->metrics, strerror(errno));
         if (!r->jsonl) {

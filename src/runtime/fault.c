@@ -41,17 +41,12 @@ static void read_env(void)
     fault.ckpt_crash = s && !strcmp(s, "1");
 }
 
-void dt_fault_init(void) { pthread_once(&once, read_env); }
-
-int dt_fault_overflow_any(void)
-{
-    dt_fault_init();
-    return fault.noverflow > 0;
-}
+/* Reads the variables once; every query calls it. */
+static void init(void) { pthread_once(&once, read_env); }
 
 int dt_fault_overflow_at(long global_step)
 {
-    dt_fault_init();
+    init();
     for (int i = 0; i < fault.noverflow; i++)
         if (fault.overflow[i] == global_step) return 1;
     return 0;
@@ -59,20 +54,20 @@ int dt_fault_overflow_at(long global_step)
 
 long dt_fault_read_error_at(int rank)
 {
-    dt_fault_init();
+    init();
     return fault.read_at && fault.read_rank == rank ? fault.read_at : 0;
 }
 
 void dt_fault_stall_point(int rank, long next_update)
 {
-    dt_fault_init();
+    init();
     if (fault.stall_update && next_update == fault.stall_update && rank == fault.stall_rank)
         sleep(600); /* this rank stops coming; the others' watchdog must end the job */
 }
 
 void dt_fault_ckpt_crash_point(void)
 {
-    dt_fault_init();
+    init();
     if (fault.ckpt_crash) _exit(9);
 }
 

@@ -16,14 +16,10 @@
 #ifndef DT_FAULT_H
 #define DT_FAULT_H
 
-/* Reads the variables once; later calls do nothing. Every query below calls
- * it, so no caller has to (the timeline cap is read at each call). */
-void dt_fault_init(void);
-
+/* Each query reads the variables on its first call (the timeline cap at
+ * every call: a test sets it between runs). */
 /* Whether rank 0 injects an overflow at this global step (from 1). */
 int dt_fault_overflow_at(long global_step);
-/* Whether any overflow is injected at all in this run. */
-int dt_fault_overflow_any(void);
 /* The batch read (from 1) that fails on this rank; 0 for none. */
 long dt_fault_read_error_at(int rank);
 /* Called before each update: rank R sleeps 600 s before update U. */

@@ -63,3 +63,9 @@ void *dt_xcalloc(size_t count, size_t size)
     memset(p, 0, count * size);
     return p;
 }
+
+int dt_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}

@@ -44,4 +44,7 @@ __attribute__((noreturn, format(printf, 3, 4))) void dt_die(const char *file, in
 void *dt_xmalloc(size_t bytes);
 void *dt_xcalloc(size_t count, size_t size);
 
+/* Whether s ends with suffix (file kinds are told by their names). */
+int dt_ends_with(const char *s, const char *suffix);
+
 #endif

@@ -193,12 +193,6 @@ static double monitored(const struct dt_epoch_stats *es, const char *name)
     return es->loss;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 /* Rank 0 writes the model's weights in Keras 3's .weights.h5 layout. */
 static int export_keras(struct dt_trainer *t, const char *path, dt_status *st)
 {
@@ -220,7 +214,7 @@ static int save_best(struct dt_trainer *t, int e, double v, FILE *out, dt_status
     double before = t->saver.best, zero[3] = {0.0, 0.0, 0.0};
     if (!cfg->save_best || !dt_monitor_update(&t->saver, e, v)) return DT_OK;
     DT_TL_BEGIN(tl_ckpt);
-    int rc = ends_with(cfg->save_best, ".weights.h5") ? export_keras(t, cfg->save_best, st)
+    int rc = dt_ends_with(cfg->save_best, ".weights.h5") ? export_keras(t, cfg->save_best, st)
                                                         : dt_trainer_save(t, cfg->save_best, 1, e + 1, 0, zero, NULL, 0, st);
     DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
     if (rc != DT_OK) return st->code;
