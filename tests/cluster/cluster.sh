@@ -12,6 +12,8 @@
 #
 #   tests/cluster/cluster.sh up N [--slurm]   make hosts h1..hN (N <= 8)
 #   tests/cluster/cluster.sh down             stop and remove all of it
+#   tests/cluster/cluster.sh shape RATE|none  shape every host's link (tc tbf):
+#                                             RATE in each direction, e.g. 100mbit, 1gbit
 #   tests/cluster/cluster.sh status
 #   tests/cluster/rsh HOST COMMAND...         run a command on a host (ssh's semantics)
 #   . /run/dtcluster/env                      DTC_HOSTS, DTC_MPIRUN_FLAGS, SLURM_CONF, ...
@@ -36,6 +38,11 @@
 #   fails when two hosts share it ("File exists"): hence a private /tmp, with
 #   the checkout bind-mounted back in when it lives under /tmp (a shared file
 #   system, as on a real cluster);
+# - shaping is tc's token bucket (tbf) on both ends of each host's veth: the
+#   host's egress (eth0 inside) and its ingress (the bridge port outside), so
+#   each host has a full-duplex NIC of RATE, as a node on a switch has. This
+#   kernel has no sch_netem (nor cake, fq, fq_codel): latency cannot be added,
+#   the links keep their own (measured in doc/scaling.md);
 # - Slurm 22.05 without systemd needs cgroup.conf's CgroupPlugin=cgroup/v1,
 #   proctrack/linuxproc and task/none; Debian's Open MPI has no PMI-2, so
 #   srun uses --mpi=pmix.
@@ -279,9 +286,56 @@ down() {
   say "down: hosts, links, bridge and daemons removed"
 }
 
+# The tbf burst: 2 ms at the rate, and at least 64 KiB (veth hands over
+# segments up to 64 KiB; a smaller bucket drops or splits them).
+tbf_args() { # tbf_args RATE
+  local bits
+  bits=$(rate_bits "$1") || return 1
+  local burst=$((bits / 8 / 500))
+  ((burst >= 65536)) || burst=65536
+  echo "rate $1 burst $burst latency 50ms"
+}
+
+rate_bits() { # rate_bits 100mbit -> 100000000
+  local r=${1,,} n unit
+  [[ $r =~ ^([0-9]+)(kbit|mbit|gbit)$ ]] || return 1
+  n=${BASH_REMATCH[1]} unit=${BASH_REMATCH[2]}
+  case $unit in kbit) echo $((n * 1000)) ;; mbit) echo $((n * 1000000)) ;; gbit) echo $((n * 1000000000)) ;; esac
+}
+
+shape() {
+  local rate=${1:-} d i q
+  need_root
+  [[ -e $S/env ]] || die "shape: no cluster up ($S/env); run '$0 up N' first"
+  [[ $rate == none ]] || q=$(tbf_args "$rate") ||
+    die "shape: expected a rate like 100mbit or 1gbit (kbit, mbit, gbit; at least 1mbit), or none; found '${rate}'"
+  if [[ $rate != none ]] && (($(rate_bits "$rate") < 1000000)); then
+    die "shape: expected a rate of at least 1mbit, found '$rate'"
+  fi
+  for d in "$S"/hosts/h*; do
+    i=${d##*/h}
+    tc qdisc del dev "dtc-h$i" root 2>/dev/null || true
+    ip netns exec "dtc-h$i" tc qdisc del dev eth0 root 2>/dev/null || true
+    [[ $rate == none ]] && continue
+    # shellcheck disable=SC2086  # q is a list of tc words
+    tc qdisc add dev "dtc-h$i" root tbf $q
+    # shellcheck disable=SC2086
+    ip netns exec "dtc-h$i" tc qdisc add dev eth0 root tbf $q
+  done
+  if [[ $rate == none ]]; then
+    rm -f "$S/link"
+    say "links unshaped"
+  else
+    echo "rate=$rate" >"$S/link.part"
+    mv "$S/link.part" "$S/link"
+    say "every host's link shaped to $rate each way (tbf $q)"
+  fi
+}
+
 status() {
   if [[ ! -f $S/env ]]; then echo "no cluster up (no $S/env)"; return 1; fi
   cat "$S/env"
+  [[ -f $S/link ]] && echo "link: $(cat "$S/link")"
   for d in "$S"/hosts/*; do
     h=$(basename "$d")
     echo "$h: $(cat "$d/addr") core $(cat "$d/core")"
@@ -296,5 +350,6 @@ case $cmd in
   up) up "$@" ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up N [--slurm] | down | status" >&2; exit 2 ;;
+  shape) shape "$@" ;;
+  *) echo "usage: $0 up N [--slurm] | shape RATE|none | down | status" >&2; exit 2 ;;
 esac
