@@ -53,6 +53,7 @@ static const char *const compress_name[] = {"none", "fp16", "bf16"};
 
 struct options {
     size_t minbytes, maxbytes, chunk;
+    int depth;
     long step, iters, warmup; /* iters 0 = adaptive; warmup -1 = adaptive */
     long rounds;               /* timed rounds per size, algorithms interleaved */
     const struct dt_allreduce_algo *algo[MAX_ALGOS];
@@ -131,6 +132,7 @@ static void usage(FILE *out)
           "      --grad-compression C none (default), fp16 or bf16: 16-bit transport\n"
           "      --compress-cross-only  compress only hops between nodes\n"
           "      --chunk B            ring pipeline piece in bytes (default 256K)\n"
+          "      --depth D            ring pieces in flight, 2..16 (default 2)\n"
           "      --allreduce-table F  the table auto uses (default: built in, or env\n"
           "                           DTRAIN_ALLREDUCE_TABLE)\n"
           "\n"
@@ -221,7 +223,7 @@ static int parse_algorithms(struct options *o, const char *arg, dt_status *st)
     }
 }
 
-enum { OPT_RPN = 256, OPT_COMPRESS, OPT_CROSS, OPT_CHUNK, OPT_TABLE_IN, OPT_WINDOW, OPT_OOP,
+enum { OPT_RPN = 256, OPT_COMPRESS, OPT_CROSS, OPT_CHUNK, OPT_DEPTH, OPT_TABLE_IN, OPT_WINDOW, OPT_OOP,
        OPT_INPLACE, OPT_CSV, OPT_JSON, OPT_TABLE, OPT_CHECK, OPT_NO_CHECK };
 
 static int parse_options(struct options *o, int argc, char **argv, dt_status *st)
@@ -238,6 +240,7 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
         {"grad-compression", required_argument, 0, OPT_COMPRESS},
         {"compress-cross-only", no_argument, 0, OPT_CROSS},
         {"chunk", required_argument, 0, OPT_CHUNK},
+        {"depth", required_argument, 0, OPT_DEPTH},
         {"allreduce-table", required_argument, 0, OPT_TABLE_IN},
         {"window", no_argument, 0, OPT_WINDOW},
         {"outofplace", no_argument, 0, OPT_OOP},
@@ -288,6 +291,15 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
             if (rc == DT_OK && o->chunk % sizeof(float))
                 rc = dt_fail(st, DT_EUSAGE, "--chunk: expected a multiple of 4 bytes (float32), found %s", optarg);
             break;
+        case OPT_DEPTH: {
+            char *end;
+            long d = strtol(optarg, &end, 10);
+            if (end == optarg || *end || d < 2 || d > DT_RING_MAX_DEPTH)
+                rc = dt_fail(st, DT_EUSAGE, "--depth: expected an integer from 2 to %d, found '%s'", DT_RING_MAX_DEPTH,
+                             optarg);
+            else o->depth = (int)d;
+            break;
+        }
         case OPT_TABLE_IN: o->auto_table = optarg; break;
         case OPT_WINDOW: o->buffer[BUF_WINDOW] = 1; any_buffer = 1; break;
         case OPT_OOP: o->buffer[BUF_OOP] = 1; any_buffer = 1; break;
@@ -758,8 +770,9 @@ static void write_json(const struct bench *b, FILE *f, long long wrong)
     fprintf(f, ",\n  \"ranks\": %d,\n  \"nodes\": %d,\n  \"ranks_per_node\": %d,\n  \"uniform\": %s,\n",
             b->size, b->coll.topo.nnodes, b->coll.topo.uniform ? b->coll.topo.local_size : 0,
             b->coll.topo.uniform ? "true" : "false");
-    fprintf(f, "  \"compression\": \"%s\",\n  \"compress_cross_only\": %s,\n  \"chunk_bytes\": %zu,\n",
-            compress_name[o->compress], o->cross_only ? "true" : "false", b->coll.cfg.chunk_bytes);
+    fprintf(f, "  \"compression\": \"%s\",\n  \"compress_cross_only\": %s,\n  \"chunk_bytes\": %zu,\n  \"ring_depth\": %d,\n",
+            compress_name[o->compress], o->cross_only ? "true" : "false", b->coll.cfg.chunk_bytes,
+            b->coll.cfg.ring_depth);
     fprintf(f, "  \"auto_table\": ");
     if (o->auto_table) json_string(f, o->auto_table);
     else fprintf(f, "null");
@@ -913,8 +926,8 @@ static void print_metadata(const struct bench *b)
     printf("# buffers:");
     for (int buf = 0; buf < NBUF; buf++)
         if (o->buffer[buf]) printf(" %s", buf_name[buf]);
-    printf("\n# compression: %s%s; ring chunk: %s\n", compress_name[o->compress],
-           o->cross_only ? " (cross-node hops only)" : "", chunk);
+    printf("\n# compression: %s%s; ring chunk: %s, %d in flight\n", compress_name[o->compress],
+           o->cross_only ? " (cross-node hops only)" : "", chunk, b->coll.cfg.ring_depth);
     printf("# sizes: %s to %s bytes, x%ld\n", lo, hi, o->step);
     if (o->rounds > 1)
         printf("# rounds: %ld per size, algorithms interleaved (order turned each round); times are medians "
@@ -991,7 +1004,7 @@ int main(int argc, char **argv)
     /* auto is always usable; each algorithm is asked itself below. */
     struct dt_coll_config cfg = {.algorithm = "auto", .ranks_per_node = o->ranks_per_node,
                                  .compress = o->compress, .compress_cross_only = o->cross_only,
-                                 .chunk_bytes = o->chunk, .table = o->auto_table};
+                                 .chunk_bytes = o->chunk, .ring_depth = o->depth, .table = o->auto_table};
     if (dt_coll_init(&b->coll, b->comm, &cfg, &st) != DT_OK) {
         if (b->rank == 0) fprintf(stderr, PROG ": error: %s\n", st.msg);
         return finish(b, st.code);

@@ -10,6 +10,9 @@
 #   at each hop; measured at most 5.5e-3 relative over 20 steps; tolerance 2e-2,
 #   while a wrong reduction (e.g. a missing rank's share) moves the loss by
 #   more than 5e-2 within a few steps.
+# - --ring-chunk-kb and --ring-depth change only how many pieces travel at
+#   once, not the order of additions: the same losses as the default ring,
+#   digit for digit.
 # - uneven 3+1 layout (ranks-per-node 3) with auto: runs, and matches.
 . "$TOP_SRCDIR/tests/common.sh"
 fm=$(fm_small) || exit $?
@@ -51,6 +54,15 @@ for c in fp16 bf16; do
   compare "hier $c" 2e-2 --allreduce hier --grad-compression "$c"
   compare "ring $c cross-node only" 2e-2 --allreduce ring --grad-compression "$c" --compress-cross-only
 done
+run_np 4 "$fm" $base --ranks-per-node 2 --allreduce ring
+losses >"$T/ring"
+run_np 4 "$fm" $base --ranks-per-node 2 --allreduce ring --ring-chunk-kb 1 --ring-depth 5
+losses >"$T/x"
+if [ "$rc" = 0 ] && [ "$(wc -l <"$T/x")" = 20 ] && cmp -s "$T/ring" "$T/x"; then
+  pass "ring with 1 KiB pieces, 5 in flight: the default ring's losses exactly"
+else fail "ring --ring-chunk-kb 1 --ring-depth 5: rc=$rc, losses differ from the default ring"; paste "$T/ring" "$T/x" | head -3; fi
+expect_fail 2 "--ring-depth: expected an integer in \\[2, 16\\], found 1" 2 "$fm" --ring-depth 1
+expect_fail 2 "--ring-chunk-kb: expected an integer in \\[1, 1048576\\], found 0" 2 "$fm" --ring-chunk-kb 0
 run_np 4 "$fm" $base --ranks-per-node 3
 losses >"$T/x"
 w=$(worst "$T/ref" "$T/x")

@@ -219,6 +219,7 @@ struct setup {
     int compress, cross_only;
     size_t chunk;
     const char *table;
+    int depth;              /* ring pieces in flight; 0 = default */
 };
 
 static const char *const compress_name[] = {"fp32", "fp16", "bf16"};
@@ -232,6 +233,7 @@ static struct dt_coll_config config_of(const struct setup *su)
         .compress_cross_only = su->cross_only,
         .chunk_bytes = su->chunk,
         .table = su->table,
+        .ring_depth = su->depth,
     };
     return cfg;
 }
@@ -391,11 +393,40 @@ static const char *const algos[] = {"mpi", "ring", "hier", "auto"};
 START_TEST(test_algorithms_small)
 {
     for (int a = 0; a < 4; a++) {
-        struct setup su = {algos[a], 0, 0, 0, SMALL_CHUNK, NULL};
+        struct setup su = {algos[a], 0, 0, 0, SMALL_CHUNK, NULL, 0};
         sweep(&su, small_sizes, NSMALL, K_BOTH, M_ALL);
     }
-    struct setup dflt = {"ring", 0, 0, 0, 0, NULL}; /* default chunk: one piece per segment */
+    struct setup dflt = {"ring", 0, 0, 0, 0, NULL, 0}; /* default chunk: one piece per segment */
     sweep(&dflt, small_sizes, NSMALL, K_BOTH, M_IN | M_OUT);
+}
+END_TEST
+
+/* Ring pieces in flight (--ring-depth): exact at every depth, compressed
+ * too, and the same bits as the default depth, since each element is added
+ * in the same order however many pieces travel at once. */
+START_TEST(test_ring_depth)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, 6151};
+    static const int depths[] = {3, 5, DT_RING_MAX_DEPTH};
+    for (int d = 0; d < 3; d++)
+        for (int cmp = DT_COMPRESS_NONE; cmp <= DT_COMPRESS_BF16; cmp += DT_COMPRESS_BF16) {
+            struct setup su = {"ring", 0, cmp, 0, SMALL_CHUNK, NULL, depths[d]};
+            sweep(&su, sizes, 5, K_BOTH, M_IN | M_OUT);
+            struct setup two = su;
+            two.depth = 2;
+            dt_status st = {0};
+            for (int kind = K_EXACT; kind <= K_RANDOM; kind++) {
+                struct ref R;
+                ref_make(&R, kind, 97u + (unsigned)kind, 6151);
+                float *a = reduce_copy(&su, &R), *b = reduce_copy(&two, &R);
+                expect(&st, memcmp(a, b, sizeof(float) * R.n) == 0,
+                       "ring at depth %d (%s) differs from depth 2 in its bits", depths[d], compress_name[cmp]);
+                free(a);
+                free(b);
+                ref_free(&R);
+            }
+            AGREE(st);
+        }
 }
 END_TEST
 
@@ -405,12 +436,12 @@ START_TEST(test_algorithms_big)
 {
     static const size_t big[] = {BIG};
     for (int a = 0; a < 4; a++) {
-        struct setup su = {algos[a], 0, 0, 0, 0, NULL};
+        struct setup su = {algos[a], 0, 0, 0, 0, NULL, 0};
         sweep(&su, big, 1, K_BOTH, M_ALL);
     }
     for (int K = 1; K < nranks; K++) {
         if (nranks % K) continue;
-        struct setup hier = {"hier", K, 0, 0, 0, NULL};
+        struct setup hier = {"hier", K, 0, 0, 0, NULL, 0};
         sweep(&hier, big, 1, K_BOTH, M_IN | M_WIN);
     }
 }
@@ -423,7 +454,7 @@ START_TEST(test_layouts)
     static const size_t sizes[] = {0, 1, 2, 7, 31, MULTI};
     for (int K = 1; K <= nranks; K++) {
         struct dt_coll c;
-        struct setup ring = {"ring", K, 0, 0, SMALL_CHUNK, NULL};
+        struct setup ring = {"ring", K, 0, 0, SMALL_CHUNK, NULL, 0};
         dt_status st = {0};
         char got[128], want[128];
         int nn = (nranks + K - 1) / K, uniform = nranks % K == 0;
@@ -459,7 +490,7 @@ START_TEST(test_layouts)
         AGREE(st);
 
         for (int a = 0; a < 4; a++) {
-            struct setup su = {algos[a], K, 0, 0, SMALL_CHUNK, NULL};
+            struct setup su = {algos[a], K, 0, 0, SMALL_CHUNK, NULL, 0};
             if (!uniform && strcmp(algos[a], "hier") == 0) {
                 struct dt_coll_config cfg = config_of(&su);
                 expect_usage(&cfg, "same number of ranks", want);
@@ -490,7 +521,7 @@ START_TEST(test_layout_names)
     for (size_t i = 0; i < sizeof named / sizeof *named; i++) {
         if (named[i].np != nranks) continue;
         struct dt_coll c;
-        struct setup su = {"auto", named[i].K, 0, 0, 0, NULL};
+        struct setup su = {"auto", named[i].K, 0, 0, 0, NULL, 0};
         char got[128];
         open_coll(&c, &su);
         dt_topo_describe(&c.topo, got, (int)sizeof got);
@@ -498,7 +529,7 @@ START_TEST(test_layout_names)
         dt_coll_free(&c);
         ck_assert_str_eq(got, named[i].text);
         if (!uniform) {
-            struct setup hier = {"hier", named[i].K, 0, 0, 0, NULL};
+            struct setup hier = {"hier", named[i].K, 0, 0, 0, NULL, 0};
             struct dt_coll_config cfg = config_of(&hier);
             expect_usage(&cfg, "same number of ranks", named[i].text);
         }
@@ -507,7 +538,7 @@ START_TEST(test_layout_names)
     /* Detected: not emulated, and self-consistent (one host here, but the
      * test does not insist on it). */
     struct dt_coll c;
-    struct setup det = {"ring", 0, 0, 0, 0, NULL};
+    struct setup det = {"ring", 0, 0, 0, 0, NULL, 0};
     dt_status st = {0};
     char got[128];
     open_coll(&c, &det);
@@ -528,7 +559,7 @@ END_TEST
 START_TEST(test_ranks_per_node_too_large)
 {
     char want[64];
-    struct setup su = {"ring", nranks + 1, 0, 0, 0, NULL};
+    struct setup su = {"ring", nranks + 1, 0, 0, 0, NULL, 0};
     struct dt_coll_config cfg = config_of(&su);
     snprintf(want, sizeof want, "%d is more than the %d ranks", nranks + 1, nranks);
     expect_usage(&cfg, "--ranks-per-node", want);
@@ -539,7 +570,7 @@ END_TEST
 START_TEST(test_ranks_per_node_env)
 {
     struct dt_coll c;
-    struct setup dflt = {"ring", 0, 0, 0, 0, NULL}, flag = {"ring", nranks, 0, 0, 0, NULL};
+    struct setup dflt = {"ring", 0, 0, 0, 0, NULL, 0}, flag = {"ring", nranks, 0, 0, 0, NULL, 0};
     dt_status st = {0};
     int nnodes, local, emulated;
 
@@ -573,7 +604,7 @@ END_TEST
 
 START_TEST(test_unknown_algorithm)
 {
-    struct setup su = {"nccl2", 0, 0, 0, 0, NULL};
+    struct setup su = {"nccl2", 0, 0, 0, 0, NULL, 0};
     struct dt_coll_config cfg = config_of(&su);
     expect_usage(&cfg, "'nccl2'", "--allreduce");
 }
@@ -582,7 +613,7 @@ END_TEST
 START_TEST(test_mpi_refuses_compression)
 {
     for (int cmp = DT_COMPRESS_FP16; cmp <= DT_COMPRESS_BF16; cmp++) {
-        struct setup su = {"mpi", 0, cmp, 0, 0, NULL};
+        struct setup su = {"mpi", 0, cmp, 0, 0, NULL, 0};
         struct dt_coll_config cfg = config_of(&su);
         expect_usage(&cfg, "--allreduce mpi", "16-bit");
     }
@@ -600,14 +631,14 @@ START_TEST(test_compression)
         for (int K = 0; K <= nranks; K++) {
             if (K != 0 && K != 1 && !multi_node_uniform(K)) continue;
             for (int a = 0; a < 3; a++) {
-                struct setup su = {calgos[a], K, cmp, 0, SMALL_CHUNK, NULL};
+                struct setup su = {calgos[a], K, cmp, 0, SMALL_CHUNK, NULL, 0};
                 sweep(&su, sizes, sizeof sizes / sizeof *sizes, K_BOTH, M_IN | M_OUT | M_WIN);
             }
         }
     /* Big, default chunk: ring at one node, hier across the most nodes. */
     static const size_t big[] = {BIG};
-    struct setup ring = {"ring", 0, DT_COMPRESS_BF16, 0, 0, NULL};
-    struct setup hier = {"hier", 1, DT_COMPRESS_FP16, 0, 0, NULL};
+    struct setup ring = {"ring", 0, DT_COMPRESS_BF16, 0, 0, NULL, 0};
+    struct setup hier = {"hier", 1, DT_COMPRESS_FP16, 0, 0, NULL, 0};
     sweep(&ring, big, 1, K_BOTH, M_IN);
     sweep(&hier, big, 1, K_BOTH, M_IN | M_WIN);
 }
@@ -622,8 +653,8 @@ START_TEST(test_compress_cross_only)
     for (int K = 2; K < nranks; K++) {
         if (!multi_node_uniform(K)) continue;
         for (int cmp = DT_COMPRESS_FP16; cmp <= DT_COMPRESS_BF16; cmp++) {
-            struct setup cross = {"ring", K, cmp, 1, SMALL_CHUNK, NULL}, full = cross;
-            struct setup hcross = {"hier", K, cmp, 1, SMALL_CHUNK, NULL}, hfull = hcross;
+            struct setup cross = {"ring", K, cmp, 1, SMALL_CHUNK, NULL, 0}, full = cross;
+            struct setup hcross = {"hier", K, cmp, 1, SMALL_CHUNK, NULL, 0}, hfull = hcross;
             full.cross_only = 0;
             hfull.cross_only = 0;
             sweep(&cross, sizes, sizeof sizes / sizeof *sizes, K_BOTH, M_IN | M_WIN);
@@ -669,7 +700,7 @@ START_TEST(test_auto_table)
     snprintf(missing, sizeof missing, "%s/no-such.table", dir);
     for (int K = 0; K <= nranks; K++) {
         struct dt_coll c;
-        struct setup su = {"auto", K, 0, 0, SMALL_CHUNK, path};
+        struct setup su = {"auto", K, 0, 0, SMALL_CHUNK, path, 0};
         dt_status st = {0};
         open_coll(&c, &su);
         const struct dt_allreduce_algo *big = c.topo.uniform ? &dt_allreduce_hier : &dt_allreduce_ring;
@@ -692,7 +723,7 @@ START_TEST(test_auto_table)
         int nn = nranks / K;
         snprintf(text, sizeof text, "0 0 0 mpi\n%d %d 4096 hier\n%d 0 0 ring\n0 %d 0 ring\n", nn, K, nn + 1, K + 1);
         write_file(lpath, sizeof lpath, "layout.table", text);
-        struct setup here = {"auto", K, 0, 0, 0, lpath};
+        struct setup here = {"auto", K, 0, 0, 0, lpath, 0};
         open_coll(&c, &here);
         expect_choice(&st, &c, 1023, &dt_allreduce_mpi);
         expect_choice(&st, &c, 1024, &dt_allreduce_hier);
@@ -705,7 +736,7 @@ START_TEST(test_auto_table)
     {
         struct dt_coll c;
         dt_status st = {0};
-        struct setup envd = {"auto", 0, 0, 0, 0, NULL}, flag = {"auto", 0, 0, 0, 0, path};
+        struct setup envd = {"auto", 0, 0, 0, 0, NULL, 0}, flag = {"auto", 0, 0, 0, 0, path, 0};
         setenv("DTRAIN_ALLREDUCE_TABLE", path, 1);
         open_coll(&c, &envd);
         expect_choice(&st, &c, 249, &dt_allreduce_ring);
@@ -734,7 +765,7 @@ START_TEST(test_auto_fallbacks)
         for (int cmp = DT_COMPRESS_NONE; cmp <= DT_COMPRESS_BF16; cmp++) {
             for (int t = 0; t < 2; t++) {
                 struct dt_coll c;
-                struct setup su = {"auto", K, cmp, 0, 0, t ? path : NULL};
+                struct setup su = {"auto", K, cmp, 0, 0, t ? path : NULL, 0};
                 dt_status st = {0};
                 open_coll(&c, &su);
                 for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
@@ -772,7 +803,7 @@ START_TEST(test_auto_tune)
         int nn = nranks / K;
         for (int variant = 0; variant < 4; variant++) { /* tune, env 0, table given, emulated without env */
             struct dt_coll c;
-            struct setup su = {"auto", K, 0, 0, 0, variant == 2 ? path : NULL};
+            struct setup su = {"auto", K, 0, 0, 0, variant == 2 ? path : NULL, 0};
             dt_status st = {0};
             if (variant == 0 || variant == 2) setenv("DTRAIN_ALLREDUCE_TUNE", "1", 1);
             else if (variant == 1) setenv("DTRAIN_ALLREDUCE_TUNE", "0", 1);
@@ -878,7 +909,7 @@ START_TEST(test_auto_table_errors)
         char path[600], where[700];
         write_file(path, sizeof path, bad[i].name, bad[i].text);
         snprintf(where, sizeof where, "%s%s", path, bad[i].where);
-        struct setup su = {"auto", 0, 0, 0, 0, path};
+        struct setup su = {"auto", 0, 0, 0, 0, path, 0};
         struct dt_coll_config cfg = config_of(&su);
         expect_usage(&cfg, where, bad[i].what);
     }
@@ -887,13 +918,13 @@ START_TEST(test_auto_table_errors)
     for (int i = 0; i < 2; i++) {
         char path[600];
         write_file(path, sizeof path, empty[i][0], empty[i][1]);
-        struct setup su = {"auto", 0, 0, 0, 0, path};
+        struct setup su = {"auto", 0, 0, 0, 0, path, 0};
         struct dt_coll_config cfg = config_of(&su);
         expect_usage(&cfg, path, "no rules");
     }
     char missing[600];
     snprintf(missing, sizeof missing, "%s/no-such.table", dir);
-    struct setup su = {"auto", 0, 0, 0, 0, missing};
+    struct setup su = {"auto", 0, 0, 0, 0, missing, 0};
     struct dt_coll_config cfg = config_of(&su);
     expect_usage(&cfg, missing, "cannot open");
 }
@@ -919,6 +950,7 @@ int main(int argc, char **argv)
     tcase_add_checked_fixture(tc, clean_env, NULL);
     tcase_add_test(tc, test_algorithms_small);
     tcase_add_test(tc, test_algorithms_big);
+    tcase_add_test(tc, test_ring_depth);
     tcase_add_test(tc, test_layouts);
     tcase_add_test(tc, test_layout_names);
     tcase_add_test(tc, test_ranks_per_node_too_large);

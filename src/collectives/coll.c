@@ -15,6 +15,7 @@
 #include "runtime/checks.h"
 
 #define DEFAULT_CHUNK (256u * 1024u)
+#define DEFAULT_DEPTH 2
 #define STAGING_BYTES (1u << 20) /* per rank: pieces stay in cache */
 
 static const struct dt_allreduce_algo *const algos[] = {
@@ -36,6 +37,8 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
     if (!c->cfg.algorithm) c->cfg.algorithm = "auto";
     if (!c->cfg.chunk_bytes) c->cfg.chunk_bytes = DEFAULT_CHUNK;
     if (c->cfg.chunk_bytes < sizeof(float)) c->cfg.chunk_bytes = sizeof(float);
+    if (c->cfg.ring_depth < 2) c->cfg.ring_depth = DEFAULT_DEPTH;
+    if (c->cfg.ring_depth > DT_RING_MAX_DEPTH) c->cfg.ring_depth = DT_RING_MAX_DEPTH;
     if (dt_topo_create(&c->topo, comm, cfg->ranks_per_node, st) != DT_OK) return st->code;
     c->algo = dt_allreduce_find(c->cfg.algorithm);
     if (!c->algo)

@@ -24,12 +24,15 @@
 
 enum dt_compress { DT_COMPRESS_NONE = 0, DT_COMPRESS_FP16 = 1, DT_COMPRESS_BF16 = 2 };
 
+#define DT_RING_MAX_DEPTH 16
+
 struct dt_coll_config {
     const char *algorithm;     /* "auto" (default), "mpi", "ring", "hier" */
     int ranks_per_node;        /* 0 = detect */
     int compress;              /* enum dt_compress */
     int compress_cross_only;   /* hier: compress only the cross-node hop */
     size_t chunk_bytes;        /* ring pipeline piece; 0 = default (256 KiB) */
+    int ring_depth;            /* ring pieces in flight, 2..DT_RING_MAX_DEPTH; 0 = default (2) */
     const char *table;         /* auto's table file; NULL = built in */
 };
 

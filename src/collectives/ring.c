@@ -86,46 +86,51 @@ DT_MULTIVERSION static void add(float *restrict dst, const float *restrict src, 
 
 /* One ring step: send piece-by-piece segment `so` of buf to the right while
  * receiving segment `ro` from the left; reduce (add) or store what arrives.
- * Pieces are double-buffered: piece j+1 is in flight while piece j is added. */
+ * c->cfg.ring_depth pieces are in flight while the oldest is added: on a slow
+ * link a deep pipeline of small (eager) messages keeps both directions busy,
+ * where large ones wait for the MPI library's rendezvous handshake, which
+ * queues behind the peer's own data in the same TCP stream (doc/scaling.md,
+ * "shaped links"). The order of additions per element is the same at any
+ * depth, so the bits are too. */
 static void ring_step(struct dt_coll *c, MPI_Comm comm, int left, int right, float *buf,
                       size_t soff, size_t slen, size_t roff, size_t rlen, size_t seg_max, int reduce,
                       int scomp, int rcomp)
 {
     /* Every rank sends and receives the same number of pieces (from the
      * longest segment), so messages pair up even where segments differ by one. */
+    const size_t D = (size_t)c->cfg.ring_depth;
     size_t piece = c->cfg.chunk_bytes / sizeof(float);
     size_t pieces = (seg_max + piece - 1) / piece;
-    MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}, sq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    float *tmp = reduce && !rcomp ? scratch(c, 2 * piece) : NULL;
-    uint16_t *pin = rcomp ? packed(c, 0, 2 * piece) : NULL;
-    uint16_t *pout = scomp ? packed(c, 1, 2 * piece) : NULL;
+    MPI_Request rq[DT_RING_MAX_DEPTH], sq[DT_RING_MAX_DEPTH];
+    for (size_t i = 0; i < D; i++) rq[i] = sq[i] = MPI_REQUEST_NULL;
+    float *tmp = reduce && !rcomp ? scratch(c, D * piece) : NULL;
+    uint16_t *pin = rcomp ? packed(c, 0, D * piece) : NULL;
+    uint16_t *pout = scomp ? packed(c, 1, D * piece) : NULL;
 
-    for (size_t j = 0; j <= pieces; j++) {
-        int b = (int)(j & 1);
+    for (size_t j = 0; j < pieces + D - 1; j++) {
         if (j < pieces) { /* post piece j */
-            size_t ro = j * piece, so = j * piece;
+            size_t b = j % D, ro = j * piece, so = j * piece;
             int rn = ro < rlen ? (int)(rlen - ro < piece ? rlen - ro : piece) : 0;
             int sn = so < slen ? (int)(slen - so < piece ? slen - so : piece) : 0;
-            void *rbuf = rcomp ? (void *)(pin + (size_t)b * piece)
-                         : reduce ? (void *)(tmp + (size_t)b * piece) : (void *)(buf + roff + ro);
+            void *rbuf = rcomp ? (void *)(pin + b * piece)
+                         : reduce ? (void *)(tmp + b * piece) : (void *)(buf + roff + ro);
             const void *sbuf = buf + soff + so;
             if (scomp) {
-                pack16(pout + (size_t)b * piece, buf + soff + so, (size_t)sn, scomp);
-                sbuf = pout + (size_t)b * piece;
+                pack16(pout + b * piece, buf + soff + so, (size_t)sn, scomp);
+                sbuf = pout + b * piece;
             }
             DT_MPI_CHECK(MPI_Irecv(rbuf, rn, rcomp ? MPI_UINT16_T : MPI_FLOAT, left, 77, comm, &rq[b]));
             DT_MPI_CHECK(MPI_Isend(sbuf, sn, scomp ? MPI_UINT16_T : MPI_FLOAT, right, 77, comm, &sq[b]));
         }
-        if (j > 0) { /* finish piece j-1 */
-            int pb = (int)((j - 1) & 1);
-            size_t ro = (j - 1) * piece;
+        if (j + 1 >= D) { /* finish piece j-D+1 */
+            size_t k = j + 1 - D, pb = k % D, ro = k * piece;
             size_t rn = ro < rlen ? (rlen - ro < piece ? rlen - ro : piece) : 0;
             DT_MPI_CHECK(MPI_Wait(&rq[pb], MPI_STATUS_IGNORE));
             if (rcomp) {
-                if (reduce) unpack16_add(buf + roff + ro, pin + (size_t)pb * piece, rn, rcomp);
-                else unpack16(buf + roff + ro, pin + (size_t)pb * piece, rn, rcomp);
+                if (reduce) unpack16_add(buf + roff + ro, pin + pb * piece, rn, rcomp);
+                else unpack16(buf + roff + ro, pin + pb * piece, rn, rcomp);
             } else if (reduce) {
-                add(buf + roff + ro, tmp + (size_t)pb * piece, rn);
+                add(buf + roff + ro, tmp + pb * piece, rn);
             }
             DT_MPI_CHECK(MPI_Wait(&sq[pb], MPI_STATUS_IGNORE));
         }

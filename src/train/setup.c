@@ -163,7 +163,8 @@ static int open_ranks(struct dt_trainer *t, MPI_Comm comm, dt_status *st)
     const struct dt_config *cfg = t->cfg;
     struct dt_coll_config cc = {.algorithm = cfg->allreduce, .ranks_per_node = cfg->ranks_per_node,
                                 .compress = cfg->compress, .compress_cross_only = cfg->compress_cross_only,
-                                .table = cfg->allreduce_table};
+                                .table = cfg->allreduce_table,
+                                .chunk_bytes = (size_t)cfg->ring_chunk_kb * 1024, .ring_depth = cfg->ring_depth};
     if (dt_coll_init(&t->coll, comm, &cc, st) != DT_OK) return st->code;
     t->comm = t->coll.topo.world;
     MPI_Comm_rank(t->comm, &t->rank);
