@@ -131,8 +131,10 @@ static void usage(FILE *out)
           "                           (default: detected; env DTRAIN_RANKS_PER_NODE)\n"
           "      --grad-compression C none (default), fp16 or bf16: 16-bit transport\n"
           "      --compress-cross-only  compress only hops between nodes\n"
-          "      --chunk B            ring pipeline piece in bytes (default 256K)\n"
-          "      --depth D            ring pieces in flight, 2..16 (default 2)\n"
+          "      --chunk B            ring pipeline piece in bytes (default: 63K across\n"
+          "                           nodes, 256K inside one, as dtrain's --ring-chunk-kb)\n"
+          "      --depth D            ring pieces in flight, 1..16 (default: 8 across\n"
+          "                           nodes, 2 inside one, as dtrain's --ring-depth)\n"
           "      --allreduce-table F  the table auto uses (default: built in, or env\n"
           "                           DTRAIN_ALLREDUCE_TABLE)\n"
           "\n"
@@ -294,8 +296,8 @@ static int parse_options(struct options *o, int argc, char **argv, dt_status *st
         case OPT_DEPTH: {
             char *end;
             long d = strtol(optarg, &end, 10);
-            if (end == optarg || *end || d < 2 || d > DT_RING_MAX_DEPTH)
-                rc = dt_fail(st, DT_EUSAGE, "--depth: expected an integer from 2 to %d, found '%s'", DT_RING_MAX_DEPTH,
+            if (end == optarg || *end || d < 1 || d > DT_RING_MAX_DEPTH)
+                rc = dt_fail(st, DT_EUSAGE, "--depth: expected an integer from 1 to %d, found '%s'", DT_RING_MAX_DEPTH,
                              optarg);
             else o->depth = (int)d;
             break;
@@ -744,15 +746,19 @@ static void print_summary(const struct bench *b)
 static void write_csv(const struct bench *b, FILE *f)
 {
     fprintf(f, "buffer,size_bytes,count,algorithm,picked,ranks,iters,warmup,time_min_us,time_med_us,"
-               "time_max_us,algbw_GBps,busbw_GBps,vs_mpi,wrong,ranks_differ\n");
+               "time_max_us,algbw_GBps,busbw_GBps,vs_mpi,wrong,ranks_differ,nodes,ranks_per_node,ring_chunk,"
+               "ring_depth\n");
+    const struct dt_topo *t = &b->coll.topo;
     for (int i = 0; i < b->nrows; i++) {
         const struct row *r = &b->rows[i];
         fprintf(f, "%s,%zu,%zu,%s,%s,%d,%ld,%ld,%.3f,%.3f,%.3f,%.4f,%.4f,", buf_name[r->buf],
                 r->count * sizeof(float), r->count, b->o.algo[r->algo]->name, r->picked, b->size, r->iters,
                 r->warmup, r->tmin * 1e6, r->tmed * 1e6, r->tmax * 1e6, algbw(r), algbw(r) * busbw_factor(b->size));
         if (vs_mpi(b, r) > 0) fprintf(f, "%.4f", vs_mpi(b, r));
-        if (r->wrong >= 0) fprintf(f, ",%lld,%d\n", r->wrong, r->differ);
-        else fprintf(f, ",,\n");
+        if (r->wrong >= 0) fprintf(f, ",%lld,%d", r->wrong, r->differ);
+        else fprintf(f, ",,");
+        fprintf(f, ",%d,%d,%zu,%d\n", t->nnodes, t->uniform ? t->local_size : 0, b->coll.cfg.chunk_bytes,
+                b->coll.cfg.ring_depth);
     }
 }
 

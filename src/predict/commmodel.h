@@ -70,6 +70,14 @@ double dt_cm_allreduce(const struct dt_cluster *c, int algo, int nodes, int q, d
 int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st);
 const char *dt_cm_cluster_names(void);
 
+/* fit.c: alpha_inter and beta_inter fitted to a dtrain-bench-allreduce --csv
+ * file's ring rows (one rank per node), the rest taken from base; *worst is
+ * the largest relative error of the fitted line at the measured sizes. */
+int dt_cm_fit(const char *path, const struct dt_cluster *base, struct dt_cluster *out, double *worst,
+              dt_status *st);
+/* c as a cluster file that dt_cm_cluster_load reads back. */
+int dt_cm_cluster_write(const struct dt_cluster *c, const char *path, dt_status *st);
+
 /* One training step of one replica. */
 struct dt_cm_step {
     double forward_s, backward_s; /* compute of one replica's batch */

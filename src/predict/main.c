@@ -28,8 +28,8 @@
 #define MAXN 64
 
 struct opts {
-    const char *model, *input, *cluster, *metrics, *compare, *csv;
-    int batch, q, overlap, nbucket, nnodes, algos[DT_CM_NALGOS], nalgo, half;
+    const char *model, *input, *cluster, *metrics, *compare, *csv, *fit, *fit_out;
+    int batch, q, overlap, nbucket, nnodes, algos[DT_CM_NALGOS], nalgo, half, cluster_given;
     double compute_ms, data_ms, fwd_frac, threshold;
     double bucket_mb[MAXN];
     int nodes[MAXN];
@@ -58,6 +58,11 @@ static void usage(FILE *f)
         "                          file: ranks_per_node, alpha_intra_us, bw_intra_gbs,\n"
         "                          alpha_inter_us, bw_inter_gbs (GB/s = 1e9 bytes/s)\n"
         "      --ranks-per-node Q  override the cluster's\n"
+        "      --fit BENCH.csv     fit the link between nodes (alpha, beta) to a\n"
+        "                          dtrain-bench-allreduce --csv run at one rank per\n"
+        "                          node, and use it (--cluster gives the rest;\n"
+        "                          default then this-machine)\n"
+        "      --fit-out FILE      also write the fitted cluster file\n"
         "  -a, --algorithms LIST   from ring, mpi, hier (default: all three)\n"
         "      --bucket-mb LIST    gradient bucket sizes in MiB (default 1,4,16;\n"
         "                          0 = one bucket for the whole gradient)\n"
@@ -255,11 +260,26 @@ static int compare(const struct opts *o, const struct dt_model *m, const struct 
     return DT_OK;
 }
 
+/* --fit: the link fitted to a benchmark's ring rows replaces the cluster's. */
+static int fit(const struct opts *o, struct dt_cluster *c, dt_status *st)
+{
+    double worst = 0;
+    if (dt_cm_fit(o->fit, c, c, &worst, st) != DT_OK) return st->code;
+    printf("fit %s: between nodes %.1f us + %.4g GB/s per message (%.4g Gbit/s); the line is within %.0f%% of "
+           "every measured size\n", o->fit, c->alpha_inter * 1e6, 1e-9 / c->beta_inter, 8e-9 / c->beta_inter,
+           100.0 * worst);
+    if (o->fit_out && dt_cm_cluster_write(c, o->fit_out, st) != DT_OK) return st->code;
+    if (o->fit_out) printf("fit: wrote %s (--cluster %s)\n", o->fit_out, o->fit_out);
+    return DT_OK;
+}
+
 static int run(struct opts *o, dt_status *st)
 {
     struct dt_cluster c;
     if (dt_cm_cluster_load(o->cluster, &c, st) != DT_OK) return st->code;
     if (o->q > 0) c.ranks_per_node = o->q;
+    if (o->fit && fit(o, &c, st) != DT_OK) return st->code;
+    if (o->fit && !(o->compute_ms > 0.0) && !o->metrics && !o->compare) return DT_OK;
     struct dt_shape in;
     int classes;
     if (sscanf(o->input, "%dx%dx%d:%d", &in.h, &in.w, &in.c, &classes) != 4 || in.h < 1 || in.w < 1 || in.c < 1 ||
@@ -346,6 +366,7 @@ int main(int argc, char **argv)
         {"grad-compression", required_argument, 0, 'G'}, {"nodes", required_argument, 0, 'N'},
         {"threshold", required_argument, 0, 'T'},   {"csv", required_argument, 0, 'S'},
         {"compare", required_argument, 0, 'P'},     {"help", no_argument, 0, 'h'},
+        {"fit", required_argument, 0, 'f'},         {"fit-out", required_argument, 0, 'o'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int opt, rc = DT_OK;
     double v[MAXN];
@@ -363,7 +384,7 @@ int main(int argc, char **argv)
         case 'M': o.metrics = optarg; break;
         case 'D': rc = parse_number("--data-ms", optarg, 0, 1e9, &o.data_ms, &st); break;
         case 'F': rc = parse_number("--forward-fraction", optarg, 0, 1, &o.fwd_frac, &st); break;
-        case 'c': o.cluster = optarg; break;
+        case 'c': o.cluster = optarg; o.cluster_given = 1; break;
         case 'q':
             if ((rc = parse_number("--ranks-per-node", optarg, 1, 1 << 16, &x, &st)) == DT_OK) o.q = (int)x;
             break;
@@ -395,6 +416,8 @@ int main(int argc, char **argv)
         case 'T': rc = parse_number("--threshold", optarg, 0.01, 1, &o.threshold, &st); break;
         case 'S': o.csv = optarg; break;
         case 'P': o.compare = optarg; break;
+        case 'f': o.fit = optarg; break;
+        case 'o': o.fit_out = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("dtrain-predict %s\n", PACKAGE_VERSION); return 0;
         case ':': rc = dt_fail(&st, DT_EUSAGE, "%s: needs a value", argv[optind - 1]); break;
@@ -403,6 +426,8 @@ int main(int argc, char **argv)
     }
     if (rc == DT_OK && optind < argc)
         rc = dt_fail(&st, DT_EUSAGE, "unexpected argument '%s' (see dtrain-predict --help)", argv[optind]);
+    if (rc == DT_OK && o.fit_out && !o.fit) rc = dt_fail(&st, DT_EUSAGE, "--fit-out: needs --fit BENCH.csv");
+    if (rc == DT_OK && o.fit && !o.cluster_given) o.cluster = "this-machine";
     if (rc == DT_OK && o.metrics && o.compute_ms > 0.0)
         rc = dt_fail(&st, DT_EUSAGE, "--metrics and --compute-ms: give one of them");
     if (rc == DT_OK) {
