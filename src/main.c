@@ -120,9 +120,13 @@ static void print_layout(const struct dt_trainer *tr, int nranks)
         dt_auto_describe(&tr->coll, how + 2, sizeof how - 3);
         strcat(how, ")");
     }
-    printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s\n", layout, s->ops->name,
+    char pieces[64] = ""; /* the ring's, where the all-reduce may be a ring */
+    if (strcmp(tr->coll.algo->name, "mpi") != 0 && nranks > 1)
+        snprintf(pieces, sizeof pieces, ", ring pieces %g KiB x %d", (double)tr->coll.cfg.chunk_bytes / 1024.0,
+                 tr->coll.cfg.ring_depth);
+    printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s%s\n", layout, s->ops->name,
            tr->coll.algo->name, how, compress, s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s",
-           cfg.bucket_mb, s->reducer.overlap ? "overlapped with backward" : "after backward");
+           cfg.bucket_mb, s->reducer.overlap ? "overlapped with backward" : "after backward", pieces);
 }
 
 /* Rank 0, --verbose: what is about to train, on what, how. */

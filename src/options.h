@@ -75,8 +75,8 @@ struct dt_config {
     int ps_transport;       /* enum dt_ps_transport (strategy/ps.h) */
     const char *allreduce;  /* auto | mpi | ring | hier */
     const char *allreduce_table; /* auto's table file; NULL = built in */
-    int ring_chunk_kb;      /* ring and hier: pipeline piece (256 KiB) */
-    int ring_depth;         /* ring and hier: pieces in flight (2) */
+    int ring_chunk_kb;      /* ring and hier: pipeline piece; 0 = by layout (collectives/coll.h) */
+    int ring_depth;         /* ring and hier: pieces in flight; 0 = by layout */
     int ranks_per_node;     /* 0 = detect */
     double bucket_mb;       /* bucket size; 0 = one all-reduce after backward */
     int overlap;            /* enum dt_overlap: reduce buckets during backward;

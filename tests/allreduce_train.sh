@@ -57,12 +57,13 @@ done
 run_np 4 "$fm" $base --ranks-per-node 2 --allreduce ring
 losses >"$T/ring"
 run_np 4 "$fm" $base --ranks-per-node 2 --allreduce ring --ring-chunk-kb 1 --ring-depth 5
+grep -q 'ring pieces 1 KiB x 5' "$out" || fail "layout line without 'ring pieces 1 KiB x 5': $(grep layout "$out")"
 losses >"$T/x"
 if [ "$rc" = 0 ] && [ "$(wc -l <"$T/x")" = 20 ] && cmp -s "$T/ring" "$T/x"; then
   pass "ring with 1 KiB pieces, 5 in flight: the default ring's losses exactly"
 else fail "ring --ring-chunk-kb 1 --ring-depth 5: rc=$rc, losses differ from the default ring"; paste "$T/ring" "$T/x" | head -3; fi
-expect_fail 2 "--ring-depth: expected an integer in \\[2, 16\\], found 1" 2 "$fm" --ring-depth 1
-expect_fail 2 "--ring-chunk-kb: expected an integer in \\[1, 1048576\\], found 0" 2 "$fm" --ring-chunk-kb 0
+expect_fail 2 "--ring-depth: expected an integer in \\[0, 16\\], found 17" 2 "$fm" --ring-depth 17
+expect_fail 2 "--ring-chunk-kb: expected an integer in \\[0, 1048576\\], found -1" 2 "$fm" --ring-chunk-kb -1
 run_np 4 "$fm" $base --ranks-per-node 3
 losses >"$T/x"
 w=$(worst "$T/ref" "$T/x")

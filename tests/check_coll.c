@@ -407,7 +407,7 @@ END_TEST
 START_TEST(test_ring_depth)
 {
     static const size_t sizes[] = {0, 1, 7, 1000, 6151};
-    static const int depths[] = {3, 5, DT_RING_MAX_DEPTH};
+    static const int depths[] = {1, 5, DT_RING_MAX_DEPTH};
     for (int d = 0; d < 3; d++)
         for (int cmp = DT_COMPRESS_NONE; cmp <= DT_COMPRESS_BF16; cmp += DT_COMPRESS_BF16) {
             struct setup su = {"ring", 0, cmp, 0, SMALL_CHUNK, NULL, depths[d]};

@@ -14,8 +14,11 @@
 #include "collectives/coll.h"
 #include "runtime/checks.h"
 
-#define DEFAULT_CHUNK (256u * 1024u)
-#define DEFAULT_DEPTH 2
+/* The ring's pieces (coll.h) */
+#define SHM_CHUNK (256u * 1024u)
+#define SHM_DEPTH 2
+#define NET_CHUNK (63u * 1024u)
+#define NET_DEPTH 8
 #define STAGING_BYTES (1u << 20) /* per rank: pieces stay in cache */
 
 static const struct dt_allreduce_algo *const algos[] = {
@@ -35,11 +38,13 @@ int dt_coll_init(struct dt_coll *c, MPI_Comm comm, const struct dt_coll_config *
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
     if (!c->cfg.algorithm) c->cfg.algorithm = "auto";
-    if (!c->cfg.chunk_bytes) c->cfg.chunk_bytes = DEFAULT_CHUNK;
-    if (c->cfg.chunk_bytes < sizeof(float)) c->cfg.chunk_bytes = sizeof(float);
-    if (c->cfg.ring_depth < 2) c->cfg.ring_depth = DEFAULT_DEPTH;
-    if (c->cfg.ring_depth > DT_RING_MAX_DEPTH) c->cfg.ring_depth = DT_RING_MAX_DEPTH;
     if (dt_topo_create(&c->topo, comm, cfg->ranks_per_node, st) != DT_OK) return st->code;
+    int network = c->topo.nnodes > 1 && !c->topo.emulated;
+    if (!c->cfg.chunk_bytes) c->cfg.chunk_bytes = network ? NET_CHUNK : SHM_CHUNK;
+    if (c->cfg.chunk_bytes < sizeof(float)) c->cfg.chunk_bytes = sizeof(float);
+    c->cfg.chunk_bytes -= c->cfg.chunk_bytes % sizeof(float);
+    if (c->cfg.ring_depth < 1) c->cfg.ring_depth = network ? NET_DEPTH : SHM_DEPTH;
+    if (c->cfg.ring_depth > DT_RING_MAX_DEPTH) c->cfg.ring_depth = DT_RING_MAX_DEPTH;
     c->algo = dt_allreduce_find(c->cfg.algorithm);
     if (!c->algo)
         dt_fail(st, DT_EUSAGE, "--allreduce: expected auto, mpi, ring or hier, found '%s'", c->cfg.algorithm);

@@ -31,8 +31,15 @@ struct dt_coll_config {
     int ranks_per_node;        /* 0 = detect */
     int compress;              /* enum dt_compress */
     int compress_cross_only;   /* hier: compress only the cross-node hop */
-    size_t chunk_bytes;        /* ring pipeline piece; 0 = default (256 KiB) */
-    int ring_depth;            /* ring pieces in flight, 2..DT_RING_MAX_DEPTH; 0 = default (2) */
+    /* The ring's pieces: chunk_bytes each, ring_depth in flight (1 to
+     * DT_RING_MAX_DEPTH); 0 = by layout. Inside one host (shared memory, or an
+     * emulated layout) 256 KiB x 2; across real nodes 63 KiB x 8: Open MPI's
+     * tcp BTL sends a message above its 64 KiB eager limit only after a
+     * rendezvous handshake whose reply queues behind the peer's own data in
+     * the same TCP connection, and a ring sends both ways at once, so large
+     * pieces got half a shaped link (doc/scaling.md). */
+    size_t chunk_bytes;
+    int ring_depth;
     const char *table;         /* auto's table file; NULL = built in */
 };
 

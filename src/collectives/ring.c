@@ -86,12 +86,9 @@ DT_MULTIVERSION static void add(float *restrict dst, const float *restrict src, 
 
 /* One ring step: send piece-by-piece segment `so` of buf to the right while
  * receiving segment `ro` from the left; reduce (add) or store what arrives.
- * c->cfg.ring_depth pieces are in flight while the oldest is added: on a slow
- * link a deep pipeline of small (eager) messages keeps both directions busy,
- * where large ones wait for the MPI library's rendezvous handshake, which
- * queues behind the peer's own data in the same TCP stream (doc/scaling.md,
- * "shaped links"). The order of additions per element is the same at any
- * depth, so the bits are too. */
+ * c->cfg.ring_depth pieces are in flight while the oldest is added (coll.h
+ * says why across nodes they are small and many). The order of additions
+ * per element is the same at any piece size and depth, so the bits are too. */
 static void ring_step(struct dt_coll *c, MPI_Comm comm, int left, int right, float *buf,
                       size_t soff, size_t slen, size_t roff, size_t rlen, size_t seg_max, int reduce,
                       int scomp, int rcomp)

@@ -38,6 +38,10 @@
 #                a run never interrupted; srun direct launch trains
 #   local        jobscripts/local/dtrain.sh across hosts: SIGUSR1, restart,
 #                the same final checkpoint as a run never interrupted
+#   shaped       cluster.sh shape 200mbit: one TCP stream gets 80-105% of it,
+#                a ring all-reduce of 4 MiB in eager pieces (--chunk 63K
+#                --depth 4) at least 60%; shape none removes every qdisc;
+#                a bad rate is refused with a message
 # PBS has no Debian package: tests/jobscripts.sh keeps its stand-in.
 # SYN, args and the flag lists are lists of words on purpose; "a && ok || bad"
 # is the suite's idiom (ok never fails).
@@ -126,6 +130,7 @@ run_check() { # run_check NAME: runs check_NAME, its output in NAME.log
 }
 
 SYN="--synthetic 8x8x3:4:4096 --model mlp --batch-size 16"
+DTC_SUBNET_H2=$(cat "$DTC_STATE/hosts/h2/addr")
 
 check_hosts() {
   local got
@@ -497,7 +502,35 @@ check_local() {
   fi
 }
 
-checks=${*:-hosts preflight strategies ps allreduce resume faults slurm local}
+check_shaped() {
+  local rsh=$TOP_SRCDIR/tests/cluster/rsh gbs busbw
+  bash "$CLUSTER" shape 200mbit || bad "shape 200mbit failed"
+  if bash "$CLUSTER" status | grep -q '^link: rate=200mbit$' && tc qdisc show dev dtc-h1 | grep -q 'tbf .*rate 200Mbit' &&
+     "$rsh" h2 "tc qdisc show dev eth0" | grep -q 'tbf .*rate 200Mbit'; then
+    ok "shape 200mbit: tbf on both ends of the links, recorded in the state"
+  else bad "shape 200mbit: $(bash "$CLUSTER" status | grep link; tc qdisc show dev dtc-h1)"; fi
+  "$rsh" h2 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py serve $DTC_SUBNET_H2 5999" &
+  sleep 0.5
+  gbs=$("$rsh" h1 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py send $DTC_SUBNET_H2 5999 8 3")
+  wait
+  awk -v g="$gbs" 'BEGIN { exit !(g >= 0.8 * 0.025 && g <= 1.05 * 0.025) }' &&
+    ok "one TCP stream h1 -> h2: $gbs GB/s of 0.025" || bad "one TCP stream h1 -> h2: $gbs GB/s, expected 0.020-0.026"
+  across h1:1,h2:1 "$BENCH" -b 4M -e 4M -a ring --chunk 64512 --depth 4 --outofplace -n 3 >out 2>&1
+  busbw=$(awk '$3 == "ring" { print $11 }' out)
+  awk -v b="$busbw" 'BEGIN { exit !(b >= 0.6 * 0.025) }' &&
+    ok "ring all-reduce of 4 MiB across the shaped link, eager pieces 4 deep: busbw $busbw GB/s of 0.025" ||
+    { bad "ring across the shaped link: busbw '$busbw' GB/s, expected >= 0.015"; cat out; }
+  bash "$CLUSTER" shape none >/dev/null
+  if ! tc qdisc show dev dtc-h1 | grep -q tbf && ! "$rsh" h2 "tc qdisc show dev eth0" | grep -q tbf &&
+     ! bash "$CLUSTER" status | grep -q '^link:'; then
+    ok "shape none: no tbf left, no link recorded"
+  else bad "shape none left $(tc qdisc show dev dtc-h1)"; fi
+  bash "$CLUSTER" shape 10xyz >out 2>&1 && bad "shape 10xyz succeeded" ||
+    { grep -q "shape: expected a rate like 100mbit or 1gbit .* found '10xyz'" out && ok "shape 10xyz: $(cat out)" ||
+      bad "shape 10xyz: $(cat out)"; }
+}
+
+checks=${*:-hosts preflight strategies ps allreduce resume faults slurm local shaped}
 t_all=$(date +%s)
 for c in $checks; do run_check "$c"; done
 echo "cluster: $npass passed, $nfail failed ($(($(date +%s) - t_all)) s)"
