@@ -20,7 +20,6 @@
 
 #include <math.h>
 #include <mpi.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,16 +139,7 @@ static void ref_matrix(struct ref *f, int i, int t, double *out)
 
 /* ---- checks ---------------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4))) static void expect(dt_status *st, int cond, const char *fmt, ...)
-{
-    if (cond || st->code != DT_OK) return;
-    int k = snprintf(st->msg, sizeof st->msg, "rank %d: ", rank);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(st->msg + k, sizeof st->msg - (size_t)k, fmt, ap);
-    va_end(ap);
-    st->code = DT_ERUNTIME;
-}
+#define expect(st, cond, ...) mpi_check_expect(st, rank, cond, __VA_ARGS__)
 
 static void agree(dt_status *st)
 {
@@ -174,6 +164,19 @@ static void coll_open(struct dt_coll *c, const char *algo)
     dt_status st = {0};
     struct dt_coll_config cfg = {.algorithm = algo};
     ck_assert_int_eq(dt_coll_init(c, MPI_COMM_WORLD, &cfg, &st), DT_OK);
+}
+
+/* A communicator over the world with algo, and a compressor of rank R on it. */
+static void open_both(struct dt_coll *c, struct dt_powersgd *p, const char *algo, int R, uint64_t seed)
+{
+    coll_open(c, algo);
+    dt_powersgd_init(p, c, R, mats, NMAT, seed);
+}
+
+static void close_both(struct dt_coll *c, struct dt_powersgd *p)
+{
+    dt_powersgd_free(p);
+    dt_coll_free(c);
 }
 
 static void reduce_step(struct dt_powersgd *p, float *g, int t, int poison)
@@ -203,8 +206,7 @@ static void against_reference(const char *algo, int R, double tol)
     dt_status st = {0};
     float g[COUNT];
     double out[COUNT];
-    coll_open(&c, algo);
-    dt_powersgd_init(&p, &c, R, mats, NMAT, 7);
+    open_both(&c, &p, algo, R, 7);
     ref_init(&f, &p);
     double worst = 0.0;
     for (int t = 0; t < 5; t++) {
@@ -228,8 +230,7 @@ static void against_reference(const char *algo, int R, double tol)
                           R, worst);
     agree(&st);
     ref_free(&f);
-    dt_powersgd_free(&p);
-    dt_coll_free(&c);
+    close_both(&c, &p);
 }
 
 START_TEST(test_reference_ring) { against_reference("ring", 2, 2e-5); }
@@ -249,8 +250,7 @@ START_TEST(test_full_rank_is_exact)
     struct dt_powersgd p;
     dt_status st = {0};
     float g[COUNT];
-    coll_open(&c, "ring");
-    dt_powersgd_init(&p, &c, 17, mats, NMAT, 7);
+    open_both(&c, &p, "ring", 17, 7);
     for (int i = 0; i < NMAT; i++)
         expect(&st, p.mat[i].r == (int)(mats[i].n < mats[i].m ? mats[i].n : mats[i].m), "matrix %d: rank %d", i,
                p.mat[i].r);
@@ -268,8 +268,7 @@ START_TEST(test_full_rank_is_exact)
         }
     }
     agree(&st);
-    dt_powersgd_free(&p);
-    dt_coll_free(&c);
+    close_both(&c, &p);
 }
 END_TEST
 
@@ -283,8 +282,7 @@ START_TEST(test_error_feedback_telescopes)
     dt_status st = {0};
     float g[COUNT];
     double applied[COUNT] = {0}, raw[COUNT] = {0}, held[COUNT] = {0};
-    coll_open(&c, "ring");
-    dt_powersgd_init(&p, &c, 1, mats, NMAT, 11);
+    open_both(&c, &p, "ring", 1, 11);
     for (int t = 0; t < T; t++) {
         reduce_step(&p, g, t, 0);
         for (size_t x = 0; x < COUNT; x++) {
@@ -307,8 +305,7 @@ START_TEST(test_error_feedback_telescopes)
     expect(&st, lost > 0.1, "rank 1 applied everything (largest difference %g): nothing was compressed", lost);
     if (rank == 0) printf("# telescoping: largest residue %.2e (held back up to %.2f)\n", worst, lost);
     agree(&st);
-    dt_powersgd_free(&p);
-    dt_coll_free(&c);
+    close_both(&c, &p);
 }
 END_TEST
 
@@ -321,8 +318,7 @@ START_TEST(test_nonfinite_and_zero)
     struct dt_powersgd p;
     dt_status st = {0};
     float g[COUNT];
-    coll_open(&c, "ring");
-    dt_powersgd_init(&p, &c, 2, mats, NMAT, 3);
+    open_both(&c, &p, "ring", 2, 3);
     reduce_step(&p, g, 0, 1);
     expect(&st, same_everywhere(g, COUNT), "the poisoned step differs between ranks");
     int bad = 0;
@@ -349,8 +345,7 @@ START_TEST(test_nonfinite_and_zero)
     }
     expect(&st, same_everywhere(p.mat[0].q, mats[0].m * (size_t)p.mat[0].r), "the redrawn Q differs between ranks");
     agree(&st);
-    dt_powersgd_free(&p);
-    dt_coll_free(&c);
+    close_both(&c, &p);
 }
 END_TEST
 
@@ -360,13 +355,11 @@ START_TEST(test_sizes)
     struct dt_coll c;
     struct dt_powersgd p;
     size_t full, sent;
-    coll_open(&c, "ring");
-    dt_powersgd_init(&p, &c, 2, mats, NMAT, 3);
+    open_both(&c, &p, "ring", 2, 3);
     dt_powersgd_sizes(&p, COUNT, &full, &sent);
     ck_assert_uint_eq(full, COUNT);
     ck_assert_uint_eq(sent, COUNT - 35 - 117 - 102 + (7 + 5) * 2 + (13 + 9) * 2 + (6 + 17) * 2);
-    dt_powersgd_free(&p);
-    dt_coll_free(&c);
+    close_both(&c, &p);
 }
 END_TEST
 
