@@ -4,7 +4,8 @@
 # Small Fashion-MNIST, the CNN, rank 2: the start-up line says what is
 # compressed, the replicas stay bitwise identical after every epoch (the
 # trainer compares hashes of every rank's parameters), and the loss falls,
-# with the ring and MPI's all-reduce, overlapped with backward or not. Then
+# with the ring and MPI's all-reduce, overlapped with backward or not; a
+# resumed run notes that the compressor's state starts afresh. Then
 # the usage errors: a malformed R, and the strategies and options PowerSGD
 # cannot work with, each with its message and exit 2 on every rank.
 . "$TOP_SRCDIR/tests/common.sh"
@@ -38,6 +39,19 @@ train 2 mpi --overlap
 train 2 mpi --no-overlap
 train 3 ring --overlap
 train 3 mpi --no-overlap
+
+# A resumed run says that the error buffers and Q start afresh.
+ck=$TEST_TMP/psgd-ck.$$
+rm -rf "$ck"; mkdir -p "$ck"
+run_np 2 "$fm" --epochs 1 --steps-per-epoch 3 --no-validation --grad-compression powersgd:2 --checkpoint-dir "$ck"
+run_np 2 "$fm" --epochs 2 --steps-per-epoch 3 --no-validation --grad-compression powersgd:2 --checkpoint-dir "$ck" \
+  --resume latest
+if [ "$rc" = 0 ] && grep -q '^dtrain: note: powersgd:2 starts afresh: checkpoints hold neither its error buffers' "$out"; then
+  pass "a resumed powersgd run says its error buffers and Q start afresh"
+else
+  fail "resumed powersgd run: rc=$rc, no note"; cat "$out" "$err" >&2
+fi
+rm -rf "$ck"
 
 # --- usage errors: exit 2, one message from rank 0 ---
 rank_form="expected powersgd:R with a rank R in 1..256 (e.g. powersgd:4)"
