@@ -89,7 +89,11 @@ static void print_layout(const struct dt_trainer *tr, int nranks)
     const struct dt_strategy *s = &tr->strategy;
     char layout[160], how[256] = "";
     dt_topo_describe(&tr->coll.topo, layout, sizeof layout);
-    const char *compress = cfg.compress == DT_COMPRESS_FP16 ? " (fp16)" : cfg.compress == DT_COMPRESS_BF16 ? " (bf16)" : "";
+    char compress[32] = "";
+    if (cfg.compress != DT_COMPRESS_NONE)
+        snprintf(compress, sizeof compress, " (%s)", cfg.compress == DT_COMPRESS_FP16 ? "fp16" : "bf16");
+    else if (cfg.powersgd_rank)
+        snprintf(compress, sizeof compress, " (powersgd:%d)", cfg.powersgd_rank);
     if (s->ops == &dt_strategy_parameter_server) {
         char mode[48];
         snprintf(mode, sizeof mode, cfg.ps_mode == PS_ASYNC ? "async" : cfg.ps_mode == PS_SYNC ? "sync" : "ssp, staleness %d",

@@ -215,6 +215,9 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
     const char *ckpt_flag = NULL; /* a checkpoint option given without --checkpoint-dir */
     if (given(cfg, "momentum") && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
         return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);
+    if (cfg->compress_cross_only && cfg->powersgd_rank)
+        return dt_fail(st, DT_EUSAGE, "--compress-cross-only: compresses the fp16/bf16 transport between nodes; "
+                       "--grad-compression powersgd:%d sends low-rank factors on every hop", cfg->powersgd_rank);
     if (cfg->compress_cross_only && cfg->compress == DT_COMPRESS_NONE)
         return dt_fail(st, DT_EUSAGE, "--compress-cross-only: needs --grad-compression fp16 or bf16");
     if (cfg->restore_best && cfg->patience < 0 && !cfg->save_best)

@@ -82,6 +82,7 @@ struct dt_config {
     int overlap;            /* enum dt_overlap: reduce buckets during backward;
                                auto = on when the job spans nodes */
     int compress;           /* enum dt_compress (collectives/coll.h) */
+    int powersgd_rank;      /* --grad-compression powersgd:R: R; 0 = off (collectives/powersgd.h) */
     int compress_cross_only;
     /* checkpoints and callbacks (src/checkpoint/, train.c) */
     const char *checkpoint_dir; /* NULL: no checkpoints, signals kill as usual */

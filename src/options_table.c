@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "collectives/coll.h"
+#include "collectives/powersgd.h"
 #include "data/augment.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
@@ -100,6 +101,30 @@ static int parse_ckpt_every(const struct dt_option *o, struct dt_config *cfg, co
                        "e.g. 2, 2epoch or 500step, found '%s'", flag, arg);
     cfg->ckpt_every = n;
     cfg->ckpt_every_steps = steps;
+    return DT_OK;
+}
+
+/* none, fp16, bf16 (the transport: compress) or powersgd:R (powersgd_rank). */
+static int parse_compression(const struct dt_option *o, struct dt_config *cfg, const char *flag, const char *arg,
+                             dt_status *st)
+{
+    static const int transport[] = {DT_COMPRESS_NONE, DT_COMPRESS_FP16, DT_COMPRESS_BF16};
+    for (int i = 0; o->names[i]; i++)
+        if (!strcmp(arg, o->names[i])) {
+            cfg->compress = transport[i];
+            cfg->powersgd_rank = 0;
+            return DT_OK;
+        }
+    if (strncmp(arg, "powersgd", 8) != 0) return dt_option_refuse(o, flag, arg, st);
+    char *end = NULL;
+    long r = -1;
+    errno = 0;
+    if (arg[8] == ':' && arg[9] >= '0' && arg[9] <= '9') r = strtol(arg + 9, &end, 10);
+    if (errno || !end || *end || r < 1 || r > DT_POWERSGD_MAX_RANK)
+        return dt_fail(st, DT_EUSAGE, "%s: expected powersgd:R with a rank R in 1..%d (e.g. powersgd:4), found '%s'",
+                       flag, DT_POWERSGD_MAX_RANK, arg);
+    cfg->compress = DT_COMPRESS_NONE; /* the factors and the rest travel in float32 */
+    cfg->powersgd_rank = (int)r;
     return DT_OK;
 }
 
@@ -275,9 +300,10 @@ const struct dt_option dt_option_table[] = {
      .help = "reduce buckets during backward, in a thread\n(default when the job spans nodes)"},
     {"no-overlap", 0, DT_OPT_FLAG, 0, F(overlap), .def = DT_OVERLAP_AUTO, .set = DT_OVERLAP_OFF,
      .help = "reduce buckets after backward (default on one node)"},
-    {"grad-compression", 0, DT_OPT_CHOICE, DT_OPT_SNUG, F(compress), .def = DT_COMPRESS_NONE,
-     .names = NAMES("none", "fp16", "bf16"), .values = VALUES(DT_COMPRESS_NONE, DT_COMPRESS_FP16, DT_COMPRESS_BF16),
-     .arg = "C", .help = "none (default), fp16 or bf16: 16-bit transport,\nfp32 sums"},
+    {"grad-compression", 0, DT_OPT_CUSTOM, DT_OPT_SNUG, 0, .def_str = "none", .names = NAMES("none", "fp16", "bf16"),
+     .other = "powersgd:R", .parse = parse_compression, .arg = "C",
+     .help = "none (default), fp16 or bf16: 16-bit transport,\nfp32 sums; or powersgd:R: rank-R factors of each\n"
+             "weight gradient (PowerSGD with error feedback,\nR in 1..256; mirrored and multi-worker, CPU)"},
     {"compress-cross-only", 0, DT_OPT_FLAG, 0, F(compress_cross_only), .set = 1,
      .help = "compress only hops between nodes"},
 

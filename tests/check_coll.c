@@ -36,6 +36,7 @@
 #include "runtime/checks.h"
 #include "collectives/coll.h"
 #include "runtime/status.h"
+#include "mpi_check.h"
 
 #define SMALL_CHUNK 1024u         /* bytes: 256-float ring pieces */
 #define MULTI 4099u               /* several small pieces per ring segment (prime) */
@@ -54,16 +55,7 @@ static const size_t small_sizes[] = {0, 1, 2, 3, 5, 7, 13, 31, MULTI};
 /* ---- agreeing on checks ---------------------------------------------------- */
 
 /* Record this rank's first failed expectation (later ones are dropped). */
-__attribute__((format(printf, 3, 4))) static void expect(dt_status *st, int cond, const char *fmt, ...)
-{
-    if (cond || st->code != DT_OK) return;
-    int k = snprintf(st->msg, sizeof st->msg, "rank %d: ", rank);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(st->msg + k, sizeof st->msg - (size_t)k, fmt, ap);
-    va_end(ap);
-    st->code = DT_ERUNTIME;
-}
+#define expect(st, cond, ...) mpi_check_expect(st, rank, cond, __VA_ARGS__)
 
 /* Collective: fail on every rank if any rank recorded a failure. */
 #define AGREE(st)                                                                   \

@@ -41,7 +41,7 @@ expect_fail 2 "--ps-transport: expected auto, one-sided or two-sided, found 'rdm
 expect_fail 1 "preflight: shared memory inside each node: --ranks-per-node: 3 is more than the 2 ranks of the job" 2 "$good" --preflight --ranks-per-node 3
 expect_fail 2 "--strategy mirrored: the ranks span 2 nodes x 1 rank (emulated); .*use --strategy multi-worker" \
   2 "$good" --strategy mirrored --ranks-per-node 1
-expect_fail 2 "--grad-compression: expected none, fp16 or bf16, found 'int8'" 2 "$good" --grad-compression int8
+expect_fail 2 "--grad-compression: expected none, fp16, bf16 or powersgd:R, found 'int8'" 2 "$good" --grad-compression int8
 expect_fail 2 "--compress-cross-only: needs --grad-compression" 2 "$good" --compress-cross-only
 expect_fail 2 "--allreduce mpi: MPI_Allreduce cannot carry 16-bit gradients" 2 "$good" --allreduce mpi --grad-compression bf16
 expect_fail 2 "--ranks-per-node: 3 is more than the 2 ranks of the job" 2 "$good" --ranks-per-node 3

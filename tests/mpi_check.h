@@ -4,14 +4,18 @@
  * a scratch directory TEST_TMP/NAME.NRANKS made by rank 0 before anyone uses
  * it. mpi_check_run: runs the suite without fork() (MPI cannot survive it),
  * prints from rank 0 only, and fails the program on every rank when any rank
- * failed a check. */
+ * failed a check. mpi_check_expect: records a rank's first failed
+ * expectation, for dt_status_agree to carry to every rank before asserting. */
 #ifndef DT_MPI_CHECK_H
 #define DT_MPI_CHECK_H
 
 #include <check.h>
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "runtime/status.h"
 
 static inline void mpi_check_init(int *argc, char ***argv, const char *name, int *rank, int *nranks, char *dir,
                                   size_t dirlen)
@@ -28,6 +32,19 @@ static inline void mpi_check_init(int *argc, char ***argv, const char *name, int
         if (system(cmd) != 0) fprintf(stderr, "cannot create %s\n", dir);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Record this rank's first failed expectation (later ones are dropped). */
+__attribute__((format(printf, 4, 5))) static inline void mpi_check_expect(dt_status *st, int rank, int cond,
+                                                                          const char *fmt, ...)
+{
+    if (cond || st->code != DT_OK) return;
+    int k = snprintf(st->msg, sizeof st->msg, "rank %d: ", rank);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg + k, sizeof st->msg - (size_t)k, fmt, ap);
+    va_end(ap);
+    st->code = DT_ERUNTIME;
 }
 
 static inline int mpi_check_run(Suite *s, int rank)

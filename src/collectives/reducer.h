@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "collectives/coll.h"
+#include "collectives/powersgd.h"
 
 struct dt_reducer {
     struct dt_coll *coll;
@@ -39,6 +40,7 @@ struct dt_reducer {
     long steps;
     int debug;               /* --debug-collectives: ranks compare every call first */
     long calls;              /* bucket all-reduces so far (for debug) */
+    struct dt_powersgd *psgd; /* set after dt_reducer_init: buckets go through PowerSGD (powersgd.h) */
 };
 
 /* Cut [0, count) into buckets at the candidate bounds (any order), each at

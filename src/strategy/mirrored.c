@@ -24,6 +24,39 @@ int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n)
     return !s->nonfinite;
 }
 
+/* --grad-compression powersgd:R: the weight gradients worth compressing
+ * (a dense kernel [in][units], a conv kernel [kh][kw][c][filters]: rows x
+ * units, min(rows, units) > R and (rows + units) R < rows units), the
+ * compressor on the reducer's buckets, and its ratio said once. */
+static void powersgd_setup(struct dt_strategy *s)
+{
+    const struct dt_config *cfg = s->cfg;
+    const struct dt_model *m = s->model;
+    size_t R = (size_t)cfg->powersgd_rank, full, sent, err = 0;
+    struct dt_psgd_matrix *mats = dt_xcalloc((size_t)m->nlayers + 1, sizeof *mats);
+    int n = 0, tensors = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        if (!l->nparams) continue;
+        tensors += 2; /* kernel and bias, or batchnorm's gamma and beta */
+        if (l->ops != &dt_conv2d_ops && l->ops != &dt_dense_ops) continue;
+        size_t cols = (size_t)l->spec.filters, rows = (l->nparams - cols) / cols;
+        if (rows > R && cols > R && (rows + cols) * R < rows * cols) {
+            mats[n++] = (struct dt_psgd_matrix){l->param_offset, rows, cols};
+            err += rows * cols;
+        }
+    }
+    s->psgd = dt_xmalloc(sizeof *s->psgd);
+    dt_powersgd_init(s->psgd, s->coll, cfg->powersgd_rank, mats, n, cfg->seed);
+    free(mats);
+    s->reducer.psgd = s->psgd;
+    dt_powersgd_sizes(s->psgd, m->nparams, &full, &sent);
+    if (s->coll->topo.rank == 0 && cfg->verbose >= DT_NORMAL)
+        printf("powersgd:%d: %d of %d tensors compressed, %.3g M -> %.3g M floats per step (%.1fx); "
+               "error feedback %.1f MiB per rank\n", cfg->powersgd_rank, n, tensors, (double)full / 1e6,
+               (double)sent / 1e6, sent ? (double)full / (double)sent : 0.0, (double)err * 4.0 / 1048576.0);
+}
+
 int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
 {
     struct dt_model *m = s->model;
@@ -68,6 +101,9 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
                     (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
     s->reducer.debug = cfg->debug_collectives;
     free(bounds);
+    if (cfg->powersgd_rank && s->reducer.nbuckets > 0) powersgd_setup(s);
+    else if (cfg->powersgd_rank && s->coll->topo.rank == 0 && cfg->verbose >= DT_NORMAL)
+        printf("powersgd:%d: one replica: nothing to send, the gradient is used as it is\n", cfg->powersgd_rank);
     s->shard_off = 0;
     s->shard_len = m->nparams;
     dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
@@ -122,10 +158,15 @@ void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats)
      * the same decision here. */
     struct dt_loss_scale *ls = &s->loss_scale;
     int apply = 1;
+    float scale_before = ls->scale;
     /* With loss scaling an overflow is routine (halve, skip); without, a
      * NaN or infinity is an error or a skip by --nan-policy. */
     if (ls->on) apply = dt_loss_scale_update(ls, s->be->unscale_check(m->grads, m->nparams, 1.0f / ls->scale));
     else apply = dt_strategy_gradient_ok(s, m->grads, m->nparams);
+    /* PowerSGD's error buffers hold what this step left over: gone with a
+     * skipped step, and in the loss scale's units. */
+    if (s->psgd && !apply) dt_powersgd_discard(s->psgd);
+    else if (s->psgd && ls->scale != scale_before) dt_powersgd_rescale(s->psgd, ls->scale / scale_before);
     if (apply) {
         DT_TL_BEGIN(tl0);
         dt_optim_step(&s->optim, m->params, m->grads);
@@ -144,7 +185,17 @@ void dt_allreduce_strategy_teardown(struct dt_strategy *s)
         return;
     }
 #endif
+    long nb = s->reducer.nbuckets > 0 ? s->reducer.nbuckets : 1;
     dt_reducer_free(&s->reducer);
+    if (s->psgd) {
+        long steps = s->psgd->calls / nb;
+        if (s->coll->topo.rank == 0 && s->cfg->verbose >= DT_VERBOSE && steps > 0)
+            printf("powersgd:%d: %.3f ms per step compressing (rank 0, outside the all-reduces)\n",
+                   s->psgd->rank, 1e3 * s->psgd->compute_seconds / (double)steps);
+        dt_powersgd_free(s->psgd);
+        free(s->psgd);
+        s->psgd = NULL;
+    }
 }
 
 const struct dt_strategy_ops dt_strategy_mirrored = {

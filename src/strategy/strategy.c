@@ -45,6 +45,13 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     if (!allreduce && s->cuda)
         return dt_fail(st, DT_EUSAGE, "--strategy %s: not available with --device cuda; use mirrored, "
                        "multi-worker or auto", name);
+    if (cfg->powersgd_rank && s->cuda)
+        return dt_fail(st, DT_EUSAGE, "--grad-compression powersgd:%d: only on the CPU all-reduce; with --device "
+                       "cuda gradients go through NCCL (use none, fp16 or bf16)", cfg->powersgd_rank);
+    if (cfg->powersgd_rank && !allreduce)
+        return dt_fail(st, DT_EUSAGE, "--grad-compression powersgd:%d: only with the mirrored and multi-worker "
+                       "strategies (or auto), whose all-reduce sums the whole gradient on every rank (strategy %s)",
+                       cfg->powersgd_rank, name);
     if (!allreduce && s->loss_scale.on)
         return dt_fail(st, DT_EUSAGE, "--loss-scale%s: only the mirrored and multi-worker strategies apply a "
                        "loss scale (strategy %s)", cfg->loss_scale_set ? "" : " (dynamic, for --precision fp16)", name);

@@ -57,6 +57,7 @@ struct dt_strategy {
     struct dt_optim optim;       /* over the whole block, or this rank's shard */
     size_t shard_off, shard_len; /* the part of the block this rank's optimizer owns */
     struct dt_reducer reducer;   /* all-reduce strategies */
+    struct dt_powersgd *psgd;    /* --grad-compression powersgd:R (attached to reducer.psgd); NULL: off */
     int cuda;                    /* the model is on the GPU: buckets go to nccl */
     struct dt_nccl *nccl;        /* the device all-reduce (collectives/nccl.h) */
     struct dt_loss_scale loss_scale; /* --loss-scale: applied by the all-reduce strategies */

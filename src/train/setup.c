@@ -227,6 +227,10 @@ static int resume_rest(struct dt_trainer *t, dt_status *st)
     if (t->rank == 0 && cfg->verbose >= DT_NORMAL)
         printf("dtrain: resuming from %s: %d epoch%s and %lld step%s done\n", t->resume_path, t->start_epoch,
                t->start_epoch == 1 ? "" : "s", (long long)t->start_step, t->start_step == 1 ? "" : "s");
+    if (t->rank == 0 && cfg->verbose >= DT_NORMAL && t->strategy.psgd)
+        printf("dtrain: note: powersgd:%d starts afresh: checkpoints hold neither its error buffers nor its warm "
+               "start Q, so this run continues close to, not bit for bit as, one never interrupted\n",
+               cfg->powersgd_rank);
     if (cfg->restore_best && t->stopper.best_epoch >= 0 && dt_trainer_resume_best(t, st) != DT_OK) {
         if (t->rank == 0)
             fprintf(stderr, "dtrain: note: --restore-best: the best weights (epoch %d) cannot be read (%s); "

@@ -152,6 +152,7 @@ static void config_text(const struct dt_config *c, int nranks, struct kv *kv)
     kv_add(kv, "allreduce", "%s", c->allreduce);
     kv_add(kv, "bucket_mb", "%g", c->bucket_mb);
     kv_add(kv, "grad_compression", "%d", c->compress);
+    kv_add(kv, "powersgd_rank", "%d", c->powersgd_rank);
     kv_add(kv, "checkpoint_every", "%ld%s", c->ckpt_every, c->ckpt_every_steps ? "step" : "epoch");
     kv_add(kv, "monitor", "%s", c->monitor);
     kv_add(kv, "early_stopping", "%d", c->patience);
