@@ -24,6 +24,34 @@ int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n)
     return !s->nonfinite;
 }
 
+/* The CPU reducer over the gradient block, cut at the layers' starts. */
+static void make_reducer(struct dt_strategy *s, size_t bucket_bytes, int overlap)
+{
+    struct dt_model *m = s->model;
+    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t));
+    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
+    dt_reducer_init(&s->reducer, s->coll, m->grads, m->nparams + DT_STATS, bounds, m->nlayers, bucket_bytes, overlap);
+    s->reducer.debug = s->cfg->debug_collectives;
+    free(bounds);
+}
+
+void dt_allreduce_strategy_configure(struct dt_strategy *s, const struct dt_allreduce_algo *algo,
+                                     size_t bucket_bytes, int overlap)
+{
+    struct dt_reducer *r = &s->reducer;
+    /* The epoch's figures and --debug-collectives' call count go on across the change. */
+    double comm = r->comm_seconds, wait = r->wait_seconds;
+    long steps = r->steps, calls = r->calls;
+    dt_reducer_free(r);
+    s->coll->algo = algo;
+    s->overlap = overlap;
+    make_reducer(s, bucket_bytes, overlap);
+    r->comm_seconds = comm;
+    r->wait_seconds = wait;
+    r->steps = steps;
+    r->calls = calls;
+}
+
 int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
 {
     struct dt_model *m = s->model;
@@ -51,8 +79,6 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
     s->be->free(m->grads);
     m->grads = dt_coll_alloc(s->coll, m->nparams + DT_STATS);
     m->grads_borrowed = 1;
-    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t));
-    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     /* Measured (doc/design.md): inside one node the all-reduce is CPU work on
@@ -64,10 +90,7 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
     if (want && !s->overlap && s->coll->topo.rank == 0 && cfg->verbose)
         printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
                "buckets are reduced after backward (no overlap)\n", level);
-    dt_reducer_init(&s->reducer, s->coll, m->grads, m->nparams + DT_STATS, bounds, m->nlayers,
-                    (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
-    s->reducer.debug = cfg->debug_collectives;
-    free(bounds);
+    make_reducer(s, (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
     s->shard_off = 0;
     s->shard_len = m->nparams;
     dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
