@@ -84,6 +84,9 @@ struct dt_config {
     int compress;           /* enum dt_compress (collectives/coll.h) */
     int powersgd_rank;      /* --grad-compression powersgd:R: R; 0 = off (collectives/powersgd.h) */
     int compress_cross_only;
+    int autotune;           /* --autotune: time bucket size x algorithm x overlap in the first steps */
+    const char *autotune_cache; /* its choices per layout; NULL: the default path (train/autotune.h) */
+    int autotune_steps;     /* timed steps per configuration (after one untimed) */
     /* checkpoints and callbacks (src/checkpoint/, train.c) */
     const char *checkpoint_dir; /* NULL: no checkpoints, signals kill as usual */
     long ckpt_every;        /* checkpoint every N epochs (ckpt_every_steps 0) or steps */

@@ -147,6 +147,11 @@ static int verify_directory(const char *flag, const char *arg, dt_status *st)
     return *arg ? DT_OK : dt_fail(st, DT_EUSAGE, "%s: expected a directory, found ''", flag);
 }
 
+static int verify_file(const char *flag, const char *arg, dt_status *st)
+{
+    return *arg ? DT_OK : dt_fail(st, DT_EUSAGE, "%s: expected a file name, found ''", flag);
+}
+
 static int verify_metrics(const char *flag, const char *arg, dt_status *st)
 {
     size_t n = strlen(arg);
@@ -306,6 +311,14 @@ const struct dt_option dt_option_table[] = {
              "weight gradient (PowerSGD with error feedback,\nR in 1..256; mirrored and multi-worker, CPU)"},
     {"compress-cross-only", 0, DT_OPT_FLAG, 0, F(compress_cross_only), .set = 1,
      .help = "compress only hops between nodes"},
+    {"autotune", 0, DT_OPT_FLAG, 0, F(autotune), .set = 1,
+     .help = "time --allreduce x --bucket-mb x --overlap on the first\n"
+             "steps (training all the while), keep the fastest and\n"
+             "remember it per layout in --autotune-cache"},
+    {"autotune-cache", 0, DT_OPT_STRING, 0, F(autotune_cache), .verify = verify_file, .arg = "FILE",
+     .help = "--autotune's choices (default: $XDG_CACHE_HOME or\n~/.cache, dtrain/autotune.tsv)"},
+    {"autotune-steps", 0, DT_OPT_INT, 0, F(autotune_steps), I(1, 1000), .def = 3, .arg = "N",
+     .help = "--autotune: timed steps per configuration, after\none untimed (default %D)"},
 
     /* Checkpoints and callbacks */
     {"checkpoint-dir", 0, DT_OPT_STRING, 0, F(checkpoint_dir), .verify = verify_directory, .arg = "DIR",

@@ -10,6 +10,7 @@
 #include "runtime/fault.h"
 
 #define MAX_OVERFLOWS 64
+#define MAX_SLOW 8
 
 static struct {
     long overflow[MAX_OVERFLOWS];
@@ -19,6 +20,9 @@ static struct {
     int stall_rank;
     long stall_update;
     int ckpt_crash;
+    char slow_name[MAX_SLOW][16];
+    long slow_ms[MAX_SLOW];
+    int nslow;
 } fault;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -39,6 +43,15 @@ static void read_env(void)
     if (!s || sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2) fault.stall_update = 0;
     s = getenv("DTRAIN_TEST_CKPT_CRASH");
     fault.ckpt_crash = s && !strcmp(s, "1");
+    s = getenv("DTRAIN_TEST_SLOW_ALLREDUCE");
+    for (const char *p = s; p && *p && fault.nslow < MAX_SLOW;) {
+        int len = 0;
+        long ms = 0;
+        if (sscanf(p, "%15[a-z]:%ld%n", fault.slow_name[fault.nslow], &ms, &len) != 2) break;
+        fault.slow_ms[fault.nslow++] = ms;
+        p += len;
+        if (*p == ',') p++;
+    }
 }
 
 /* Reads the variables once; every query calls it. */
@@ -75,4 +88,11 @@ long dt_fault_timeline_cap(void)
 {
     const char *s = getenv("DTRAIN_TEST_TIMELINE_CAP"); /* read at each open: a test sets it between runs */
     return s ? strtol(s, NULL, 10) : 0;
+}
+
+void dt_fault_slow_allreduce(const char *algo)
+{
+    init();
+    for (int i = 0; i < fault.nslow; i++)
+        if (!strcmp(fault.slow_name[i], algo)) usleep((useconds_t)(fault.slow_ms[i] * 1000));
 }

@@ -12,7 +12,11 @@
  *   DTRAIN_TEST_STALL="R:U"           rank R stops before update U (sleeps)
  *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
  *                                     written and flushed, before its rename
- *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans */
+ *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans
+ *   DTRAIN_TEST_SLOW_ALLREDUCE="ring:30,mpi:5"  every all-reduce call with
+ *                                     that configured algorithm (--allreduce
+ *                                     NAME; auto is its own name) sleeps that
+ *                                     many ms first (--autotune's tests) */
 #ifndef DT_FAULT_H
 #define DT_FAULT_H
 
@@ -28,5 +32,7 @@ void dt_fault_stall_point(int rank, long next_update);
 void dt_fault_ckpt_crash_point(void);
 /* The timeline's span cap; 0 for the default. */
 long dt_fault_timeline_cap(void);
+/* Called before each all-reduce with the configured algorithm's name. */
+void dt_fault_slow_allreduce(const char *algo);
 
 #endif

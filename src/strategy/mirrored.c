@@ -57,6 +57,35 @@ static void powersgd_setup(struct dt_strategy *s)
                (double)sent / 1e6, sent ? (double)full / (double)sent : 0.0, (double)err * 4.0 / 1048576.0);
 }
 
+/* The CPU reducer over the gradient block, cut at the layers' starts. */
+static void make_reducer(struct dt_strategy *s, size_t bucket_bytes, int overlap)
+{
+    struct dt_model *m = s->model;
+    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t));
+    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
+    dt_reducer_init(&s->reducer, s->coll, m->grads, m->nparams + DT_STATS, bounds, m->nlayers, bucket_bytes, overlap);
+    s->reducer.debug = s->cfg->debug_collectives;
+    s->reducer.psgd = s->psgd; /* NULL unless powersgd (attached again after a re-cut) */
+    free(bounds);
+}
+
+void dt_allreduce_strategy_configure(struct dt_strategy *s, const struct dt_allreduce_algo *algo,
+                                     size_t bucket_bytes, int overlap)
+{
+    struct dt_reducer *r = &s->reducer;
+    /* The epoch's figures and --debug-collectives' call count go on across the change. */
+    double comm = r->comm_seconds, wait = r->wait_seconds;
+    long steps = r->steps, calls = r->calls;
+    dt_reducer_free(r);
+    s->coll->algo = algo;
+    s->overlap = overlap;
+    make_reducer(s, bucket_bytes, overlap);
+    r->comm_seconds = comm;
+    r->wait_seconds = wait;
+    r->steps = steps;
+    r->calls = calls;
+}
+
 int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
 {
     struct dt_model *m = s->model;
@@ -84,8 +113,6 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
     s->be->free(m->grads);
     m->grads = dt_coll_alloc(s->coll, m->nparams + DT_STATS);
     m->grads_borrowed = 1;
-    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t));
-    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     /* Measured (doc/design.md): inside one node the all-reduce is CPU work on
@@ -97,10 +124,7 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
     if (want && !s->overlap && s->coll->topo.rank == 0 && cfg->verbose)
         printf("dtrain: note: the MPI library gives thread level %d, below MPI_THREAD_SERIALIZED; "
                "buckets are reduced after backward (no overlap)\n", level);
-    dt_reducer_init(&s->reducer, s->coll, m->grads, m->nparams + DT_STATS, bounds, m->nlayers,
-                    (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
-    s->reducer.debug = cfg->debug_collectives;
-    free(bounds);
+    make_reducer(s, (size_t)(cfg->bucket_mb * 1048576.0), s->overlap);
     if (cfg->powersgd_rank && s->reducer.nbuckets > 0) powersgd_setup(s);
     else if (cfg->powersgd_rank && s->coll->topo.rank == 0 && cfg->verbose >= DT_NORMAL)
         printf("powersgd:%d: one replica: nothing to send, the gradient is used as it is\n", cfg->powersgd_rank);

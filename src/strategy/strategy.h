@@ -106,6 +106,11 @@ void dt_allreduce_strategy_begin(struct dt_strategy *s, const float *stats);
 void dt_allreduce_strategy_ready(struct dt_strategy *s, size_t offset);
 void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats);
 void dt_allreduce_strategy_teardown(struct dt_strategy *s);
+/* Collective, between steps (--autotune): the CPU reducer made again with
+ * this algorithm, bucket size and overlap (a thread level that allows it is
+ * the caller's to check); all ranks must pass the same. */
+void dt_allreduce_strategy_configure(struct dt_strategy *s, const struct dt_allreduce_algo *algo,
+                                     size_t bucket_bytes, int overlap);
 /* Bytes of optimizer state this rank holds. */
 size_t dt_strategy_optimizer_bytes(const struct dt_strategy *s);
 

@@ -19,6 +19,7 @@
 #include "collectives/sum_large.h"
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
+#include "train/autotune.h"
 #include "train/step.h"
 
 /* After step `done` (of steps) of epoch: a checkpoint when the step count,
@@ -179,7 +180,10 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
     for (; s < ep.end; s += ep.per_update) {
         int64_t end = s + ep.per_update < ep.steps ? s + ep.per_update : ep.steps;
         struct dt_step_result r;
+        dt_autotune_before_step(t);
+        double t0 = MPI_Wtime();
         if (dt_step(t, &ep, s, end, &r, st) != DT_OK) return st->code;
+        dt_autotune_after_step(t, MPI_Wtime() - t0);
         if (after_step(t, &ep, end, &r, es, out, st) != DT_OK) return st->code;
     }
     return epoch_end(t, &ep, s, es, st);
@@ -312,6 +316,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         dt_report_close(&t->report);
         return st->code;
     }
+    if (dt_autotune_start(t, out, st) != DT_OK) return st->code;
     if (cfg->timeline && dt_timeline_start(t->comm, cfg->timeline, st) != DT_OK) return st->code;
     if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(out, "dtrain: the checkpoint has %d epochs done, --epochs is %d: nothing left to train\n",
@@ -359,6 +364,7 @@ static void report_cache(struct dt_trainer *t, FILE *out)
 int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
 {
     int rc = fit(t, out, st);
+    dt_autotune_end(t, rc == DT_OK);
     if (rc == DT_OK) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

@@ -74,6 +74,7 @@ struct dt_trainer {
     struct dt_epoch_stats *history; /* [cfg->epochs] */
     MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
     struct dt_watchdog watchdog;    /* --stall-timeout */
+    struct dt_autotune *autotune;   /* --autotune while it times (train/autotune.h); NULL otherwise */
 };
 
 /* train/setup.c. Collective over comm. Returns DT_OK or a user error
