@@ -151,6 +151,7 @@ const struct dt_allreduce_algo *dt_auto_choose(const struct dt_coll *c, size_t c
 #define TUNE_WINS 10       /* and in this many rounds of TUNE_ROUNDS */
 #define TUNE_SPAN 3e-3     /* seconds a timed sample lasts at least (several calls when short) */
 #define TUNE_WARM 20e-3    /* seconds of untimed calls first: TCP's windows open, caches fill */
+#define TUNE_BUDGET 2.0    /* seconds of rounds per size class at most (fewer rounds past it) */
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -221,18 +222,91 @@ int dt_auto_preset(struct dt_coll *c, const char *text)
     return 1;
 }
 
+/* Time every candidate at count floats in interleaved rounds: t[a][r] (the
+ * slowest rank's seconds per call). Returns the number of rounds: TUNE_ROUNDS,
+ * or fewer (odd, at least 3) where they would take over TUNE_BUDGET, as one
+ * call of a large bucket does on a slow network. */
+static int time_class(struct dt_coll *c, const struct dt_allreduce_algo *const *cand, int ncand, const float *send,
+                      float *recv, size_t count, double *t)
+{
+    /* How many calls make a sample of TUNE_SPAN (the same number on every
+     * rank: the slowest rank's estimate); then TUNE_WARM of untimed calls of
+     * each candidate. */
+    double warm = 0;
+    for (int a = 0; a < ncand; a++) {
+        double w = time_calls(c, cand[a], send, recv, count, 1);
+        warm = w > warm ? w : warm;
+    }
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &warm, 1, MPI_DOUBLE, MPI_MAX, c->topo.world));
+    int calls = warm >= TUNE_SPAN ? 1 : warm <= TUNE_SPAN / 100 ? 100 : (int)ceil(TUNE_SPAN / warm);
+    int wcalls = warm >= TUNE_WARM ? 0 : warm <= TUNE_WARM / 200 ? 200 : (int)ceil(TUNE_WARM / warm);
+    int rounds = TUNE_ROUNDS;
+    if (warm * calls * ncand * TUNE_ROUNDS > TUNE_BUDGET) {
+        rounds = (int)(TUNE_BUDGET / (warm * calls * ncand));
+        rounds = rounds < 3 ? 3 : rounds - !(rounds & 1);
+    }
+    if (wcalls)
+        for (int a = 0; a < ncand; a++) time_calls(c, cand[a], send, recv, count, wcalls);
+    for (int r = 0; r < rounds; r++)
+        for (int q = 0; q < ncand; q++) { /* the order turns each round: no one always goes first */
+            int a = (q + r) % ncand;
+            t[(size_t)a * TUNE_ROUNDS + (size_t)r] = time_calls(c, cand[a], send, recv, count, calls);
+        }
+    /* The slowest rank's time is the call's time; everyone decides alike. */
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, 3 * TUNE_ROUNDS, MPI_DOUBLE, MPI_MAX, c->topo.world));
+    return rounds;
+}
+
+/* The choice at one size class from its rounds t[a][r]: mpi, unless another
+ * wins the median of their round-by-round ratios by TUNE_MARGIN and two
+ * thirds of the rounds (10 of 15). */
+static struct dt_auto_tuned decide(const struct dt_allreduce_algo *const *cand, int ncand, const double *t,
+                                   int rounds, int cls)
+{
+    double med[3], ratio[3] = {1, 1, 1}, v[TUNE_ROUNDS];
+    int best = 0, mpi = -1, wins[3] = {0, 0, 0}, need = (2 * rounds + 2) / 3;
+    for (int a = 0; a < ncand; a++) {
+        memcpy(v, t + (size_t)a * TUNE_ROUNDS, sizeof(double) * (size_t)rounds);
+        qsort(v, (size_t)rounds, sizeof *v, cmp_double);
+        med[a] = v[rounds / 2];
+        if (med[a] < med[best]) best = a;
+        if (cand[a] == &dt_allreduce_mpi) mpi = a;
+    }
+    if (mpi >= 0) {
+        /* Against mpi round by round: the two ran moments apart, so a
+         * drifting network or a busy core weighs on both alike. */
+        best = mpi;
+        for (int a = 0; a < ncand; a++) {
+            if (a == mpi) continue;
+            for (int r = 0; r < rounds; r++) {
+                v[r] = t[(size_t)a * TUNE_ROUNDS + (size_t)r] / t[(size_t)mpi * TUNE_ROUNDS + (size_t)r];
+                wins[a] += v[r] < TUNE_MARGIN;
+            }
+            qsort(v, (size_t)rounds, sizeof *v, cmp_double);
+            ratio[a] = v[rounds / 2];
+            if (ratio[a] < TUNE_MARGIN && wins[a] >= need && ratio[a] < ratio[best]) best = a;
+        }
+    }
+    return (struct dt_auto_tuned){.cls = cls, .pick = cand[best], .mpi_us = mpi >= 0 ? 1e6 * med[mpi] : 0,
+                                  .pick_us = 1e6 * (mpi >= 0 ? med[mpi] * ratio[best] : med[best])};
+}
+
+static int is_tuned(const struct dt_coll *c, int cls)
+{
+    for (int j = 0; j < c->ntuned; j++)
+        if (c->tuned[j].cls == cls) return 1;
+    return 0;
+}
+
 int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t *counts, int n)
 {
     if (!tunes_here(c) || n <= 0) return 0;
     if (c->tuned_preset) { /* a checkpoint's choices: used when they cover every size here */
         int covered = 1;
-        for (int i = 0; i < n && covered; i++) {
-            int k = size_class(counts[i] * sizeof(float)), found = !counts[i];
-            for (int j = 0; j < c->ntuned; j++) found |= c->tuned[j].cls == k;
-            covered = found;
-        }
+        for (int i = 0; i < n && covered; i++) covered = !counts[i] || is_tuned(c, size_class(counts[i] * sizeof(float)));
         if (covered) return c->ntuned;
         c->tuned_preset = 0; /* other buckets than the checkpoint's run had: time them all */
+        c->ntuned = 0;
     }
     const struct dt_allreduce_algo *cand[NCAND];
     int ncand = 0;
@@ -240,82 +314,36 @@ int dt_auto_tune(struct dt_coll *c, const float *send, float *recv, const size_t
     for (int j = 0; j < NCAND; j++)
         if (candidates[j]->usable(c, why, sizeof why)) cand[ncand++] = candidates[j];
     if (ncand == 0) return 0;
-    /* One count per size class, the first seen; at most 64 classes. */
-    size_t pick_count[64];
+    /* One count per size class not timed yet (buckets cut again, as
+     * --autotune does, keep what was timed), the first seen; at most 64. */
+    size_t pick_count[64], maxc = 0;
     int cls[64], ncls = 0;
     for (int i = 0; i < n; i++) {
         if (!counts[i]) continue;
-        int k = size_class(counts[i] * sizeof(float)), seen = 0;
+        int k = size_class(counts[i] * sizeof(float)), seen = is_tuned(c, k);
         for (int j = 0; j < ncls; j++) seen |= cls[j] == k;
-        if (seen || ncls == 64) continue;
+        if (seen || ncls == 64 || c->ntuned + ncls == 64) continue;
         cls[ncls] = k;
         pick_count[ncls++] = counts[i];
+        maxc = counts[i] > maxc ? counts[i] : maxc;
     }
-    if (ncls == 0) return 0;
-    size_t maxc = 0;
-    for (int j = 0; j < ncls; j++) maxc = pick_count[j] > maxc ? pick_count[j] : maxc;
+    if (ncls == 0) return c->ntuned;
     float *keep = dt_xmalloc(sizeof(float) * maxc);
     memcpy(keep, recv, sizeof(float) * maxc);
-    double *t = dt_xcalloc((size_t)ncls * 3 * TUNE_ROUNDS, sizeof(double));
+    double *t = dt_xcalloc(3 * TUNE_ROUNDS, sizeof(double));
+    struct dt_auto_tuned *all = dt_xcalloc((size_t)(c->ntuned + ncls), sizeof *all);
+    if (c->ntuned) memcpy(all, c->tuned, (size_t)c->ntuned * sizeof *all);
+    free(c->tuned);
+    c->tuned = all;
     for (int j = 0; j < ncls; j++) {
-        /* How many calls make a sample of TUNE_SPAN (the same number on
-         * every rank: the slowest rank's estimate); then TUNE_WARM of
-         * untimed calls of each candidate. */
-        double warm = 0;
-        for (int a = 0; a < ncand; a++) {
-            double w = time_calls(c, cand[a], send, recv, pick_count[j], 1);
-            warm = w > warm ? w : warm;
-        }
-        DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &warm, 1, MPI_DOUBLE, MPI_MAX, c->topo.world));
-        int calls = warm >= TUNE_SPAN ? 1 : warm <= TUNE_SPAN / 100 ? 100 : (int)ceil(TUNE_SPAN / warm);
-        int wcalls = warm >= TUNE_WARM ? 1 : warm <= TUNE_WARM / 200 ? 200 : (int)ceil(TUNE_WARM / warm);
-        for (int a = 0; a < ncand; a++) time_calls(c, cand[a], send, recv, pick_count[j], wcalls);
-        for (int r = 0; r < TUNE_ROUNDS; r++)
-            for (int q = 0; q < ncand; q++) { /* the order turns each round: no one always goes first */
-                int a = (q + r) % ncand;
-                t[((size_t)j * 3 + (size_t)a) * TUNE_ROUNDS + (size_t)r] =
-                    time_calls(c, cand[a], send, recv, pick_count[j], calls);
-            }
+        memset(t, 0, 3 * TUNE_ROUNDS * sizeof(double));
+        int rounds = time_class(c, cand, ncand, send, recv, pick_count[j], t);
+        c->tuned[c->ntuned++] = decide(cand, ncand, t, rounds, cls[j]);
     }
-    /* The slowest rank's time is the call's time; everyone decides alike. */
-    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, ncls * 3 * TUNE_ROUNDS, MPI_DOUBLE, MPI_MAX, c->topo.world));
     memcpy(recv, keep, sizeof(float) * maxc);
     free(keep);
-    free(c->tuned);
-    c->tuned = dt_xcalloc((size_t)ncls, sizeof *c->tuned);
-    c->ntuned = ncls;
-    for (int j = 0; j < ncls; j++) {
-        double med[3], ratio[3] = {1, 1, 1}, v[TUNE_ROUNDS];
-        int best = 0, mpi = -1, wins[3] = {0, 0, 0};
-        const double *tj = t + (size_t)j * 3 * TUNE_ROUNDS;
-        for (int a = 0; a < ncand; a++) {
-            memcpy(v, tj + (size_t)a * TUNE_ROUNDS, sizeof v);
-            qsort(v, TUNE_ROUNDS, sizeof *v, cmp_double);
-            med[a] = v[TUNE_ROUNDS / 2];
-            if (med[a] < med[best]) best = a;
-            if (cand[a] == &dt_allreduce_mpi) mpi = a;
-        }
-        if (mpi >= 0) {
-            /* Against mpi round by round: the two ran moments apart, so a
-             * drifting network or a busy core weighs on both alike. Another
-             * algorithm must win most rounds and the median ratio by 5%. */
-            best = mpi;
-            for (int a = 0; a < ncand; a++) {
-                if (a == mpi) continue;
-                for (int r = 0; r < TUNE_ROUNDS; r++) {
-                    v[r] = tj[(size_t)a * TUNE_ROUNDS + (size_t)r] / tj[(size_t)mpi * TUNE_ROUNDS + (size_t)r];
-                    wins[a] += v[r] < TUNE_MARGIN;
-                }
-                qsort(v, TUNE_ROUNDS, sizeof *v, cmp_double);
-                ratio[a] = v[TUNE_ROUNDS / 2];
-                if (ratio[a] < TUNE_MARGIN && wins[a] >= TUNE_WINS && ratio[a] < ratio[best]) best = a;
-            }
-        }
-        c->tuned[j] = (struct dt_auto_tuned){.cls = cls[j], .pick = cand[best], .mpi_us = mpi >= 0 ? 1e6 * med[mpi] : 0,
-                                             .pick_us = 1e6 * (mpi >= 0 ? med[mpi] * ratio[best] : med[best])};
-    }
     free(t);
-    return ncls;
+    return c->ntuned;
 }
 
 static void fmt_class(char *buf, size_t len, int cls)
