@@ -65,10 +65,59 @@ cnn,mirrored,auto,weak,2,1,64,128,6000,21.3,0.3,0.3,0.1,20.9,1.875,0.94
 mlp,mirrored,auto,weak,1,1,64,64,1,1,0,0,0,1,1,1
 CSV
 "$P" --model cnn --cluster this-machine --compare "$T/summary.csv" >"$T/cmp" 2>&1; rc=$?
-if [ "$rc" = 0 ] && grep -qE '^cnn +weak +auto +2 +1 +64 +21\.30 +[0-9.]+ +[-+][0-9.]+% +0\.300 +[0-9.]+$' "$T/cmp" &&
+if [ "$rc" = 0 ] && grep -qE '^cnn +weak +auto +1 +on +none +2 +1 +64 +21\.30 +[0-9.]+ +[-+][0-9.]+% +0\.300 +[0-9.]+$' "$T/cmp" &&
    grep -q '^mean |error| of the step time over 1 multi-rank run: ' "$T/cmp" && ! grep -q '^mlp' "$T/cmp"; then
   pass "--compare: $(grep '^cnn .* 2 ' "$T/cmp" | tr -s ' '); $(grep '^mean' "$T/cmp")"
 else fail "--compare (rc=$rc)"; cat "$T/cmp" >&2; fi
+
+# --compare with the study's own columns: each row is predicted with its
+# bucket size, overlap and compression; bf16 moves half the bytes of none,
+# so its predicted all-reduce is about half (alpha aside).
+cat >"$T/sum2.csv" <<'CSV'
+model,strategy,allreduce,scaling,ranks,nodes,batch_per_replica,global_batch,samples_per_s,step_ms,comm_ms,wait_ms,data_ms,compute_ms,speedup,efficiency,bucket_mb,overlap,grad_compression,link
+cnn,multi-worker,ring,weak,1,1,64,64,3200,20.0,0,0,0.1,19.9,1,1,4,off,none,100mbit
+cnn,multi-worker,ring,weak,2,2,64,128,3000,60.0,40,40,0.1,20,0.9,0.45,4,off,none,100mbit
+cnn,multi-worker,ring,weak,1,1,64,64,3200,20.0,0,0,0.1,19.9,1,1,4,off,bf16,100mbit
+cnn,multi-worker,ring,weak,2,2,64,128,4000,40.0,20,20,0.1,20,1.2,0.6,4,off,bf16,100mbit
+CSV
+printf 'name = slow\nranks_per_node = 1\nalpha_intra_us = 1\nbw_intra_gbs = 10\nalpha_inter_us = 50\nbw_inter_gbs = 0.0125\n' >"$T/l100.conf"
+"$P" --model cnn --cluster "$T/l100.conf" --compare "$T/sum2.csv" >"$T/cmp2" 2>&1; rc=$?
+c0=$(awk '$1 == "cnn" && $6 == "none" && $7 == 2 { print $NF }' "$T/cmp2")
+c1=$(awk '$1 == "cnn" && $6 == "bf16" && $7 == 2 { print $NF }' "$T/cmp2")
+if [ "$rc" = 0 ] && awk -v a="$c0" -v b="$c1" 'BEGIN { exit !(a > 0 && b / a > 0.45 && b / a < 0.55) }'; then
+  pass "--compare per row: none's predicted all-reduce $c0 ms, bf16's $c1 ms"
+else fail "--compare per row (rc=$rc): none $c0, bf16 $c1"; cat "$T/cmp2" >&2; fi
+
+# PowerSGD: the CNN's kernels as two thin factors; dtrain says 47x at R = 2.
+"$P" --model cnn --compute-ms 20 --cluster "$T/l100.conf" --nodes 2 --algorithms ring --bucket-mb 0 --csv "$T/n.csv" >/dev/null 2>&1
+"$P" --model cnn --compute-ms 20 --cluster "$T/l100.conf" --nodes 2 --algorithms ring --bucket-mb 0 --csv "$T/p.csv" \
+  --grad-compression powersgd:2 >/dev/null 2>&1; rc=$?
+cn=$(tail -1 "$T/n.csv" | cut -d, -f9) cp=$(tail -1 "$T/p.csv" | cut -d, -f9)
+if [ "$rc" = 0 ] && awk -v a="$cn" -v b="$cp" 'BEGIN { exit !(b > 0 && a / b > 20 && a / b < 60) }'; then
+  pass "--grad-compression powersgd:2: the CNN's all-reduce $cn ms -> $cp ms"
+else fail "powersgd:2 (rc=$rc): $cn ms -> $cp ms"; fi
+
+# --fit: a benchmark whose ring follows 50 us + 12.5 MB/s exactly gives them back.
+{
+  echo "buffer,size_bytes,count,algorithm,picked,ranks,iters,warmup,time_min_us,time_med_us,time_max_us,algbw_GBps,busbw_GBps,vs_mpi,wrong,ranks_differ,nodes,ranks_per_node,ring_chunk,ring_depth"
+  for n in 4096 65536 1048576 16777216; do
+    awk -v n=$n 'BEGIN { t = 2 * 50 + n / 12.5e6 * 1e6; printf "oop,%d,%d,ring,,2,5,2,%.3f,%.3f,%.3f,0,0,,0,0,2,1,64512,8\n", n, n / 4, t, t, t }'
+    echo "oop,$n,$((n / 4)),mpi,,2,5,2,1,1,1,0,0,,0,0,2,1,64512,8"
+  done
+} >"$T/bench.csv"
+"$P" --fit "$T/bench.csv" --fit-out "$T/fit.conf" >"$T/fit" 2>&1; rc=$?
+"$P" --cluster "$T/fit.conf" --compute-ms 10 --nodes 2 >"$T/fit2" 2>&1
+if [ "$rc" = 0 ] && grep -q '^fit .*: between nodes 50.0 us + 0.0125 GB/s per message (0.1 Gbit/s); the line is within 0% ' "$T/fit" &&
+   grep -q 'between nodes 50.0 us + 0.0125 GB/s' "$T/fit2"; then
+  pass "--fit: $(head -1 "$T/fit"); --fit-out's file reads back"
+else fail "--fit (rc=$rc)"; cat "$T/fit" "$T/fit2" >&2; fi
+sed 's/,2,1,64512,8$/,1,2,64512,8/' "$T/bench.csv" >"$T/bench2.csv"
+expect_p 3 "the run had 2 ranks per node; fit a run with one rank per node" --fit "$T/bench2.csv"
+printf 'a,b\n1,2\n' >"$T/bad.csv"
+expect_p 3 "--fit $T/bad.csv: no column buffer (expected dtrain-bench-allreduce --csv)" --fit "$T/bad.csv"
+expect_p 2 "--fit-out: needs --fit BENCH.csv" --fit-out "$T/x.conf" --compute-ms 3
+expect_p 2 "--grad-compression: expected none, fp16, bf16 or powersgd:R (R 1-256), found 'powersgd:0'" \
+  --compute-ms 3 --grad-compression powersgd:0
 
 expect_p 2 "unknown option '--bogus'" --bogus
 expect_p 2 "give the compute time per step: --compute-ms T or --metrics FILE.csv" --model cnn
@@ -86,7 +135,8 @@ expect_p 3 "--compare $T/bad.csv: no column model" --compare "$T/bad.csv"
 expect_p 3 "--metrics $T/bad.csv: expected a dtrain --metrics CSV (kind, step, seconds, ... columns)" --metrics "$T/bad.csv"
 "$P" --help >"$T/h" 2>&1
 for opt in --model --input --batch --compute-ms --metrics --data-ms --forward-fraction --cluster --ranks-per-node \
-           --algorithms --bucket-mb --no-overlap --grad-compression --nodes --threshold --csv --compare --help --version; do
+           --algorithms --bucket-mb --no-overlap --grad-compression --compress-gflops --fit --fit-out --nodes --threshold \
+           --csv --compare --help --version; do
   grep -q -- "$opt" "$T/h" || fail "--help does not document $opt"
   grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain-predict.1" || fail "dtrain-predict.1 does not document $opt"
 done

@@ -61,6 +61,8 @@ struct dt_cm_result dt_cm_predict(const struct dt_cluster *c, int algo, int node
     double end = 0.0; /* when the last bucket is reduced, from backward's start */
     for (int b = 0; b < s->nbuckets; b++) {
         double t = dt_cm_allreduce(c, algo, nodes, q, s->bucket_bytes[b]);
+        if (s->bucket_bytes2 && s->bucket_bytes2[b] > 0) t += dt_cm_allreduce(c, algo, nodes, q, s->bucket_bytes2[b]);
+        if (s->bucket_cpu && nodes * q > 1) t += s->bucket_cpu[b];
         double ready = s->overlap ? s->bucket_ready[b] * s->backward_s : s->backward_s;
         end = (end > ready ? end : ready) + t;
         r.comm_s += t;

@@ -85,6 +85,8 @@ struct dt_cm_step {
     int nbuckets;
     const double *bucket_bytes;   /* [nbuckets], in the order backward frees them */
     const double *bucket_ready;   /* [nbuckets]: fraction of backward done when each is ready */
+    const double *bucket_bytes2;  /* [nbuckets] or NULL: a second all-reduce per bucket (PowerSGD's Q) */
+    const double *bucket_cpu;     /* [nbuckets] or NULL: seconds of arithmetic on the bucket's way (compression) */
     int overlap;                  /* reduce buckets during backward */
 };
 

@@ -23,17 +23,10 @@
 #include "collectives/reducer.h"
 #include "nn/model.h"
 #include "predict/commmodel.h"
+#include "predict/grad.h"
+#include "predict/predict.h"
 #include "runtime/status.h"
 
-#define MAXN 64
-
-struct opts {
-    const char *model, *input, *cluster, *metrics, *compare, *csv, *fit, *fit_out;
-    int batch, q, overlap, nbucket, nnodes, algos[DT_CM_NALGOS], nalgo, half, cluster_given;
-    double compute_ms, data_ms, fwd_frac, threshold;
-    double bucket_mb[MAXN];
-    int nodes[MAXN];
-};
 
 static void usage(FILE *f)
 {
@@ -67,7 +60,9 @@ static void usage(FILE *f)
         "      --bucket-mb LIST    gradient bucket sizes in MiB (default 1,4,16;\n"
         "                          0 = one bucket for the whole gradient)\n"
         "      --no-overlap        buckets reduced after backward (default: during)\n"
-        "      --grad-compression C  none (default), fp16 or bf16: half the bytes\n"
+        "      --grad-compression C  none (default), fp16 or bf16 (half the bytes), or\n"
+        "                          powersgd:R (two thin factors per kernel, dtrain's rule)\n"
+        "      --compress-gflops G PowerSGD's arithmetic rate (default 10 GFLOP/s)\n"
         "      --nodes LIST        node counts (default 1,2,4,...,1024)\n"
         "      --threshold E       the efficiency whose limit is reported (default 0.9)\n"
         "\n"
@@ -139,127 +134,6 @@ static int read_metrics(const char *path, double *compute_ms, double *data_ms, d
     return DT_OK;
 }
 
-/* A rough count of each layer's backward work (multiply-adds), so buckets
- * become ready as backward really progresses: convolutions dominate where
- * parameters are few. */
-static double layer_work(const struct dt_layer *l)
-{
-    if (l->ops == &dt_conv2d_ops)
-        return 2.0 * l->out.h * l->out.w * (double)l->nparams;
-    if (l->ops == &dt_dense_ops) return 2.0 * (double)l->nparams;
-    return 4.0 * (double)dt_shape_size(l->out);
-}
-
-/* The model's gradient buckets at bucket_mb (0: one), in backward order,
- * with the fraction of backward done when each is ready. */
-static int buckets(const struct dt_model *m, double bucket_mb, double bytes_per_value, double *bytes, double *ready)
-{
-    size_t *bounds = dt_xcalloc((size_t)m->nlayers + 1, sizeof(size_t)), *start;
-    for (int i = 0; i < m->nlayers; i++) bounds[i] = m->layers[i].param_offset;
-    size_t bb = bucket_mb > 0.0 ? (size_t)(bucket_mb * 1048576.0) : 0;
-    int nb = dt_buckets_cut(m->nparams, bounds, m->nlayers, bb, &start);
-    free(bounds);
-    double total = 0.0;
-    for (int i = 0; i < m->nlayers; i++) total += layer_work(&m->layers[i]);
-    for (int b = 0; b < nb; b++) { /* bucket b is [start[b+1], start[b]) */
-        bytes[b] = (double)(start[b] - start[b + 1]) * bytes_per_value;
-        double done = 0.0; /* backward has finished every layer at or after start[b+1] */
-        for (int i = 0; i < m->nlayers; i++)
-            if (m->layers[i].param_offset >= start[b + 1]) done += layer_work(&m->layers[i]);
-        ready[b] = total > 0.0 ? done / total : 1.0;
-    }
-    free(start);
-    return nb;
-}
-
-/* The summary CSV's columns this reads, by name. */
-static int compare(const struct opts *o, const struct dt_model *m, const struct dt_cluster *c, dt_status *st)
-{
-    FILE *f = fopen(o->compare, "r");
-    if (!f) return dt_fail(st, DT_EUSAGE, "--compare %s: %s", o->compare, strerror(errno));
-    char line[4096];
-    enum { C_MODEL, C_ALGO, C_RANKS, C_NODES, C_BATCH, C_STEP, C_COMPUTE, C_DATA, C_COMM, C_SCALING, NC };
-    static const char *const want[NC] = {"model", "allreduce", "ranks", "nodes", "batch_per_replica", "step_ms",
-                                         "compute_ms", "data_ms", "comm_ms", "scaling"};
-    int col[NC];
-    for (int k = 0; k < NC; k++) col[k] = -1;
-    if (!fgets(line, sizeof line, f)) {
-        fclose(f);
-        return dt_fail(st, DT_EINPUT, "--compare %s: empty", o->compare);
-    }
-    char *save = NULL;
-    int k = 0;
-    for (char *t = strtok_r(line, ",\r\n", &save); t; t = strtok_r(NULL, ",\r\n", &save), k++)
-        for (int j = 0; j < NC; j++)
-            if (!strcmp(t, want[j])) col[j] = k;
-    for (int j = 0; j < NC; j++)
-        if (col[j] < 0 && j != C_SCALING && j != C_ALGO && j != C_NODES) {
-            fclose(f);
-            return dt_fail(st, DT_EINPUT, "--compare %s: no column %s (expected jobscripts/scaling-study's summary CSV)",
-                           o->compare, want[j]);
-        }
-    const char *base = strrchr(o->model, '/');
-    base = base ? base + 1 : o->model;
-    printf("\ncompare: %s against the model (compute and data wait per replica as measured at the smallest rank "
-           "count of each series)\n", o->compare);
-    printf("%-10s %-6s %-6s %5s %5s %6s %10s %10s %8s %10s %10s\n", "model", "scale", "algo", "ranks", "nodes", "batch",
-           "step meas", "step pred", "error", "comm meas", "comm pred");
-    double base_compute = -1.0, base_data = 0.0, sum_err = 0.0, max_err = 0.0;
-    int nrows = 0;
-    char series[256] = "";
-    while (fgets(line, sizeof line, f)) {
-        char *cell[64] = {0};
-        k = 0;
-        save = NULL;
-        for (char *t = strtok_r(line, ",\r\n", &save); t && k < 64; t = strtok_r(NULL, ",\r\n", &save)) cell[k++] = t;
-        if (col[C_MODEL] >= k || !cell[col[C_MODEL]]) continue;
-        const char *mb = strrchr(cell[col[C_MODEL]], '/');
-        mb = mb ? mb + 1 : cell[col[C_MODEL]];
-        if (strcmp(mb, base) != 0) continue;
-        const char *algo_s = col[C_ALGO] >= 0 && col[C_ALGO] < k ? cell[col[C_ALGO]] : "auto";
-        const char *scal = col[C_SCALING] >= 0 && col[C_SCALING] < k ? cell[col[C_SCALING]] : "weak";
-        int ranks = atoi(cell[col[C_RANKS]]), nodes = col[C_NODES] >= 0 && col[C_NODES] < k ? atoi(cell[col[C_NODES]]) : 1;
-        int batch = atoi(cell[col[C_BATCH]]);
-        double step = atof(cell[col[C_STEP]]), comp = atof(cell[col[C_COMPUTE]]), data = atof(cell[col[C_DATA]]);
-        double comm = atof(cell[col[C_COMM]]);
-        char key[256];
-        snprintf(key, sizeof key, "%s/%s/%s", mb, scal, algo_s);
-        if (strcmp(key, series) != 0) { /* a new series: its first row is the baseline */
-            snprintf(series, sizeof series, "%s", key);
-            base_compute = comp * 64.0 / (batch > 0 ? batch : 64);
-            base_data = data;
-        }
-        if (nodes < 1) nodes = 1;
-        int q = ranks / nodes;
-        if (q < 1 || ranks < 1 || batch < 1) continue;
-        /* "auto" here is hier on one node (the built-in table picks it from 4 KiB) */
-        int algo = dt_cm_algo_parse(algo_s);
-        if (algo < 0) algo = DT_CM_HIER;
-        double bytes[4096], ready[4096];
-        int nb = buckets(m, o->nbucket ? o->bucket_mb[0] : 1.0, o->half ? 2.0 : 4.0, bytes, ready);
-        double cms = base_compute * batch / 64.0; /* strong scaling: the batch shrinks */
-        struct dt_cm_step s = {.forward_s = o->fwd_frac * cms * 1e-3, .backward_s = (1.0 - o->fwd_frac) * cms * 1e-3,
-                               .data_s = base_data * 1e-3, .nbuckets = nb, .bucket_bytes = bytes,
-                               .bucket_ready = ready, .overlap = o->overlap};
-        struct dt_cm_result r = dt_cm_predict(c, algo, nodes, q, &s);
-        double err = step > 0.0 ? (1e3 * r.step_s - step) / step : (double)NAN;
-        printf("%-10.10s %-6.6s %-6.6s %5d %5d %6d %10.2f %10.2f %+7.1f%% %10.3f %10.3f\n", mb, scal, algo_s, ranks,
-               nodes, batch, step, 1e3 * r.step_s, 100.0 * err, comm, 1e3 * r.comm_s);
-        if (ranks > 1 && isfinite(err)) {
-            sum_err += fabs(err);
-            max_err = fabs(err) > max_err ? fabs(err) : max_err;
-            nrows++;
-        }
-    }
-    fclose(f);
-    if (!nrows) return dt_fail(st, DT_EINPUT, "--compare %s: no multi-rank rows for model %s", o->compare, base);
-    printf("mean |error| of the step time over %d multi-rank run%s: %.1f%%, largest %.1f%%\n", nrows,
-           nrows == 1 ? "" : "s", 100.0 * sum_err / nrows, 100.0 * max_err);
-    printf("(comm meas is dtrain's time in the all-reduce call, waiting for the slowest rank included; comm pred is "
-           "the all-reduce alone)\n");
-    return DT_OK;
-}
-
 /* --fit: the link fitted to a benchmark's ring rows replaces the cluster's. */
 static int fit(const struct opts *o, struct dt_cluster *c, dt_status *st)
 {
@@ -301,10 +175,10 @@ static int run(struct opts *o, dt_status *st)
         dt_model_free(&m);
         return dt_fail(st, DT_EUSAGE, "--csv %s: %s", o->csv, strerror(errno));
     }
-    double grad_mib = (double)m.nparams * (o->half ? 2.0 : 4.0) / 1048576.0;
+    double grad_mib = (double)m.nparams * (o->x.half ? 2.0 : 4.0) / 1048576.0;
     printf("model %s: %zu parameters, gradient %.2f MiB%s; batch %d per replica\n", m.name, m.nparams, grad_mib,
-           o->half ? " (16-bit transport)" : "", o->batch);
-    printf("cluster %s: %d ranks per node; inside a node %.1f us + %.1f GB/s, between nodes %.1f us + %.1f GB/s\n  (%s)\n",
+           o->x.half ? " (16-bit transport)" : o->x.psgd_rank ? " (before PowerSGD)" : "", o->batch);
+    printf("cluster %s: %d ranks per node; inside a node %.1f us + %.4g GB/s, between nodes %.1f us + %.4g GB/s\n  (%s)\n",
            c.name, c.ranks_per_node, c.alpha_intra * 1e6, 1e-9 / c.beta_intra, c.alpha_inter * 1e6,
            1e-9 / c.beta_inter, c.about);
     if (o->compute_ms > 0.0) {
@@ -317,15 +191,17 @@ static int run(struct opts *o, dt_status *st)
         printf("%-5s %7s", "algo", "bucket");
         for (int i = 0; i < o->nnodes; i++) printf(" %6d", o->nodes[i]);
         printf("   %.0f%% up to\n", 100.0 * o->threshold);
-        static double bytes[1 << 16], ready[1 << 16];
+        static double bytes[DT_CM_MAXBUCKETS], bytes2[DT_CM_MAXBUCKETS], cpu[DT_CM_MAXBUCKETS],
+            ready[DT_CM_MAXBUCKETS];
         for (int ai = 0; ai < o->nalgo; ai++)
             for (int bi = 0; bi < o->nbucket; bi++) {
                 int algo = o->algos[ai];
-                int nb = buckets(&m, o->bucket_mb[bi], o->half ? 2.0 : 4.0, bytes, ready);
+                int nb = dt_cm_buckets(&m, o->bucket_mb[bi], &o->x, bytes, bytes2, cpu, ready);
                 double cs = o->compute_ms * 1e-3;
                 struct dt_cm_step s = {.forward_s = o->fwd_frac * cs, .backward_s = (1.0 - o->fwd_frac) * cs,
                                        .data_s = o->data_ms * 1e-3, .nbuckets = nb, .bucket_bytes = bytes,
-                                       .bucket_ready = ready, .overlap = o->overlap};
+                                       .bucket_ready = ready, .bucket_bytes2 = bytes2, .bucket_cpu = cpu,
+                                       .overlap = o->overlap};
                 double one = cs + s.data_s;
                 int limit = 0;
                 printf("%-5s %6.3g%s", dt_cm_algo_name(algo), o->bucket_mb[bi], o->bucket_mb[bi] > 0 ? "M" : "all");
@@ -346,14 +222,14 @@ static int run(struct opts *o, dt_status *st)
             }
     }
     if (csv) fclose(csv);
-    int rc = o->compare ? compare(o, &m, &c, st) : DT_OK;
+    int rc = o->compare ? dt_predict_compare(o, &m, &c, st) : DT_OK;
     dt_model_free(&m);
     return rc;
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.model = "cnn", .input = NULL, .cluster = "hdr200-cpu", .batch = 64, .overlap = 1,
+    struct opts o = {.model = "cnn", .input = NULL, .cluster = "hdr200-cpu", .batch = 64, .overlap = 1, .x = {.psgd_gflops = 10},
                      .fwd_frac = 1.0 / 3.0, .threshold = 0.9};
     dt_status st = {0};
     static const struct option longopts[] = {
@@ -366,7 +242,7 @@ int main(int argc, char **argv)
         {"grad-compression", required_argument, 0, 'G'}, {"nodes", required_argument, 0, 'N'},
         {"threshold", required_argument, 0, 'T'},   {"csv", required_argument, 0, 'S'},
         {"compare", required_argument, 0, 'P'},     {"help", no_argument, 0, 'h'},
-        {"fit", required_argument, 0, 'f'},         {"fit-out", required_argument, 0, 'o'},
+        {"fit", required_argument, 0, 'f'},         {"compress-gflops", required_argument, 0, 'g'},         {"fit-out", required_argument, 0, 'o'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int opt, rc = DT_OK;
     double v[MAXN];
@@ -403,9 +279,9 @@ int main(int argc, char **argv)
         case 'B': rc = parse_list_d("--bucket-mb", optarg, o.bucket_mb, &o.nbucket, 0.0, &st); break;
         case 'O': o.overlap = 0; break;
         case 'G':
-            if (!strcmp(optarg, "fp16") || !strcmp(optarg, "bf16")) o.half = 1;
-            else if (!strcmp(optarg, "none")) o.half = 0;
-            else rc = dt_fail(&st, DT_EUSAGE, "--grad-compression: expected none, fp16 or bf16, found '%s'", optarg);
+            if (dt_cm_compress_parse(optarg, &o.x) != 0)
+                rc = dt_fail(&st, DT_EUSAGE, "--grad-compression: expected none, fp16, bf16 or powersgd:R (R 1-256), "
+                             "found '%s'", optarg);
             break;
         case 'N':
             if ((rc = parse_list_d("--nodes", optarg, v, &n, 1.0, &st)) == DT_OK) {
@@ -417,6 +293,7 @@ int main(int argc, char **argv)
         case 'S': o.csv = optarg; break;
         case 'P': o.compare = optarg; break;
         case 'f': o.fit = optarg; break;
+        case 'g': rc = parse_number("--compress-gflops", optarg, 1e-3, 1e6, &o.x.psgd_gflops, &st); break;
         case 'o': o.fit_out = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("dtrain-predict %s\n", PACKAGE_VERSION); return 0;
