@@ -39,9 +39,12 @@
 #   local        jobscripts/local/dtrain.sh across hosts: SIGUSR1, restart,
 #                the same final checkpoint as a run never interrupted
 #   shaped       cluster.sh shape 200mbit: one TCP stream gets 80-105% of it,
-#                a ring all-reduce of 4 MiB in eager pieces (--chunk 63K
-#                --depth 4) at least 60%; shape none removes every qdisc;
+#                a ring all-reduce of 4 MiB in the pieces used across
+#                nodes (63 KiB x 8) at least 60%; shape none removes every qdisc;
 #                a bad rate is refused with a message
+#   study        jobscripts/scaling-study --cluster on a 100 Mbit/s link: 1
+#                and 2 hosts x 2 bucket sizes x 2 compressions, 8 summary
+#                rows, the link recorded in every one
 # PBS has no Debian package: tests/jobscripts.sh keeps its stand-in.
 # SYN, args and the flag lists are lists of words on purpose; "a && ok || bad"
 # is the suite's idiom (ok never fails).
@@ -505,8 +508,8 @@ check_local() {
 check_shaped() {
   local rsh=$TOP_SRCDIR/tests/cluster/rsh gbs busbw
   bash "$CLUSTER" shape 200mbit || bad "shape 200mbit failed"
-  if bash "$CLUSTER" status | grep -q '^link: rate=200mbit$' && tc qdisc show dev dtc-h1 | grep -q 'tbf .*rate 200Mbit' &&
-     "$rsh" h2 "tc qdisc show dev eth0" | grep -q 'tbf .*rate 200Mbit'; then
+  if bash "$CLUSTER" status | grep '^link: rate=200mbit$' >/dev/null && tc qdisc show dev dtc-h1 | grep 'tbf .*rate 200Mbit' >/dev/null &&
+     ip netns exec dtc-h2 tc qdisc show dev eth0 | grep 'tbf .*rate 200Mbit' >/dev/null; then
     ok "shape 200mbit: tbf on both ends of the links, recorded in the state"
   else bad "shape 200mbit: $(bash "$CLUSTER" status | grep link; tc qdisc show dev dtc-h1)"; fi
   "$rsh" h2 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py serve $DTC_SUBNET_H2 5999" &
@@ -515,14 +518,14 @@ check_shaped() {
   wait
   awk -v g="$gbs" 'BEGIN { exit !(g >= 0.8 * 0.025 && g <= 1.05 * 0.025) }' &&
     ok "one TCP stream h1 -> h2: $gbs GB/s of 0.025" || bad "one TCP stream h1 -> h2: $gbs GB/s, expected 0.020-0.026"
-  across h1:1,h2:1 "$BENCH" -b 4M -e 4M -a ring --chunk 64512 --depth 4 --outofplace -n 3 >out 2>&1
-  busbw=$(awk '$3 == "ring" { print $11 }' out)
+  across h1:1,h2:1 "$BENCH" -b 4M -e 4M -a ring --outofplace -n 3 >out 2>&1
+  busbw=$(awk '$3 == "ring" && $1 ~ /^[0-9]+$/ { print $10 }' out)
   awk -v b="$busbw" 'BEGIN { exit !(b >= 0.6 * 0.025) }' &&
-    ok "ring all-reduce of 4 MiB across the shaped link, eager pieces 4 deep: busbw $busbw GB/s of 0.025" ||
+    ok "ring all-reduce of 4 MiB across the shaped link, in the default pieces across nodes ($(grep -o 'ring chunk: .*' out)): busbw $busbw GB/s of 0.025" ||
     { bad "ring across the shaped link: busbw '$busbw' GB/s, expected >= 0.015"; cat out; }
   bash "$CLUSTER" shape none >/dev/null
-  if ! tc qdisc show dev dtc-h1 | grep -q tbf && ! "$rsh" h2 "tc qdisc show dev eth0" | grep -q tbf &&
-     ! bash "$CLUSTER" status | grep -q '^link:'; then
+  if ! tc qdisc show dev dtc-h1 | grep tbf >/dev/null && ! ip netns exec dtc-h2 tc qdisc show dev eth0 | grep tbf >/dev/null &&
+     ! bash "$CLUSTER" status | grep '^link:' >/dev/null; then
     ok "shape none: no tbf left, no link recorded"
   else bad "shape none left $(tc qdisc show dev dtc-h1)"; fi
   bash "$CLUSTER" shape 10xyz >out 2>&1 && bad "shape 10xyz succeeded" ||
@@ -530,7 +533,24 @@ check_shaped() {
       bad "shape 10xyz: $(cat out)"; }
 }
 
-checks=${*:-hosts preflight strategies ps allreduce resume faults slurm local shaped}
+check_study() {
+  local rc
+  bash "$CLUSTER" shape 100mbit >/dev/null
+  timeout 300 "$TOP_SRCDIR/jobscripts/scaling-study" --cluster --nodes 1,2 --models mlp --synthetic 8x8x3:4:4096 \
+    --scaling weak --batch 16 --repeats 1 --epochs 2 --steps 4 --bucket-mb 0.25,4 --grad-compression none,bf16 \
+    --no-plots --dtrain "$DTRAIN" --out "$W/study" >"$W/study.log" 2>&1
+  rc=$?
+  bash "$CLUSTER" shape none >/dev/null
+  if [[ $rc == 0 && $(($(wc -l <"$W/study/summary.csv") - 1)) == 8 ]] &&
+     grep -q '^layout: 2 nodes x 1 rank;' "$W/study/logs/"*n2x1*-b4-gcbf16-r1.log &&
+     [[ $(awk -F, 'NR > 1 { print $NF }' "$W/study/summary.csv" | sort -u) == rate=100mbit ]]; then
+    ok "scaling-study --cluster: 2 buckets x 2 compressions on h1, h1+h2, link rate=100mbit"
+  else
+    bad "scaling-study --cluster: exit $rc"; tail -20 "$W/study.log"
+  fi
+}
+
+checks=${*:-hosts preflight strategies ps allreduce resume faults slurm local shaped study}
 t_all=$(date +%s)
 for c in $checks; do run_check "$c"; done
 echo "cluster: $npass passed, $nfail failed ($(($(date +%s) - t_all)) s)"
