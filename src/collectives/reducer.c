@@ -59,8 +59,10 @@ static void reduce_bucket(struct dt_reducer *r, int b)
     if (r->debug) check_call(r, b);
     DT_TL_BEGIN(tl0);
     double t0 = MPI_Wtime();
+    r->coll->polite = r->overlap; /* in the communication thread: leave the core to backward */
     if (r->psgd) dt_powersgd_reduce(r->psgd, r->buf, lo, hi);
     else dt_allreduce(r->coll, r->buf + lo, r->buf + lo, hi - lo);
+    r->coll->polite = 0;
     r->comm_seconds += MPI_Wtime() - t0;
     DT_TL_ENDF(tl0, DT_TL_COMM, "all-reduce", "bucket %d, %zu floats", b, hi - lo);
 }

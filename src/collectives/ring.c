@@ -122,14 +122,14 @@ static void ring_step(struct dt_coll *c, MPI_Comm comm, int left, int right, flo
         if (j + 1 >= D) { /* finish piece j-D+1 */
             size_t k = j + 1 - D, pb = k % D, ro = k * piece;
             size_t rn = ro < rlen ? (rlen - ro < piece ? rlen - ro : piece) : 0;
-            DT_MPI_CHECK(MPI_Wait(&rq[pb], MPI_STATUS_IGNORE));
+            dt_coll_wait(c, &rq[pb]);
             if (rcomp) {
                 if (reduce) unpack16_add(buf + roff + ro, pin + pb * piece, rn, rcomp);
                 else unpack16(buf + roff + ro, pin + pb * piece, rn, rcomp);
             } else if (reduce) {
                 add(buf + roff + ro, tmp + pb * piece, rn);
             }
-            DT_MPI_CHECK(MPI_Wait(&sq[pb], MPI_STATUS_IGNORE));
+            dt_coll_wait(c, &sq[pb]);
         }
     }
 }
