@@ -72,6 +72,19 @@ struct dt_cm_result dt_cm_predict(const struct dt_cluster *c, int algo, int node
     return r;
 }
 
+int dt_cm_csv_split(char *line, char **cell, int max)
+{
+    int k = 0;
+    line[strcspn(line, "\r\n")] = '\0';
+    for (char *p = line; k < max; p++) {
+        cell[k++] = p;
+        p += strcspn(p, ",");
+        if (!*p) break;
+        *p = '\0';
+    }
+    return k;
+}
+
 /* ---- clusters ----------------------------------------------------------- */
 
 /* Latencies in microseconds, bandwidths in GB/s (1e9 bytes), as files give them. */

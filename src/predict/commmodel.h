@@ -70,6 +70,10 @@ double dt_cm_allreduce(const struct dt_cluster *c, int algo, int nodes, int q, d
 int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st);
 const char *dt_cm_cluster_names(void);
 
+/* One CSV line's cells, empty ones included (split in place at commas;
+ * the line's end of line dropped). Returns the count, at most max. */
+int dt_cm_csv_split(char *line, char **cell, int max);
+
 /* fit.c: alpha_inter and beta_inter fitted to a dtrain-bench-allreduce --csv
  * file's ring rows (one rank per node), the rest taken from base; *worst is
  * the largest relative error of the fitted line at the measured sizes. */

@@ -26,19 +26,6 @@ static const char *const want[NC] = {"model", "allreduce", "ranks", "nodes", "ba
                                      "grad_compression"};
 static const int required[NC] = {1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
 
-/* One CSV line's cells, empty ones included (split in place). */
-static int split(char *line, char **cell, int max)
-{
-    int k = 0;
-    line[strcspn(line, "\r\n")] = '\0';
-    for (char *p = line; k < max; p++) {
-        cell[k++] = p;
-        p += strcspn(p, ",");
-        if (!*p) break;
-        *p = '\0';
-    }
-    return k;
-}
 
 /* One row, read: its settings (defaults from the command line) and figures. */
 struct row {
@@ -106,7 +93,7 @@ int dt_predict_compare(const struct opts *o, const struct dt_model *m, const str
     char line[8192], *cell[128];
     int col[NC];
     for (int j = 0; j < NC; j++) col[j] = -1;
-    int k = fgets(line, sizeof line, f) ? split(line, cell, 128) : 0;
+    int k = fgets(line, sizeof line, f) ? dt_cm_csv_split(line, cell, 128) : 0;
     for (int i = 0; i < k; i++)
         for (int j = 0; j < NC; j++)
             if (!strcmp(cell[i], want[j])) col[j] = i;
@@ -127,7 +114,7 @@ int dt_predict_compare(const struct opts *o, const struct dt_model *m, const str
     char series[512] = "";
     while (fgets(line, sizeof line, f)) {
         struct row r;
-        k = split(line, cell, 128);
+        k = dt_cm_csv_split(line, cell, 128);
         if (!read_row(o, cell, k, col, &r) || strcmp(r.model, base) != 0) continue;
         char key[512];
         snprintf(key, sizeof key, "%s/%s/%s/%g/%d/%s", r.model, r.scaling, r.algo, r.bucket_mb, r.overlap, r.compress);

@@ -23,19 +23,6 @@
 
 enum { F_BUFFER, F_BYTES, F_ALGO, F_RANKS, F_TIME, F_NODES, F_RPN, NF };
 
-/* One CSV row's cells, empty ones included (split in place at commas). */
-static int split(char *line, char **cell, int max)
-{
-    int k = 0;
-    line[strcspn(line, "\r\n")] = '\0';
-    for (char *p = line; k < max; p++) {
-        cell[k++] = p;
-        p += strcspn(p, ",");
-        if (!*p) break;
-        *p = '\0';
-    }
-    return k;
-}
 
 /* The ring rows of the first buffer kind in path: *n sizes in bytes and seconds. */
 static int read_rows(const char *path, double *bytes, double *secs, int max, int *nrows, int *nranks, int *nnodes,
@@ -49,7 +36,7 @@ static int read_rows(const char *path, double *bytes, double *secs, int max, int
     int col[NF], n = 0, k;
     for (k = 0; k < NF; k++) col[k] = -1;
     if (fgets(line, sizeof line, f)) {
-        int nc = split(line, cell, 64);
+        int nc = dt_cm_csv_split(line, cell, 64);
         for (int i = 0; i < nc; i++)
             for (k = 0; k < NF; k++)
                 if (!strcmp(cell[i], want[k])) col[k] = i;
@@ -62,7 +49,7 @@ static int read_rows(const char *path, double *bytes, double *secs, int max, int
         }
     *nnodes = 0;
     while (fgets(line, sizeof line, f)) {
-        int nc = split(line, cell, 64);
+        int nc = dt_cm_csv_split(line, cell, 64);
         if (nc <= col[F_TIME] || strcmp(cell[col[F_ALGO]], "ring")) continue;
         if (!buffer[0]) snprintf(buffer, sizeof buffer, "%s", cell[col[F_BUFFER]]);
         if (strcmp(cell[col[F_BUFFER]], buffer) || n == max) continue;
