@@ -97,18 +97,20 @@ if [ "$rc" = 0 ] && awk -v a="$cn" -v b="$cp" 'BEGIN { exit !(b > 0 && a / b > 2
   pass "--grad-compression powersgd:2: the CNN's all-reduce $cn ms -> $cp ms"
 else fail "powersgd:2 (rc=$rc): $cn ms -> $cp ms"; fi
 
-# --fit: a benchmark whose ring follows 50 us + 12.5 MB/s exactly gives them back.
+# --fit: a benchmark whose ring follows 50 us + 12.5 MB/s exactly gives them
+# back, and its MPI_Allreduce, at half that rate, a mpi_beta_factor of 2.
 {
   echo "buffer,size_bytes,count,algorithm,picked,ranks,iters,warmup,time_min_us,time_med_us,time_max_us,algbw_GBps,busbw_GBps,vs_mpi,wrong,ranks_differ,nodes,ranks_per_node,ring_chunk,ring_depth"
   for n in 4096 65536 1048576 16777216; do
     awk -v n=$n 'BEGIN { t = 2 * 50 + n / 12.5e6 * 1e6; printf "oop,%d,%d,ring,,2,5,2,%.3f,%.3f,%.3f,0,0,,0,0,2,1,64512,8\n", n, n / 4, t, t, t }'
-    echo "oop,$n,$((n / 4)),mpi,,2,5,2,1,1,1,0,0,,0,0,2,1,64512,8"
+    awk -v n=$n 'BEGIN { t = 50 + 2 * n / 12.5e6 * 1e6; printf "oop,%d,%d,mpi,,2,5,2,%.3f,%.3f,%.3f,0,0,,0,0,2,1,64512,8\n", n, n / 4, t, t, t }'
   done
 } >"$T/bench.csv"
 "$P" --fit "$T/bench.csv" --fit-out "$T/fit.conf" >"$T/fit" 2>&1; rc=$?
 "$P" --cluster "$T/fit.conf" --compute-ms 10 --nodes 2 >"$T/fit2" 2>&1
 if [ "$rc" = 0 ] && grep -q '^fit .*: between nodes 50.0 us + 0.0125 GB/s per message (0.1 Gbit/s); the line is within 0% ' "$T/fit" &&
-   grep -q 'between nodes 50.0 us + 0.0125 GB/s' "$T/fit2"; then
+   grep -q 'between nodes 50.0 us + 0.0125 GB/s' "$T/fit2" && grep -q '^mpi_beta_factor = 2$' "$T/fit.conf" &&
+   grep -q '^fit: MPI_Allreduce moves bytes 2.00x as slowly' "$T/fit"; then
   pass "--fit: $(head -1 "$T/fit"); --fit-out's file reads back"
 else fail "--fit (rc=$rc)"; cat "$T/fit" "$T/fit2" >&2; fi
 sed 's/,2,1,64512,8$/,1,2,64512,8/' "$T/bench.csv" >"$T/bench2.csv"

@@ -33,14 +33,17 @@ double dt_cm_allreduce(const struct dt_cluster *c, int algo, int nodes, int q, d
 {
     int P = nodes * q;
     if (P <= 1 || n <= 0.0) return 0.0;
-    const double ai = c->alpha_intra, bi = c->beta_intra, ax = c->alpha_inter, bx = c->beta_inter;
+    const double ai = c->alpha_intra, bi = c->beta_intra, ax = c->alpha_inter;
+    double bx = c->beta_inter;
     double li = log2ceil(q), lx = log2ceil(nodes); /* rounds inside and between nodes */
     switch (algo) {
     case DT_CM_RING: { /* each step waits for its slowest link; one flow per node boundary */
         double in = ai + n / P * bi, x = nodes > 1 ? ax + n / P * bx : 0.0;
         return 2.0 * (P - 1) * (in > x ? in : x);
     }
-    case DT_CM_MPI: { /* in the rounds between nodes all q ranks of a node share its interface */
+    case DT_CM_MPI: { /* in the rounds between nodes all q ranks of a node share its interface; the
+                       * library's protocol may move bytes slower than the ring's pieces (mpi_beta_factor) */
+        bx *= c->mpi_beta_factor;
         double rd = li * (ai + n * bi) + lx * (ax + q * n * bx);
         double rab = 2.0 * (li * ai + lx * ax + q * n * (1.0 - 1.0 / nodes) * bx + n / nodes * (1.0 - 1.0 / q) * bi);
         return rd < rab ? rd : rab;
@@ -128,6 +131,7 @@ static void from_preset(const struct preset *p, struct dt_cluster *c)
     c->beta_intra = 1.0 / (p->bw_in * 1e9);
     c->alpha_inter = p->a_x_us * 1e-6;
     c->beta_inter = 1.0 / (p->bw_x * 1e9);
+    c->mpi_beta_factor = 1.0;
 }
 
 static char *trim(char *s)
@@ -150,9 +154,10 @@ int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st)
         return dt_fail(st, DT_EUSAGE, "--cluster %s: neither a built-in cluster (%s) nor a readable file (%s)", what,
                        dt_cm_cluster_names(), strerror(errno));
     struct preset p = {.name = what};
-    double *num[5] = {NULL, &p.a_in_us, &p.bw_in, &p.a_x_us, &p.bw_x};
+    double mpi_factor = 1.0; /* optional */
+    double *num[6] = {NULL, &p.a_in_us, &p.bw_in, &p.a_x_us, &p.bw_x, &mpi_factor};
     static const char *const keys[] = {"ranks_per_node", "alpha_intra_us", "bw_intra_gbs", "alpha_inter_us",
-                                       "bw_inter_gbs"};
+                                       "bw_inter_gbs", "mpi_beta_factor"};
     unsigned seen = 0;
     char buf[512], name[64] = "", about[160] = "";
     int line = 0, rc = DT_OK;
@@ -172,10 +177,11 @@ int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st)
         else if (!strcmp(key, "about")) snprintf(about, sizeof about, "%s", val);
         else {
             int k = 0;
-            while (k < 5 && strcmp(key, keys[k])) k++;
-            if (k == 5) {
+            while (k < 6 && strcmp(key, keys[k])) k++;
+            if (k == 6) {
                 rc = dt_fail(st, DT_EUSAGE, "%s:%d: unknown key '%s' (expected name, about, ranks_per_node, "
-                             "alpha_intra_us, bw_intra_gbs, alpha_inter_us, bw_inter_gbs)", what, line, key);
+                             "alpha_intra_us, bw_intra_gbs, alpha_inter_us, bw_inter_gbs, mpi_beta_factor)", what,
+                             line, key);
                 break;
             }
             errno = 0;
@@ -195,6 +201,7 @@ int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st)
     for (int k = 0; k < 5; k++)
         if (!(seen & (1u << k))) return dt_fail(st, DT_EUSAGE, "%s: %s is missing", what, keys[k]);
     from_preset(&p, c);
+    c->mpi_beta_factor = mpi_factor;
     if (name[0]) snprintf(c->name, sizeof c->name, "%s", name);
     snprintf(c->about, sizeof c->about, "%s", about[0] ? about : what);
     return DT_OK;

@@ -19,6 +19,8 @@
  *           RD  = log2 q (alpha_i + n beta_i) + log2 N (alpha_x + q n beta_x)
  *           Rab = 2 (log2 q alpha_i + log2 N alpha_x
  *                    + q n (1 - 1/N) beta_x + n/N (1 - 1/q) beta_i)
+ *         with beta_x scaled by the cluster's mpi_beta_factor (measured by
+ *         --fit: the library's large messages may wait for a handshake)
  *   hier  (src/collectives/hier.c, and NCCL inside the node): reduce-scatter
  *         inside the node, ring across nodes on each rank's slice n/q with
  *         all q ranks of a node sharing its network interface, all-gather
@@ -51,6 +53,9 @@ struct dt_cluster {
     double beta_intra;      /* inverse bandwidth inside a node, per rank */
     double alpha_inter;     /* latency between nodes */
     double beta_inter;      /* inverse bandwidth of a node's network interface */
+    double mpi_beta_factor; /* MPI_Allreduce's beta between nodes over the ring's (1; a file's
+                               mpi_beta_factor, or --fit from the benchmark's mpi rows): Open MPI's
+                               tcp BTL halves it on a slow link (rendezvous behind the peer's data) */
     char about[160];        /* where the numbers come from */
 };
 

@@ -24,9 +24,10 @@
 enum { F_BUFFER, F_BYTES, F_ALGO, F_RANKS, F_TIME, F_NODES, F_RPN, NF };
 
 
-/* The ring rows of the first buffer kind in path: *n sizes in bytes and seconds. */
-static int read_rows(const char *path, double *bytes, double *secs, int max, int *nrows, int *nranks, int *nnodes,
-                     dt_status *st)
+/* The rows of algorithm algo and the first buffer kind in path: *nrows sizes
+ * in bytes and seconds. */
+static int read_rows(const char *path, const char *algo, double *bytes, double *secs, int max, int *nrows,
+                     int *nranks, int *nnodes, dt_status *st)
 {
     static const char *const want[NF] = {"buffer", "size_bytes", "algorithm", "ranks", "time_med_us", "nodes",
                                          "ranks_per_node"};
@@ -50,7 +51,7 @@ static int read_rows(const char *path, double *bytes, double *secs, int max, int
     *nnodes = 0;
     while (fgets(line, sizeof line, f)) {
         int nc = dt_cm_csv_split(line, cell, 64);
-        if (nc <= col[F_TIME] || strcmp(cell[col[F_ALGO]], "ring")) continue;
+        if (nc <= col[F_TIME] || strcmp(cell[col[F_ALGO]], algo)) continue;
         if (!buffer[0]) snprintf(buffer, sizeof buffer, "%s", cell[col[F_BUFFER]]);
         if (strcmp(cell[col[F_BUFFER]], buffer) || n == max) continue;
         *nranks = atoi(cell[col[F_RANKS]]);
@@ -66,41 +67,63 @@ static int read_rows(const char *path, double *bytes, double *secs, int max, int
     }
     fclose(f);
     if (n < 3 || *nranks < 2)
-        return dt_fail(st, DT_EINPUT, "--fit %s: expected ring rows of 1 KiB and more at 2 ranks or more (found %d "
-                       "rows at %d ranks)", path, n, *nranks);
+        return dt_fail(st, DT_EINPUT, "--fit %s: expected %s rows of 1 KiB and more at 2 ranks or more (found %d "
+                       "rows at %d ranks)", path, algo, n, *nranks);
     if (!*nnodes) *nnodes = *nranks; /* an older CSV: taken as one rank per node */
     *nrows = n;
     return DT_OK;
+}
+
+/* Least squares of t = a + b x, on relative errors (weights 1/t^2) or, with
+ * absolute set, plain ones (the largest sizes decide); a >= 0. Returns the
+ * largest relative error of the line at the points. */
+static double fit_line(const double *x, const double *t, int n, int absolute, double *a, double *b)
+{
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, worst = 0;
+    for (int i = 0; i < n; i++) {
+        double w = absolute ? 1.0 : 1.0 / (t[i] * t[i]);
+        sw += w, sx += w * x[i], sy += w * t[i], sxx += w * x[i] * x[i], sxy += w * x[i] * t[i];
+    }
+    double det = sw * sxx - sx * sx;
+    *b = det > 0 ? (sw * sxy - sx * sy) / det : 0;
+    *a = det > 0 ? (sy - *b * sx) / sw : 0;
+    if (*a < 0) { /* no latency to see at these sizes: the line through the origin */
+        *a = 0;
+        *b = sxy / sxx;
+    }
+    for (int i = 0; i < n; i++) {
+        double e = fabs((*a + *b * x[i]) - t[i]) / t[i];
+        if (e > worst) worst = e;
+    }
+    return worst;
 }
 
 int dt_cm_fit(const char *path, const struct dt_cluster *base, struct dt_cluster *out, double *worst,
               dt_status *st)
 {
     enum { MAXROWS = 256 };
-    double bytes[MAXROWS], secs[MAXROWS];
+    double bytes[MAXROWS], secs[MAXROWS], a, b;
     int P = 0, nodes = 0, n = 0;
-    if (read_rows(path, bytes, secs, MAXROWS, &n, &P, &nodes, st) != DT_OK) return st->code;
-    /* Weighted least squares of t = a + b x with weights 1/t^2. */
-    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int i = 0; i < n; i++) {
-        double w = 1.0 / (secs[i] * secs[i]);
-        sw += w, sx += w * bytes[i], sy += w * secs[i], sxx += w * bytes[i] * bytes[i], sxy += w * bytes[i] * secs[i];
-    }
-    double det = sw * sxx - sx * sx;
-    double b = det > 0 ? (sw * sxy - sx * sy) / det : 0, a = det > 0 ? (sy - b * sx) / sw : 0;
+    if (read_rows(path, "ring", bytes, secs, MAXROWS, &n, &P, &nodes, st) != DT_OK) return st->code;
+    *worst = fit_line(bytes, secs, n, 0, &a, &b);
     if (!(b > 0)) return dt_fail(st, DT_EINPUT, "--fit %s: the ring's time does not grow with the size", path);
-    if (a < 0) { /* no latency to see at these sizes: the line through the origin */
-        a = 0;
-        b = sxy / sxx;
-    }
-    *worst = 0;
-    for (int i = 0; i < n; i++) {
-        double e = fabs((a + b * bytes[i]) - secs[i]) / secs[i];
-        if (e > *worst) *worst = e;
-    }
     *out = *base;
     out->alpha_inter = a / (2.0 * (P - 1));
     out->beta_inter = b * P / (2.0 * (P - 1));
+    out->mpi_beta_factor = 1.0;
+    /* MPI_Allreduce's rows, where the benchmark has them: how much slower
+     * than the model's mpi, given the ring's link, it moves each byte of a
+     * large message (a plain fit: below the eager limit it is as fast as
+     * the ring, and buckets are larger). */
+    dt_status quiet = {0};
+    int pm = 0, nm = 0;
+    if (read_rows(path, "mpi", bytes, secs, MAXROWS, &nm, &pm, &nodes, &quiet) == DT_OK && pm == P) {
+        double am, bm, n1 = 1 << 20, n2 = 1 << 24;
+        fit_line(bytes, secs, nm, 1, &am, &bm);
+        double slope = (dt_cm_allreduce(out, DT_CM_MPI, nodes, 1, n2) - dt_cm_allreduce(out, DT_CM_MPI, nodes, 1, n1)) /
+                       (n2 - n1);
+        if (bm > 0 && slope > 0) out->mpi_beta_factor = bm / slope;
+    }
     snprintf(out->name, sizeof out->name, "fitted");
     snprintf(out->about, sizeof out->about, "link fitted to %.100s (ring, %d nodes, %d sizes)", path, nodes, n);
     return DT_OK;
@@ -112,9 +135,9 @@ int dt_cm_cluster_write(const struct dt_cluster *c, const char *path, dt_status 
     if (!f) return dt_fail(st, DT_EUSAGE, "--fit-out %s: %s", path, strerror(errno));
     fprintf(f, "# dtrain-predict cluster file (read with --cluster FILE)\nname = %s\nabout = %s\n"
                "ranks_per_node = %d\nalpha_intra_us = %.4g\nbw_intra_gbs = %.4g\nalpha_inter_us = %.4g\n"
-               "bw_inter_gbs = %.4g\n",
+               "bw_inter_gbs = %.4g\nmpi_beta_factor = %.3g\n",
             c->name, c->about, c->ranks_per_node, c->alpha_intra * 1e6, 1e-9 / c->beta_intra, c->alpha_inter * 1e6,
-            1e-9 / c->beta_inter);
+            1e-9 / c->beta_inter, c->mpi_beta_factor);
     if (fclose(f) != 0) return dt_fail(st, DT_EUSAGE, "--fit-out %s: %s", path, strerror(errno));
     return DT_OK;
 }

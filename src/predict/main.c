@@ -142,6 +142,9 @@ static int fit(const struct opts *o, struct dt_cluster *c, dt_status *st)
     printf("fit %s: between nodes %.1f us + %.4g GB/s per message (%.4g Gbit/s); the line is within %.0f%% of "
            "every measured size\n", o->fit, c->alpha_inter * 1e6, 1e-9 / c->beta_inter, 8e-9 / c->beta_inter,
            100.0 * worst);
+    if (c->mpi_beta_factor != 1.0)
+        printf("fit: MPI_Allreduce moves bytes %.2fx as slowly as the model's mpi on this link (mpi_beta_factor)\n",
+               c->mpi_beta_factor);
     if (o->fit_out && dt_cm_cluster_write(c, o->fit_out, st) != DT_OK) return st->code;
     if (o->fit_out) printf("fit: wrote %s (--cluster %s)\n", o->fit_out, o->fit_out);
     return DT_OK;
