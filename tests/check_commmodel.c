@@ -88,6 +88,45 @@ START_TEST(step_schedule)
 }
 END_TEST
 
+/* What overlap costs backward's core: cpu_ns_per_byte per byte moved
+ * (2(P-1)/P of the message each way), the compression's arithmetic, and
+ * half of a spinning MPI_Allreduce while backward still runs. */
+START_TEST(overlap_core_share)
+{
+    struct dt_cluster c = toy();
+    double bytes[1] = {8.0}, ready[1] = {0.5}, cpu[1] = {3.0};
+    struct dt_cm_step s = {.forward_s = 5.0, .backward_s = 40.0, .nbuckets = 1, .bucket_bytes = bytes,
+                           .bucket_ready = ready, .overlap = 1};
+    /* hier on 1 x 4: 14 s from 20 to 34, hidden */
+    NEAR(dt_cm_predict(&c, DT_CM_HIER, 1, 4, &s).step_s, 45.0);
+    /* 1e8 ns per byte: 8 bytes * 2*3/4 = 12 bytes moved -> 1.2 s more backward */
+    c.cpu_ns_per_byte = 1e8;
+    NEAR(dt_cm_predict(&c, DT_CM_HIER, 1, 4, &s).step_s, 46.2);
+    /* 16-bit transport: the same work per value as fp32 (bytes halved, work not) */
+    s.half = 1;
+    NEAR(dt_cm_predict(&c, DT_CM_HIER, 1, 4, &s).step_s, 47.4);
+    s.half = 0;
+    c.cpu_ns_per_byte = 0;
+    /* the compression's 3 s: in the bucket's time (17 s, from 23 to 40) and on the core */
+    s.bucket_cpu = cpu;
+    struct dt_cm_result r = dt_cm_predict(&c, DT_CM_HIER, 1, 4, &s);
+    NEAR(r.comm_s, 17.0);
+    NEAR(r.step_s, 48.0);
+    s.bucket_cpu = NULL;
+    /* mpi on 1 x 4, n = 8: Rab = 2*(2 + 8*3/4) = 16 < RD = 18; it spins for
+     * min(16, 20 s of backward left) / 2 = 8 s more backward; done at 24 + 16 < 48 */
+    NEAR(dt_cm_allreduce(&c, DT_CM_MPI, 1, 4, 8.0), 16.0);
+    NEAR(dt_cm_predict(&c, DT_CM_MPI, 1, 4, &s).step_s, 5.0 + 48.0);
+    /* without overlap nothing is taken from backward: 40 + 16 after it */
+    s.overlap = 0;
+    NEAR(dt_cm_predict(&c, DT_CM_MPI, 1, 4, &s).step_s, 5.0 + 40.0 + 16.0);
+    /* mpi_beta_factor scales mpi's bytes between nodes only: 2 x 2, n = 8: RD = 9 + (10 + 2*8*2*2) = 83 */
+    c.mpi_beta_factor = 2.0;
+    NEAR(dt_cm_allreduce(&c, DT_CM_MPI, 2, 2, 8.0), 83.0);
+    NEAR(dt_cm_allreduce(&c, DT_CM_RING, 2, 2, 8.0), 84.0);
+}
+END_TEST
+
 START_TEST(scaling_shape)
 {
     struct dt_cluster c;
@@ -152,6 +191,7 @@ int main(void)
     tcase_add_test(tc, formulas_by_hand);
     tcase_add_test(tc, names);
     tcase_add_test(tc, step_schedule);
+    tcase_add_test(tc, overlap_core_share);
     tcase_add_test(tc, scaling_shape);
     tcase_add_test(tc, cluster_files);
     suite_add_tcase(s, tc);

@@ -43,7 +43,7 @@ double dt_cm_allreduce(const struct dt_cluster *c, int algo, int nodes, int q, d
     }
     case DT_CM_MPI: { /* in the rounds between nodes all q ranks of a node share its interface; the
                        * library's protocol may move bytes slower than the ring's pieces (mpi_beta_factor) */
-        bx *= c->mpi_beta_factor;
+        bx *= c->mpi_beta_factor > 0 ? c->mpi_beta_factor : 1.0; /* 0: not given */
         double rd = li * (ai + n * bi) + lx * (ax + q * n * bx);
         double rab = 2.0 * (li * ai + lx * ax + q * n * (1.0 - 1.0 / nodes) * bx + n / nodes * (1.0 - 1.0 / q) * bi);
         return rd < rab ? rd : rab;
@@ -58,20 +58,51 @@ double dt_cm_allreduce(const struct dt_cluster *c, int algo, int nodes, int q, d
     }
 }
 
+/* Seconds of bucket b's exchange: its all-reduce(s) and its arithmetic. */
+static double bucket_time(const struct dt_cluster *c, int algo, int nodes, int q, const struct dt_cm_step *s, int b)
+{
+    double t = dt_cm_allreduce(c, algo, nodes, q, s->bucket_bytes[b]);
+    if (s->bucket_bytes2 && s->bucket_bytes2[b] > 0) t += dt_cm_allreduce(c, algo, nodes, q, s->bucket_bytes2[b]);
+    if (s->bucket_cpu) t += s->bucket_cpu[b];
+    return t;
+}
+
+/* With overlap, what the exchange takes from backward's core: the network
+ * stack's work per byte (cpu_ns_per_byte; 0 where a NIC does it), the
+ * compression's arithmetic, and half of a blocking MPI_Allreduce's time
+ * while backward still runs (it spins while it waits, time-slicing with
+ * backward; the bucket is ready when a fraction of backward is done). */
+static double core_share(const struct dt_cluster *c, int algo, int nodes, int q, const struct dt_cm_step *s, int b)
+{
+    int P = nodes * q;
+    double moved = (s->bucket_bytes[b] + (s->bucket_bytes2 ? s->bucket_bytes2[b] : 0.0)) * (s->half ? 2.0 : 1.0);
+    double cpu = (s->bucket_cpu ? s->bucket_cpu[b] : 0.0) + c->cpu_ns_per_byte * 1e-9 * moved * 2.0 * (P - 1) / P;
+    if (algo == DT_CM_MPI) {
+        double t = bucket_time(c, algo, nodes, q, s, b) - (s->bucket_cpu ? s->bucket_cpu[b] : 0), left =
+            (1.0 - s->bucket_ready[b]) * s->backward_s;
+        cpu += 0.5 * (t < left ? t : left);
+    }
+    return cpu;
+}
+
 struct dt_cm_result dt_cm_predict(const struct dt_cluster *c, int algo, int nodes, int q, const struct dt_cm_step *s)
 {
     struct dt_cm_result r = {0};
+    if (nodes * q <= 1) {
+        r.step_s = s->forward_s + s->backward_s + s->data_s;
+        return r;
+    }
+    double backward = s->backward_s;
+    for (int b = 0; b < s->nbuckets && s->overlap; b++) backward += core_share(c, algo, nodes, q, s, b);
     double end = 0.0; /* when the last bucket is reduced, from backward's start */
     for (int b = 0; b < s->nbuckets; b++) {
-        double t = dt_cm_allreduce(c, algo, nodes, q, s->bucket_bytes[b]);
-        if (s->bucket_bytes2 && s->bucket_bytes2[b] > 0) t += dt_cm_allreduce(c, algo, nodes, q, s->bucket_bytes2[b]);
-        if (s->bucket_cpu && nodes * q > 1) t += s->bucket_cpu[b];
-        double ready = s->overlap ? s->bucket_ready[b] * s->backward_s : s->backward_s;
+        double t = bucket_time(c, algo, nodes, q, s, b);
+        double ready = s->overlap ? s->bucket_ready[b] * backward : backward;
         end = (end > ready ? end : ready) + t;
         r.comm_s += t;
     }
-    r.exposed_s = end > s->backward_s ? end - s->backward_s : 0.0;
-    r.step_s = s->forward_s + s->backward_s + r.exposed_s + s->data_s;
+    r.exposed_s = end > backward ? end - backward : 0.0;
+    r.step_s = s->forward_s + backward + r.exposed_s + s->data_s;
     return r;
 }
 
@@ -154,10 +185,10 @@ int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st)
         return dt_fail(st, DT_EUSAGE, "--cluster %s: neither a built-in cluster (%s) nor a readable file (%s)", what,
                        dt_cm_cluster_names(), strerror(errno));
     struct preset p = {.name = what};
-    double mpi_factor = 1.0; /* optional */
-    double *num[6] = {NULL, &p.a_in_us, &p.bw_in, &p.a_x_us, &p.bw_x, &mpi_factor};
+    double mpi_factor = 1.0, cpu_ns = 0.0; /* optional */
+    double *num[7] = {NULL, &p.a_in_us, &p.bw_in, &p.a_x_us, &p.bw_x, &mpi_factor, &cpu_ns};
     static const char *const keys[] = {"ranks_per_node", "alpha_intra_us", "bw_intra_gbs", "alpha_inter_us",
-                                       "bw_inter_gbs", "mpi_beta_factor"};
+                                       "bw_inter_gbs", "mpi_beta_factor", "cpu_ns_per_byte"};
     unsigned seen = 0;
     char buf[512], name[64] = "", about[160] = "";
     int line = 0, rc = DT_OK;
@@ -177,16 +208,17 @@ int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st)
         else if (!strcmp(key, "about")) snprintf(about, sizeof about, "%s", val);
         else {
             int k = 0;
-            while (k < 6 && strcmp(key, keys[k])) k++;
-            if (k == 6) {
+            while (k < 7 && strcmp(key, keys[k])) k++;
+            if (k == 7) {
                 rc = dt_fail(st, DT_EUSAGE, "%s:%d: unknown key '%s' (expected name, about, ranks_per_node, "
-                             "alpha_intra_us, bw_intra_gbs, alpha_inter_us, bw_inter_gbs, mpi_beta_factor)", what,
-                             line, key);
+                             "alpha_intra_us, bw_intra_gbs, alpha_inter_us, bw_inter_gbs, mpi_beta_factor, "
+                             "cpu_ns_per_byte)", what, line, key);
                 break;
             }
             errno = 0;
             double x = strtod(val, &end);
-            if (errno || end == val || *end || !(x > 0.0) || !isfinite(x) || (k == 0 && (x != floor(x) || x > 1e6))) {
+            if (errno || end == val || *end || !(x > 0.0 || (k == 6 && x == 0.0)) || !isfinite(x) ||
+                (k == 0 && (x != floor(x) || x > 1e6))) {
                 rc = dt_fail(st, DT_EUSAGE, "%s:%d: %s: expected a positive %s, found '%s'", what, line, key,
                              k == 0 ? "integer" : "number", val);
                 break;
@@ -202,6 +234,7 @@ int dt_cm_cluster_load(const char *what, struct dt_cluster *c, dt_status *st)
         if (!(seen & (1u << k))) return dt_fail(st, DT_EUSAGE, "%s: %s is missing", what, keys[k]);
     from_preset(&p, c);
     c->mpi_beta_factor = mpi_factor;
+    c->cpu_ns_per_byte = cpu_ns;
     if (name[0]) snprintf(c->name, sizeof c->name, "%s", name);
     snprintf(c->about, sizeof c->about, "%s", about[0] ? about : what);
     return DT_OK;

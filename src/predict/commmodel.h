@@ -32,7 +32,11 @@
  * layer boundaries, as dt_buckets_cut does) become ready in proportion to
  * the parameters backward has finished; with overlap a communication thread
  * reduces them in order as they come (start = max(ready, previous end)),
- * without overlap they are reduced after backward. Then
+ * without overlap they are reduced after backward. With overlap the
+ * exchange also takes time from backward's core (core_share in
+ * commmodel.c): cpu_ns_per_byte per byte moved, the compression's
+ * arithmetic, and half of a blocking MPI_Allreduce's time, since it spins.
+ * Then
  *   step = compute + exposed communication + data wait,
  * throughput = P x batch / step, and (weak scaling) efficiency =
  * step(1 rank) / step(P). Compute per replica is taken as independent of P:
@@ -56,6 +60,9 @@ struct dt_cluster {
     double mpi_beta_factor; /* MPI_Allreduce's beta between nodes over the ring's (1; a file's
                                mpi_beta_factor, or --fit from the benchmark's mpi rows): Open MPI's
                                tcp BTL halves it on a slow link (rendezvous behind the peer's data) */
+    double cpu_ns_per_byte; /* the rank's core's time per byte an all-reduce moves (network stack,
+                               copies, sums): taken from backward under overlap; 0 (a file's
+                               cpu_ns_per_byte) where a NIC does the work */
     char about[160];        /* where the numbers come from */
 };
 
@@ -97,6 +104,8 @@ struct dt_cm_step {
     const double *bucket_bytes2;  /* [nbuckets] or NULL: a second all-reduce per bucket (PowerSGD's Q) */
     const double *bucket_cpu;     /* [nbuckets] or NULL: seconds of arithmetic on the bucket's way (compression) */
     int overlap;                  /* reduce buckets during backward */
+    int half;                     /* 16-bit transport: the core's work per value stays an fp32's
+                                     (the conversions cost what the bytes saved) */
 };
 
 struct dt_cm_result {

@@ -74,7 +74,7 @@ static struct dt_cm_result predict_row(const struct dt_model *m, const struct dt
     double cms = compute64_ms * r->batch / 64.0; /* strong scaling: the batch shrinks */
     struct dt_cm_step s = {.forward_s = o->fwd_frac * cms * 1e-3, .backward_s = (1.0 - o->fwd_frac) * cms * 1e-3,
                            .data_s = data_ms * 1e-3, .nbuckets = nb, .bucket_bytes = bytes, .bucket_ready = ready,
-                           .bucket_bytes2 = bytes2, .bucket_cpu = cpu, .overlap = r->overlap};
+                           .bucket_bytes2 = bytes2, .bucket_cpu = cpu, .overlap = r->overlap, .half = r->x.half};
     int q = r->ranks / r->nodes, algo = dt_cm_algo_parse(r->algo);
     if (algo >= 0) return dt_cm_predict(c, algo, r->nodes, q, &s);
     /* auto: hier's table on one node; across nodes it times the three and keeps the fastest */

@@ -135,9 +135,9 @@ int dt_cm_cluster_write(const struct dt_cluster *c, const char *path, dt_status 
     if (!f) return dt_fail(st, DT_EUSAGE, "--fit-out %s: %s", path, strerror(errno));
     fprintf(f, "# dtrain-predict cluster file (read with --cluster FILE)\nname = %s\nabout = %s\n"
                "ranks_per_node = %d\nalpha_intra_us = %.4g\nbw_intra_gbs = %.4g\nalpha_inter_us = %.4g\n"
-               "bw_inter_gbs = %.4g\nmpi_beta_factor = %.3g\n",
+               "bw_inter_gbs = %.4g\nmpi_beta_factor = %.3g\ncpu_ns_per_byte = %.3g\n",
             c->name, c->about, c->ranks_per_node, c->alpha_intra * 1e6, 1e-9 / c->beta_intra, c->alpha_inter * 1e6,
-            1e-9 / c->beta_inter, c->mpi_beta_factor);
+            1e-9 / c->beta_inter, c->mpi_beta_factor, c->cpu_ns_per_byte);
     if (fclose(f) != 0) return dt_fail(st, DT_EUSAGE, "--fit-out %s: %s", path, strerror(errno));
     return DT_OK;
 }

@@ -204,7 +204,7 @@ static int run(struct opts *o, dt_status *st)
                 struct dt_cm_step s = {.forward_s = o->fwd_frac * cs, .backward_s = (1.0 - o->fwd_frac) * cs,
                                        .data_s = o->data_ms * 1e-3, .nbuckets = nb, .bucket_bytes = bytes,
                                        .bucket_ready = ready, .bucket_bytes2 = bytes2, .bucket_cpu = cpu,
-                                       .overlap = o->overlap};
+                                       .overlap = o->overlap, .half = o->x.half};
                 double one = cs + s.data_s;
                 int limit = 0;
                 printf("%-5s %6.3g%s", dt_cm_algo_name(algo), o->bucket_mb[bi], o->bucket_mb[bi] > 0 ? "M" : "all");
