@@ -12,26 +12,29 @@
 # and at 1 Gbit/s, where communication is shorter than backward:
 #   grid     resnet32-wide4, --allreduce mpi and ring x --bucket-mb 0.25, 1,
 #            4, 16 x overlap on and off
+#   overlap  resnet32-wide4 on 2 hosts, every compression, overlap on and
+#            off, 3 repeats more: how much of the exchange overlap hides
 #   autotune --autotune on the same model and link (fresh cache), then the
 #            kept choice against the grid's best, alternating --repeats times
 # and at 100 Mbit/s:
 #   algos    the CNN and ResNet-20, --allreduce mpi, ring, hier, auto
 # Every summary is then compared with dtrain-predict --compare, given the
-# fitted link. Finally (one host, 2 ranks, no shaping needed):
+# fitted link and the hosts' network-stack cost per byte (--cpu-ns-per-byte,
+# default 3.8: calibrated on one run, see doc/scaling.md). Finally (one host, 2 ranks, no shaping needed):
 #   accuracy the CNN on Fashion-MNIST for 10 epochs with none, bf16 and
 #            powersgd:4: final validation accuracy
 #
-#   bench/shaped-study.sh [--build DIR] [--out DIR] [--repeats R] [--parts LIST]
+#   bench/shaped-study.sh [--build DIR] [--out DIR] [--repeats R] [--parts LIST] [--cpu-ns-per-byte K]
 #
 # Defaults: build/, bench/results/shaped-DATE, 2 repeats, every part
-# (fit,compress,grid,autotune,algos,predict,accuracy). About 45 minutes on 2
+# (fit,compress,grid,overlap,autotune,algos,predict,accuracy). About 45 minutes on 2
 # cores. The hosts share one machine: a link here is tbf on a veth pair, and
 # the CPU time a host spends on TCP comes out of its one core.
 set -euo pipefail
 prog=shaped-study.sh
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build=$repo/build out='' repeats=2 parts=fit,compress,grid,autotune,algos,predict,accuracy
+build=$repo/build out='' repeats=2 parts=fit,compress,grid,overlap,autotune,algos,predict,accuracy cpu_ns=3.8
 die() { echo "$prog: error: $*" >&2; exit 2; }
 while (($#)); do
     case $1 in
@@ -39,7 +42,8 @@ while (($#)); do
         --out) out=$2; shift 2 ;;
         --repeats) [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--repeats: expected a positive integer, found '$2'"; repeats=$2; shift 2 ;;
         --parts) parts=$2; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        --cpu-ns-per-byte) cpu_ns=$2; shift 2 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
     esac
 done
@@ -69,6 +73,7 @@ for rate in 100mbit 300mbit 1gbit; do
         mpirun $flags --host h1:1,h2:1 -n 2 "$bench" -b 4K -e 4M -f 4 -a ring,mpi --outofplace -r 3 \
             --csv "$out/bench-$rate.csv" >"$out/bench-$rate.txt" 2>&1
         "$predict" --fit "$out/bench-$rate.csv" --fit-out "$out/link-$rate.conf" --ranks-per-node 1 | tee "$out/fit-$rate.txt"
+        sed -i "s/^cpu_ns_per_byte = .*/cpu_ns_per_byte = $cpu_ns/" "$out/link-$rate.conf"
     fi
     if has compress; then
         r=$repeats
@@ -82,6 +87,12 @@ for rate in 100mbit 300mbit 1gbit; do
         "${study[@]}" "${wide[@]}" --nodes 1,2 --allreduce mpi,ring --bucket-mb 0.25,1,4,16 --overlap on,off \
             --repeats 1 --out "$out/grid" >"$out/grid.log" 2>&1 || echo "$prog: grid: a run failed (see $out/grid.log)"
         echo "grid: $out/grid/summary.csv"
+    fi
+    if [[ $rate == 1gbit ]] && has overlap; then
+        "${study[@]}" "${wide[@]}" --nodes 2 --allreduce ring --grad-compression none,bf16,fp16,powersgd:4 \
+            --overlap on,off --repeats 3 --out "$out/overlap" >"$out/overlap.log" 2>&1 ||
+            echo "$prog: overlap: a run failed (see $out/overlap.log)"
+        echo "overlap: $out/overlap/summary.csv"
     fi
     if [[ $rate == 1gbit ]] && has autotune; then
         "$here/autotune-check.sh" --build "$build" --out "$out/autotune" --grid "$out/grid/summary.csv" \
