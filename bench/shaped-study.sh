@@ -18,7 +18,8 @@
 #            kept choice against the grid's best, alternating --repeats times
 # and at 100 Mbit/s:
 #   algos    the CNN and ResNet-20, --allreduce mpi, ring, hier, auto
-# Every summary is then compared with dtrain-predict --compare, given the
+# Every summary is then compared with dtrain-predict --compare (and plotted
+# by bench/shaped-plots.sh), given the
 # fitted link and the hosts' network-stack cost per byte (--cpu-ns-per-byte,
 # default 3.8: calibrated on one run, see doc/scaling.md). Finally (one host, 2 ranks, no shaping needed):
 #   accuracy the CNN on Fashion-MNIST for 10 epochs with none, bf16 and
@@ -130,9 +131,11 @@ if has accuracy; then
     data=$repo/data/fashion-mnist.h5
     [[ -f $data ]] || die "no $data (make it: jobscripts/local/setup.sh, or dtrain-prep)"
     for c in none bf16 powersgd:4; do
-        mpirun --bind-to core -n 2 "$dtrain" "$data" --epochs 10 --grad-compression "$c" --seed 1 --metrics \
+        # --allreduce ring: on one node hier sums in shared memory and never compresses
+        mpirun --bind-to core -n 2 "$dtrain" "$data" --epochs 10 --allreduce ring --grad-compression "$c" --seed 1 --metrics \
             "$out/accuracy-${c/:/}.csv" >"$out/accuracy-${c/:/}.log" 2>&1
         echo "accuracy $c: $(grep -o 'val_accuracy: [0-9.]*' "$out/accuracy-${c/:/}.log" | tail -1)"
     done
 fi
+has predict && "$here/shaped-plots.sh" "$out"
 echo "# shaped-study: done $(date -u '+%H:%M UTC')"
