@@ -10,7 +10,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "collectives/coll.h"
 #include "runtime/checks.h"
@@ -26,23 +25,6 @@
 static const struct dt_allreduce_algo *const algos[] = {
     &dt_allreduce_auto, &dt_allreduce_mpi, &dt_allreduce_ring, &dt_allreduce_hier,
 };
-
-void dt_coll_wait(const struct dt_coll *c, MPI_Request *req)
-{
-    if (!c->polite) {
-        DT_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
-        return;
-    }
-    long ns = 2000;
-    for (;;) {
-        int done = 0;
-        DT_MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-        if (done) return;
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        ns = ns < 50000 ? 2 * ns : 100000;
-    }
-}
 
 const struct dt_allreduce_algo *dt_allreduce_find(const char *name)
 {

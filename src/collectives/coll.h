@@ -99,7 +99,7 @@ struct dt_coll {
     struct dt_auto_tuned *tuned; /* choices timed at start-up (dt_auto_tune) */
     int ntuned;
     int tuned_preset;           /* the choices came from dt_auto_preset (a checkpoint) */
-    /* Waits sleep between tests instead of spinning (dt_coll_wait): set by
+    /* The ring's waits sleep between tests instead of spinning: set by
      * the reducer's communication thread while it reduces, so a rank's one
      * core goes to backward, not to polling the network. */
     int polite;
@@ -118,11 +118,6 @@ const struct dt_shm *dt_coll_alloc_node_shared(struct dt_coll *c, size_t count);
 /* Sum over all ranks with the configured algorithm. */
 void dt_allreduce(struct dt_coll *c, const float *send, float *recv, size_t count);
 const struct dt_allreduce_algo *dt_allreduce_find(const char *name);
-
-/* Wait for one request: MPI_Wait, or with c->polite MPI_Test with sleeps
- * growing from 2 to 100 us (a slow link moves little in 100 us; the core
- * meanwhile runs backward). */
-void dt_coll_wait(const struct dt_coll *c, MPI_Request *req);
 
 /* ---- shm.c: the node-shared windows ---- */
 /* Collective over the node: a window of count floats per local rank, of
