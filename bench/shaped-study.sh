@@ -18,6 +18,8 @@
 #            kept choice against the grid's best, alternating --repeats times
 # and at 100 Mbit/s:
 #   algos    the CNN and ResNet-20, --allreduce mpi, ring, hier, auto
+#   hosts    (last, on 4 hosts: two share each core) resnet32-wide4 on 1-4
+#            hosts, --grad-compression none, bf16, powersgd:4
 # Every summary is then compared with dtrain-predict --compare (and plotted
 # by bench/shaped-plots.sh), given the
 # fitted link and the hosts' network-stack cost per byte (--cpu-ns-per-byte,
@@ -28,14 +30,14 @@
 #   bench/shaped-study.sh [--build DIR] [--out DIR] [--repeats R] [--parts LIST] [--cpu-ns-per-byte K]
 #
 # Defaults: build/, bench/results/shaped-DATE, 2 repeats, every part
-# (fit,compress,grid,overlap,autotune,algos,predict,accuracy). About 45 minutes on 2
+# (fit,compress,grid,overlap,autotune,algos,hosts,predict,accuracy). About 50 minutes on 2
 # cores. The hosts share one machine: a link here is tbf on a veth pair, and
 # the CPU time a host spends on TCP comes out of its one core.
 set -euo pipefail
 prog=shaped-study.sh
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build=$repo/build out='' repeats=2 parts=fit,compress,grid,overlap,autotune,algos,predict,accuracy cpu_ns=3.8
+build=$repo/build out='' repeats=2 parts=fit,compress,grid,overlap,autotune,algos,hosts,predict,accuracy cpu_ns=3.8
 die() { echo "$prog: error: $*" >&2; exit 2; }
 while (($#)); do
     case $1 in
@@ -44,7 +46,7 @@ while (($#)); do
         --repeats) [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--repeats: expected a positive integer, found '$2'"; repeats=$2; shift 2 ;;
         --parts) parts=$2; shift 2 ;;
         --cpu-ns-per-byte) cpu_ns=$2; shift 2 ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
     esac
 done
@@ -108,13 +110,22 @@ for rate in 100mbit 300mbit 1gbit; do
 done
 bash "$cluster" down >/dev/null
 
+if has hosts; then
+    bash "$cluster" up 4 >/dev/null
+    bash "$cluster" shape 100mbit >/dev/null
+    "${study[@]}" "${wide[@]}" --nodes 1,2,3,4 --allreduce ring --grad-compression none,bf16,powersgd:4 \
+        --repeats 1 --out "$out/hosts4" >"$out/hosts4.log" 2>&1 || echo "$prog: hosts: a run failed (see $out/hosts4.log)"
+    echo "hosts: $out/hosts4/summary.csv"
+    bash "$cluster" down >/dev/null
+fi
+
 if has predict; then
-    for f in "$out"/compress-*/summary.csv "$out"/grid/summary.csv "$out"/algos/summary.csv; do
+    for f in "$out"/compress-*/summary.csv "$out"/grid/summary.csv "$out"/algos/summary.csv "$out"/hosts4/summary.csv; do
         [[ -f $f ]] || continue
         d=$(basename "$(dirname "$f")")
         rate=${d#compress-}
         [[ $d == grid ]] && rate=1gbit
-        [[ $d == algos ]] && rate=100mbit
+        [[ $d == algos || $d == hosts4 ]] && rate=100mbit
         [[ -f $out/link-$rate.conf ]] || continue
         # shellcheck disable=SC2013  # model names have no spaces
         for m in $(awk -F, 'NR > 1 { print $1 }' "$f" | sort -u); do
