@@ -51,6 +51,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 S=${DTC_STATE:-/run/dtcluster}
 NET=${DTC_SUBNET:-10.77.13}
+NET=${NET%.0/24} # the env file's form (10.77.13.0/24) too, so a shell that sourced it can run this again
 BR=dtcbr0
 SLURM_PORTS=${DTC_SLURM_PORTS:-26817-26818} # slurmctld-slurmd; off Slurm's defaults so a site's daemons are not touched
 me=cluster.sh

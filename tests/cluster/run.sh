@@ -133,7 +133,7 @@ run_check() { # run_check NAME: runs check_NAME, its output in NAME.log
 }
 
 SYN="--synthetic 8x8x3:4:4096 --model mlp --batch-size 16"
-DTC_SUBNET_H2=$(cat "$DTC_STATE/hosts/h2/addr")
+H2_ADDR=$(cat "$DTC_STATE/hosts/h2/addr")
 
 check_hosts() {
   local got
@@ -512,9 +512,9 @@ check_shaped() {
      ip netns exec dtc-h2 tc qdisc show dev eth0 | grep 'tbf .*rate 200Mbit' >/dev/null; then
     ok "shape 200mbit: tbf on both ends of the links, recorded in the state"
   else bad "shape 200mbit: $(bash "$CLUSTER" status | grep link; tc qdisc show dev dtc-h1)"; fi
-  "$rsh" h2 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py serve $DTC_SUBNET_H2 5999" &
+  "$rsh" h2 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py serve $H2_ADDR 5999" &
   sleep 0.5
-  gbs=$("$rsh" h1 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py send $DTC_SUBNET_H2 5999 8 3")
+  gbs=$("$rsh" h1 "python3 $TOP_SRCDIR/bench/tcp_bandwidth.py send $H2_ADDR 5999 8 3")
   wait
   awk -v g="$gbs" 'BEGIN { exit !(g >= 0.8 * 0.025 && g <= 1.05 * 0.025) }' &&
     ok "one TCP stream h1 -> h2: $gbs GB/s of 0.025" || bad "one TCP stream h1 -> h2: $gbs GB/s, expected 0.020-0.026"
