@@ -36,6 +36,13 @@
 
 enum { DT_POWERSGD_MAX_RANK = 256 };
 
+/* Whether a rows x cols kernel is worth compressing at rank R: both sides
+ * above R, and the factors smaller than the matrix. */
+static inline int dt_powersgd_worth(size_t rows, size_t cols, size_t R)
+{
+    return R && rows > R && cols > R && (rows + cols) * R < rows * cols;
+}
+
 /* A weight gradient to compress: floats [off, off + n m) of the block, row-major n x m. */
 struct dt_psgd_matrix {
     size_t off, n, m;

@@ -100,6 +100,12 @@ extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt
     dt_dropout_ops, dt_avgpool_ops, dt_global_avgpool_ops, dt_batchnorm_ops, dt_add_ops, dt_route_ops,
     dt_flatten_ops, dt_reshape_ops;
 
+/* A dense or convolution layer's kernel as a rows x filters matrix (dense:
+ * inputs x units; conv: kh*kw*in x filters), its bias left out: 1, or 0 for
+ * other layers. PowerSGD compresses these (strategy/mirrored.c, and
+ * dtrain-predict's model of it). */
+int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols);
+
 /* init.c: Glorot-uniform, U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
 void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng);
 

@@ -296,3 +296,11 @@ void dt_model_summary(const struct dt_model *m, FILE *out)
     }
     fprintf(out, "  total parameters: %zu\n", m->nparams);
 }
+
+int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols)
+{
+    if (!l->nparams || (l->ops != &dt_conv2d_ops && l->ops != &dt_dense_ops) || l->spec.filters < 1) return 0;
+    *cols = (size_t)l->spec.filters;
+    *rows = (l->nparams - *cols) / *cols;
+    return 1;
+}

@@ -39,15 +39,6 @@ static double layer_work(const struct dt_layer *l)
     return 4.0 * (double)dt_shape_size(l->out);
 }
 
-/* Layer l's kernel as PowerSGD sees it at rank R: 1 with rows and filters, or 0. */
-static int psgd_matrix(const struct dt_layer *l, size_t R, size_t *rows, size_t *cols)
-{
-    if (!R || !l->nparams || (l->ops != &dt_conv2d_ops && l->ops != &dt_dense_ops)) return 0;
-    *cols = (size_t)l->spec.filters;
-    *rows = (l->nparams - *cols) / *cols;
-    return *rows > R && *cols > R && (*rows + *cols) * R < *rows * *cols;
-}
-
 int dt_cm_buckets(const struct dt_model *m, double bucket_mb, const struct dt_cm_compress *x, double *bytes,
                   double *bytes2, double *cpu_s, double *ready)
 {
@@ -65,7 +56,8 @@ int dt_cm_buckets(const struct dt_model *m, double bucket_mb, const struct dt_cm
             const struct dt_layer *l = &m->layers[i];
             if (l->param_offset >= start[b + 1]) done += layer_work(l); /* backward has finished it */
             size_t n, k;
-            if (l->param_offset >= start[b + 1] && l->param_offset < start[b] && psgd_matrix(l, (size_t)R, &n, &k)) {
+            if (l->param_offset >= start[b + 1] && l->param_offset < start[b] && dt_layer_kernel(l, &n, &k) &&
+                dt_powersgd_worth(n, k, (size_t)R)) {
                 first -= (double)n * (double)k - (double)n * R; /* P instead of the kernel */
                 second += (double)k * R;                        /* and Q */
                 flops += 6.0 * n * k * R + 3.0 * n * k + 2.0 * n * R * R;

@@ -39,9 +39,8 @@ static void powersgd_setup(struct dt_strategy *s)
         const struct dt_layer *l = &m->layers[i];
         if (!l->nparams) continue;
         tensors += 2; /* kernel and bias, or batchnorm's gamma and beta */
-        if (l->ops != &dt_conv2d_ops && l->ops != &dt_dense_ops) continue;
-        size_t cols = (size_t)l->spec.filters, rows = (l->nparams - cols) / cols;
-        if (rows > R && cols > R && (rows + cols) * R < rows * cols) {
+        size_t rows, cols;
+        if (dt_layer_kernel(l, &rows, &cols) && dt_powersgd_worth(rows, cols, R)) {
             mats[n++] = (struct dt_psgd_matrix){l->param_offset, rows, cols};
             err += rows * cols;
         }
