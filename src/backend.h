@@ -56,9 +56,8 @@ struct dt_backend {
     /* The element type of activations (enum dt_precision): float32 after
      * setup. set_act_type asks for type (the precision's 16-bit type, or
      * float32) before any activation is allocated and returns the type now
-     * in effect: the CPU stores float32 whatever is asked (its bf16 runs
-     * convert inside the convolution and GEMM); the GPU stores 16 bits when
-     * asked. */
+     * in effect: the GPU stores 16 bits when asked; the CPU stores bf16
+     * under --precision bf16 and float32 otherwise (no fp16 on the CPU). */
     int (*set_act_type)(int type);
     int (*act_type)(void);
 
@@ -140,6 +139,12 @@ struct dt_backend {
      * channel_sums: s1[j] = sum of a, s2[j] = sum of a * b (b == a gives the
      * sum of squares), accumulated in double; both overwritten. */
     void (*channel_sums)(double *s1, double *s2, const dt_act *a, const dt_act *b, size_t rows, int c);
+    /* The same after a ReLU's backward on a, in place and in the same pass:
+     * a = 0 where relu_out <= 0 (batch norm's backward, the gradient
+     * arriving through a fused ReLU). NULL where the backend has none: the
+     * caller runs relu_backward, then channel_sums. */
+    void (*channel_sums_relu)(double *s1, double *s2, dt_act *a, const dt_act *b, const dt_act *relu_out,
+                              size_t rows, int c);
     /* out = p[j] * a + q[j] * b + r[j] for channel j (b == NULL: no b term),
      * then max(0, .) when relu. out may be a. */
     void (*channel_affine)(dt_act *out, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,

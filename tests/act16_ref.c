@@ -212,6 +212,16 @@ static void channel_sums(double *s1, double *s2, const dt_act *a, const dt_act *
     cpu->channel_sums(s1, s2, in(1, a, n), in(2, b, n), rows, c);
 }
 
+static void channel_sums_relu(double *s1, double *s2, dt_act *a, const dt_act *b, const dt_act *relu_out,
+                              size_t rows, int c)
+{
+    size_t n = rows * (size_t)c;
+    float *y = out(0, a, n);
+    if (y != a) memcpy(y, in(1, a, n), sizeof(float) * n);
+    cpu->channel_sums_relu(s1, s2, y, in(2, b, n), in(3, relu_out, n), rows, c);
+    store(a, y, n);
+}
+
 static void channel_affine(dt_act *o, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
                            const float *q, const float *r, int relu)
 {
@@ -264,6 +274,7 @@ const struct dt_backend *dt_act16_ref(void)
         be.images_to_float = images_to_float;
         be.act_add = act_add;
         be.channel_sums = channel_sums;
+        be.channel_sums_relu = channel_sums_relu;
         be.channel_affine = channel_affine;
         be.avgpool_forward = avgpool_forward;
         be.avgpool_backward = avgpool_backward;

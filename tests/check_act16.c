@@ -229,9 +229,9 @@ static double rel_l2(const float *a, const float *b, size_t n)
 }
 
 /* Trains model `which` ("cnn", or the residual network above) for STEPS SGD
- * steps on be with activations of type act, from fixed parameters and
- * data; the last batch is ragged. */
-static struct run train(const char *which, const struct dt_backend *be, int act)
+ * steps on be at precision prec with activations of type act, from fixed
+ * parameters and data; the last batch is ragged. */
+static struct run train_at(const char *which, const struct dt_backend *be, int prec, int act)
 {
     const int batch = 8, steps = STEPS;
     /* the seed CNN on 16x16 images (its layers, a third of its work: Valgrind runs this) */
@@ -240,7 +240,7 @@ static struct run train(const char *which, const struct dt_backend *be, int act)
     struct dt_model m;
     dt_status st = {0};
     char why[256];
-    ck_assert_msg(be->setup(1, DT_PREC_FP32, why, sizeof why) == 0, "%s", why);
+    ck_assert_msg(be->setup(1, prec, why, sizeof why) == 0, "%s", why);
     ck_assert_int_eq(be->set_act_type(act), act);
     int rc = !strcmp(which, "cnn") ? dt_model_build(&m, "cnn", in, 10, 0.5f, &st)
                                    : dt_model_build_specs(&m, which, in, 10, residual,
@@ -282,6 +282,11 @@ static struct run train(const char *which, const struct dt_backend *be, int act)
     free(img);
     be->set_act_type(DT_PREC_FP32);
     return r;
+}
+
+static struct run train(const char *which, const struct dt_backend *be, int act)
+{
+    return train_at(which, be, DT_PREC_FP32, act);
 }
 
 /* How far b is from a: the largest relative difference of the per-sample
@@ -350,6 +355,41 @@ static void storage_tracks_float32(const char *which)
     free_run(&b);
 }
 
+/* The CPU backend's own bf16 storage (--precision bf16: its kernels read
+ * and write bf16, its convolutions too) against the reference's, which
+ * stores bf16 around the CPU's float kernels at the same precision. Both
+ * compute in float and round each stored value once, so they differ only
+ * where oneDNN's bf16-output convolution sums in another order than its
+ * float-output one, and by the max-pooling ties that follows: far less
+ * than bf16 storage moves a run from float32 (tol_bf16, measured ~5e-2). */
+static const struct gap tol_cpu_bf16 = {2e-3, 5e-2, 5e-2};
+
+static void cpu_storage_matches_reference(const char *which)
+{
+    char why[256];
+    if (dt_backend_cpu.setup(1, DT_PREC_BF16, why, sizeof why) != 0) {
+        fprintf(stderr, "SKIP %s: CPU bf16 storage not checked: %s\n", which, why);
+        return;
+    }
+    struct run ref = train_at(which, dt_act16_ref(), DT_PREC_BF16, DT_PREC_BF16);
+    struct run cpu = train_at(which, &dt_backend_cpu, DT_PREC_BF16, DT_PREC_BF16);
+    struct gap g = compare(&ref, &cpu);
+    fprintf(stderr, "%s, CPU bf16 storage against the reference's: loss %.1e, first gradient %.1e, update %.1e\n",
+            which, g.loss, g.grad0, g.update);
+    ck_assert_msg(g.loss <= tol_cpu_bf16.loss && g.grad0 <= tol_cpu_bf16.grad0 && g.update <= tol_cpu_bf16.update,
+                  "%s: CPU bf16 storage vs reference: loss %.1e, first gradient %.1e, update %.1e", which, g.loss,
+                  g.grad0, g.update);
+    free_run(&ref);
+    free_run(&cpu);
+    dt_backend_cpu.setup(1, DT_PREC_FP32, why, sizeof why);
+}
+
+START_TEST(cnn_cpu_bf16_storage) { cpu_storage_matches_reference("cnn"); }
+END_TEST
+
+START_TEST(residual_cpu_bf16_storage) { cpu_storage_matches_reference("residual"); }
+END_TEST
+
 START_TEST(cnn_with_16_bit_activations) { storage_tracks_float32("cnn"); }
 END_TEST
 
@@ -369,6 +409,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, cnn_with_16_bit_activations);
     tcase_add_test(tc, residual_with_16_bit_activations);
+    tcase_add_test(tc, cnn_cpu_bf16_storage);
+    tcase_add_test(tc, residual_cpu_bf16_storage);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,9 +1,9 @@
 /* cpu_backend.c: the CPU backend's operation table (see backend.h).
- * Host memory is device memory here, so upload/download are copies. The CPU
- * stores activations as float32 in every precision (its bf16 arithmetic
- * converts inside oneDNN's convolutions and GEMMs), so the table's dt_act
- * ops are the float kernels under their seam types, and a dense layer is
- * the GEMMs and bias kernels it always was. */
+ * Host memory is device memory here, so upload/download are copies.
+ * Activations are float32, or bf16 under --precision bf16 (set_act_type):
+ * the convolutions and the element-wise kernels read and write both types
+ * (cpu_internal.h's cpu_ld/cpu_st, computing in float), and the small ops
+ * (dense, dropout, the loss) run their float kernels through float copies. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -18,83 +18,148 @@ static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 
+/* bf16 storage only under --precision bf16 (the conversions need the
+ * instructions setup checked); fp16 and anything else stay float32. */
 static int cpu_set_act_type(int type)
 {
-    (void)type;
-    return DT_PREC_FP32;
+    cpu_act_bf16 = type == DT_PREC_BF16 && cpu_precision == DT_PREC_BF16;
+    return cpu_act_bf16 ? DT_PREC_BF16 : DT_PREC_FP32;
 }
-static int cpu_act_type(void) { return DT_PREC_FP32; }
+static int cpu_act_type(void) { return cpu_act_bf16 ? DT_PREC_BF16 : DT_PREC_FP32; }
 
-static void conv_forward(dt_conv_plan *p, int n, dt_act *out, const dt_act *inp, const float *weight,
+/* The small ops (dense, dropout, the loss) run their float kernels on
+ * bf16 activations through float copies: decode the inputs, run, round
+ * the output once. Their tensors are the model's smallest (a dense layer's
+ * rows, the logits), so the copies cost little next to the convolutions,
+ * which read and write bf16 directly. Slots grow as needed; the backend
+ * is called from one thread. */
+enum { SLOTS = 3 };
+static float *slot[SLOTS];
+static size_t slot_cap[SLOTS];
+
+static float *scratch(int i, size_t n)
+{
+    if (n > slot_cap[i]) {
+        free(slot[i]);
+        slot[i] = dt_xmalloc(sizeof(float) * (n ? n : 1));
+        slot_cap[i] = n;
+    }
+    return slot[i];
+}
+
+/* An input as float: the buffer itself, or its bf16 values decoded into slot i. */
+static const float *in(int i, const dt_act *p, size_t n)
+{
+    if (!cpu_act_bf16 || !p) return p;
+    float *f = scratch(i, n);
+    dt_act_decode(DT_PREC_BF16, f, p, n);
+    return f;
+}
+
+/* Where a float kernel writes an output: the buffer itself, or slot i,
+ * rounded into the buffer by store() afterwards. */
+static float *out(int i, dt_act *p, size_t n)
+{
+    if (!cpu_act_bf16 || !p) return p;
+    return scratch(i, n);
+}
+
+static void store(dt_act *p, const float *f, size_t n)
+{
+    if (cpu_act_bf16 && p) cpu_to_bf16(p, f, n);
+}
+
+static void conv_forward(dt_conv_plan *p, int n, dt_act *o, const dt_act *inp, const float *weight,
                          const float *bias)
 {
-    cpu_conv_forward(p, n, out, inp, weight, bias);
+    cpu_conv_forward(p, n, o, inp, weight, bias);
 }
 static void conv_backward(dt_conv_plan *p, int n, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
                           const dt_act *inp, const float *weight)
 {
     cpu_conv_backward(p, n, dinp, dweight, dbias, dout, inp, weight);
 }
-static void pool_forward(dt_pool_plan *p, int n, dt_act *out, const dt_act *inp, int train)
+static void pool_forward(dt_pool_plan *p, int n, dt_act *o, const dt_act *inp, int train)
 {
-    cpu_pool_forward(p, n, out, inp, train);
+    cpu_pool_forward(p, n, o, inp, train, cpu_act_bf16);
 }
 static void pool_backward(dt_pool_plan *p, int n, dt_act *dinp, const dt_act *dout, const dt_act *relu_out)
 {
-    cpu_pool_backward(p, n, dinp, dout, relu_out);
+    cpu_pool_backward(p, n, dinp, dout, relu_out, cpu_act_bf16);
 }
 
-static void dense_forward(int n, int in, int units, dt_act *out, const dt_act *inp, const float *weight,
+static void dense_forward(int n, int nin, int units, dt_act *o, const dt_act *inp, const float *weight,
                           const float *bias)
 {
-    cpu_gemm(0, 0, n, units, in, 1.0f, inp, in, weight, units, 0.0f, out, units);
-    cpu_bias_add(out, bias, n, units);
+    size_t no = (size_t)n * units;
+    float *y = out(0, o, no);
+    cpu_gemm(0, 0, n, units, nin, 1.0f, in(1, inp, (size_t)n * nin), nin, weight, units, 0.0f, y, units);
+    cpu_bias_add(y, bias, n, units);
+    store(o, y, no);
 }
-static void dense_backward(int n, int in, int units, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
+static void dense_backward(int n, int nin, int units, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
                            const dt_act *inp, const float *weight)
 {
+    const float *dy = in(1, dout, (size_t)n * units);
     /* With no samples GEMM's beta = 0 still zeroes dweight. */
-    cpu_gemm(1, 0, in, units, n, 1.0f, inp, in, dout, units, 0.0f, dweight, units);
-    cpu_bias_grad(dbias, dout, n, units);
-    if (dinp && n > 0) cpu_gemm(0, 1, n, in, units, 1.0f, dout, units, weight, units, 0.0f, dinp, in);
+    cpu_gemm(1, 0, nin, units, n, 1.0f, in(2, inp, (size_t)n * nin), nin, dy, units, 0.0f, dweight, units);
+    cpu_bias_grad(dbias, dy, n, units);
+    if (dinp && n > 0) {
+        float *dx = out(0, dinp, (size_t)n * nin);
+        cpu_gemm(0, 1, n, nin, units, 1.0f, dy, units, weight, units, 0.0f, dx, nin);
+        store(dinp, dx, (size_t)n * nin);
+    }
 }
 
-static void relu_forward(dt_act *out, const dt_act *inp, size_t n) { cpu_relu_forward(out, inp, n); }
-static void relu_backward(dt_act *dinp, const dt_act *dout, const dt_act *out, size_t n)
+static void relu_forward(dt_act *o, const dt_act *inp, size_t n) { cpu_relu_forward(o, inp, n, cpu_act_bf16); }
+static void relu_backward(dt_act *dinp, const dt_act *dout, const dt_act *o, size_t n)
 {
-    cpu_relu_backward(dinp, dout, out, n);
+    cpu_relu_backward(dinp, dout, o, n, cpu_act_bf16);
 }
-static void dropout_forward(dt_act *out, float *mask, const dt_act *inp, size_t n, float rate, dt_rng *rng)
+static void dropout_forward(dt_act *o, float *mask, const dt_act *inp, size_t n, float rate, dt_rng *rng)
 {
-    cpu_dropout_forward(out, mask, inp, n, rate, rng);
+    float *y = out(0, o, n);
+    cpu_dropout_forward(y, mask, in(1, inp, n), n, rate, rng);
+    store(o, y, n);
 }
 static void dropout_backward(dt_act *dinp, const dt_act *dout, const float *mask, size_t n)
 {
-    cpu_dropout_backward(dinp, dout, mask, n);
+    float *g = out(0, dinp, n);
+    cpu_dropout_backward(g, in(1, dout, n), mask, n);
+    store(dinp, g, n);
 }
 static double softmax_xent(dt_act *dlogits, long *ncorrect, const dt_act *logits, const uint8_t *labels, int n,
                            int classes, float grad_scale)
 {
-    return cpu_softmax_xent(dlogits, ncorrect, logits, labels, n, classes, grad_scale);
+    size_t nl = (size_t)n * classes;
+    float *g = out(0, dlogits, nl);
+    double loss = cpu_softmax_xent(g, ncorrect, in(1, logits, nl), labels, n, classes, grad_scale);
+    store(dlogits, g, nl);
+    return loss;
 }
-static void images_to_float(dt_act *dst, const uint8_t *src, size_t n) { cpu_images_to_float(dst, src, n); }
-static void act_add(dt_act *dst, const dt_act *src, size_t n) { cpu_accumulate(dst, src, n); }
+static void images_to_float(dt_act *dst, const uint8_t *src, size_t n) { cpu_images_to_float(dst, src, n, cpu_act_bf16); }
+static void act_add(dt_act *dst, const dt_act *src, size_t n) { cpu_act_add(dst, src, n, cpu_act_bf16); }
 static void channel_sums(double *s1, double *s2, const dt_act *a, const dt_act *b, size_t rows, int c)
 {
-    cpu_channel_sums(s1, s2, a, b, rows, c);
+    cpu_channel_sums(s1, s2, a, b, rows, c, cpu_act_bf16);
 }
-static void channel_affine(dt_act *out, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
+static void channel_sums_relu(double *s1, double *s2, dt_act *a, const dt_act *b, const dt_act *relu_out,
+                              size_t rows, int c)
+{
+    cpu_channel_sums_relu(s1, s2, a, b, relu_out, rows, c, cpu_act_bf16);
+}
+static void channel_affine(dt_act *o, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
                            const float *q, const float *r, int relu)
 {
-    cpu_channel_affine(out, a, b, rows, c, p, q, r, relu);
+    cpu_channel_affine(o, a, b, rows, c, p, q, r, relu, cpu_act_bf16);
 }
-static void avgpool_forward(const struct dt_conv_shape *s, int n, dt_act *out, const dt_act *inp)
+static void avgpool_forward(const struct dt_conv_shape *s, int n, dt_act *o, const dt_act *inp)
 {
-    cpu_avgpool_forward(s, n, out, inp);
+    cpu_avgpool_forward(s, n, o, inp, cpu_act_bf16);
 }
 static void avgpool_backward(const struct dt_conv_shape *s, int n, dt_act *dinp, const dt_act *dout)
 {
-    cpu_avgpool_backward(s, n, dinp, dout);
+    cpu_avgpool_backward(s, n, dinp, dout, cpu_act_bf16);
 }
 
 const struct dt_backend dt_backend_cpu = {
@@ -136,6 +201,7 @@ const struct dt_backend dt_backend_cpu = {
     .accumulate = cpu_accumulate,
     .act_add = act_add,
     .channel_sums = channel_sums,
+    .channel_sums_relu = channel_sums_relu,
     .channel_affine = channel_affine,
     .avgpool_forward = avgpool_forward,
     .avgpool_backward = avgpool_backward,

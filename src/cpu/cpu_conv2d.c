@@ -8,10 +8,13 @@
  * (training uses the full batch and perhaps one remainder size).
  *
  * bf16 plans (cpu_precision == DT_PREC_BF16 at creation) give the primitives
- * bf16 src, weights and diff_dst, and float32 dst, diff_src, diff_weights and
- * bias: the layers still pass float32 tensors, so src and diff_dst are
- * rounded into plan-owned bf16 copies at each call, and the weight reorder
- * converts as it re-lays. */
+ * bf16 src, weights and diff_dst, and float32 diff_weights and bias; the
+ * weight reorder converts as it re-lays. Where activations are stored in
+ * bf16 (cpu_act_bf16, the default under --precision bf16) the primitives
+ * read and write them as they are: dst and diff_src are bf16 too, rounded
+ * once from oneDNN's float32 accumulators. With --fp32-activations dst and
+ * diff_src are float32, and src and diff_dst are rounded into plan-owned
+ * bf16 copies at each call. */
 #include "config.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -48,7 +51,8 @@ struct entry {
 struct dt_conv_plan {
     struct dt_conv_shape s;
     int relu;
-    int bf16;           /* bf16 src/weights/diff_dst, float32 accumulation and outputs */
+    int bf16;           /* bf16 src/weights/diff_dst, float32 accumulation */
+    int act16;          /* activations stored in bf16 (cpu_act_bf16): read and written as they are */
     int direct;         /* cpu_conv_direct.c handles forward and backward-weights */
     unsigned clock;
     struct entry cache[CONV_CACHE];
@@ -145,6 +149,9 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
     const struct dt_conv_shape *s = &p->s;
     /* lp: what the multiplies read (bf16 in a bf16 plan); outputs stay f32 */
     const dnnl_data_type_t lp = p->bf16 ? dnnl_bf16 : dnnl_f32;
+    /* at: the stored activations (dst, diff_src); copies only where lp differs */
+    const dnnl_data_type_t at = p->act16 ? dnnl_bf16 : dnnl_f32;
+    const int copy = lp != at;
     dnnl_memory_desc_t src, dst, bias, w_any, w_user, src_lp, dst_lp, w_any_lp;
     dnnl_dims_t wd = {s->k, s->c, s->kh, s->kw}, bd = {s->k};
     dnnl_dims_t strides = {s->stride, s->stride}, pad = {s->pad, s->pad};
@@ -158,8 +165,8 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
 
     memset(e, 0, sizeof *e);
     e->n = n;
-    md_nhwc(&src, dnnl_f32, n, s->c, s->h, s->w);
-    md_nhwc(&dst, dnnl_f32, n, s->k, s->oh, s->ow);
+    md_nhwc(&src, at, n, s->c, s->h, s->w);
+    md_nhwc(&dst, at, n, s->k, s->oh, s->ow);
     md_nhwc(&src_lp, lp, n, s->c, s->h, s->w);
     md_nhwc(&dst_lp, lp, n, s->k, s->oh, s->ow);
     DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
@@ -193,11 +200,11 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
 
     /* The backward-weights kernel may want src/diff_dst in other layouts than
      * NHWC; we ask for NHWC in the descriptor, so they match. */
-    e->src = p->bf16 ? mem_owned(&src_lp, &e->src_bf) : mem_none(&src);
+    e->src = copy ? mem_owned(&src_lp, &e->src_bf) : mem_none(&src_lp);
     e->dst = mem_none(&dst);
     e->bias = mem_none(&bias);
     e->diff_src = mem_none(&src);
-    e->diff_dst = p->bf16 ? mem_owned(&dst_lp, &e->diff_dst_bf) : mem_none(&dst);
+    e->diff_dst = copy ? mem_owned(&dst_lp, &e->diff_dst_bf) : mem_none(&dst_lp);
     e->diff_bias = mem_none(&bias);
     e->user_w = mem_none(&w_user);
     e->user_dw = mem_none(&w_user);
@@ -246,6 +253,7 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     p->s = *shape;
     p->relu = relu;
     p->bf16 = cpu_precision == DT_PREC_BF16;
+    p->act16 = cpu_act_bf16;
     /* The direct one-channel kernel stays float32 in bf16 plans: it is the
      * first layer's small share of the work (8% of the seed CNN's FLOPs),
      * bound by its loads rather than its multiply-adds, and it already beats
@@ -266,8 +274,9 @@ static void set(dnnl_memory_t m, const void *ptr)
     DT_DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)(uintptr_t)ptr));
 }
 
-/* Give a primitive input x: its handle, or rounded into the bf16 copy. */
-static void load(dnnl_memory_t m, uint16_t *bf, const float *x, size_t count)
+/* Give a primitive input x: its handle, or rounded into the bf16 copy
+ * (bf16 arithmetic on float32 activations). */
+static void load(dnnl_memory_t m, uint16_t *bf, const void *x, size_t count)
 {
     if (bf) cpu_to_bf16(bf, x, count);
     else set(m, x);
@@ -291,12 +300,12 @@ static dnnl_memory_t weights_for(struct entry *e, struct wbuf *b)
     return b->mem;
 }
 
-void cpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, const float *weight,
+void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const float *weight,
                       const float *bias)
 {
     if (n == 0) return;
     if (p->direct) {
-        cpu_conv_direct_forward(&p->s, p->relu, n, out, inp, weight, bias);
+        cpu_conv_direct_forward(&p->s, p->relu, n, out, inp, weight, bias, p->act16);
         return;
     }
     struct entry *e = lookup(p, n);
@@ -310,8 +319,8 @@ void cpu_conv_forward(dt_conv_plan *p, int n, float *out, const float *inp, cons
     DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
 }
 
-void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight)
+void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float *dbias,
+                       const void *dout, const void *inp, const float *weight)
 {
     const struct dt_conv_shape *s = &p->s;
     if (n == 0) { /* no samples, no gradient */
@@ -320,7 +329,7 @@ void cpu_conv_backward(dt_conv_plan *p, int n, float *dinp, float *dweight, floa
         return;
     }
     if (p->direct) {
-        cpu_conv_direct_backward_weights(s, n, dweight, dbias, dout, inp);
+        cpu_conv_direct_backward_weights(s, n, dweight, dbias, dout, inp, p->act16);
         if (!dinp) return;
     }
     struct entry *e = lookup(p, n);

@@ -27,13 +27,13 @@ int cpu_conv_direct_fits(const struct dt_conv_shape *s)
 #define PX 4 /* output pixels per inner block: independent FMA chains */
 
 static inline __attribute__((always_inline)) void fwd_kernel(const struct dt_conv_shape *s, int relu, int n,
-        float *restrict out, const float *restrict inp, const float *restrict weight,
-        const float *restrict bias, const int K, const int KH, const int KW)
+        void *out, const void *inp, const float *restrict weight,
+        const float *restrict bias, const int K, const int KH, const int KW, const int bf)
 {
     for (int b = 0; b < n; b++) {
-        const float *x = inp + (size_t)b * s->h * s->w;
+        const size_t x = (size_t)b * s->h * s->w;
         for (int oy = 0; oy < s->oh; oy++) {
-            float *orow = out + ((size_t)b * s->oh + oy) * s->ow * K;
+            const size_t orow = ((size_t)b * s->oh + oy) * s->ow * K;
             int ox = 0;
             for (; ox + PX <= s->ow; ox += PX) {
                 float acc[PX][MAX_K];
@@ -42,55 +42,67 @@ static inline __attribute__((always_inline)) void fwd_kernel(const struct dt_con
                 for (int ky = 0; ky < KH; ky++)
                     for (int kx = 0; kx < KW; kx++) {
                         const float *w = weight + (size_t)(ky * KW + kx) * K;
-                        const float *xr = x + (oy + ky) * s->w + ox + kx;
-                        for (int p = 0; p < PX; p++)
-                            for (int k = 0; k < K; k++) acc[p][k] += xr[p] * w[k];
+                        const size_t xr = x + (size_t)(oy + ky) * s->w + ox + kx;
+                        for (int p = 0; p < PX; p++) {
+                            const float v = cpu_ld(inp, xr + p, bf);
+                            for (int k = 0; k < K; k++) acc[p][k] += v * w[k];
+                        }
                     }
                 for (int p = 0; p < PX; p++)
                     for (int k = 0; k < K; k++)
-                        orow[(size_t)(ox + p) * K + k] = relu && acc[p][k] < 0.0f ? 0.0f : acc[p][k];
+                        cpu_st(out, orow + (size_t)(ox + p) * K + k, relu && acc[p][k] < 0.0f ? 0.0f : acc[p][k], bf);
             }
             for (; ox < s->ow; ox++) {
                 float acc[MAX_K];
                 for (int k = 0; k < K; k++) acc[k] = bias[k];
                 for (int ky = 0; ky < KH; ky++)
                     for (int kx = 0; kx < KW; kx++) {
-                        const float v = x[(oy + ky) * s->w + ox + kx];
+                        const float v = cpu_ld(inp, x + (size_t)(oy + ky) * s->w + ox + kx, bf);
                         const float *w = weight + (size_t)(ky * KW + kx) * K;
                         for (int k = 0; k < K; k++) acc[k] += v * w[k];
                     }
-                for (int k = 0; k < K; k++) orow[(size_t)ox * K + k] = relu && acc[k] < 0.0f ? 0.0f : acc[k];
+                for (int k = 0; k < K; k++)
+                    cpu_st(out, orow + (size_t)ox * K + k, relu && acc[k] < 0.0f ? 0.0f : acc[k], bf);
             }
         }
     }
 }
 
-DT_MULTIVERSION void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n,
-                                             float *restrict out, const float *restrict inp,
-                                             const float *restrict weight, const float *restrict bias)
+/* The cases that matter with constants, for each activation type. */
+#define DIRECT_CASES(kernel, bf, ...)                                                  \
+    do {                                                                              \
+        if (s->kh == 3 && s->kw == 3 && s->k == 32) kernel(__VA_ARGS__, 32, 3, 3, bf); \
+        else if (s->kh == 3 && s->kw == 3 && s->k == 64) kernel(__VA_ARGS__, 64, 3, 3, bf); \
+        else kernel(__VA_ARGS__, s->k, s->kh, s->kw, bf);                              \
+    } while (0)
+
+DT_MULTIVERSION void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n, void *out,
+                                             const void *inp, const float *restrict weight,
+                                             const float *restrict bias, int bf)
 {
-    if (s->kh == 3 && s->kw == 3 && s->k == 32) fwd_kernel(s, relu, n, out, inp, weight, bias, 32, 3, 3);
-    else if (s->kh == 3 && s->kw == 3 && s->k == 64) fwd_kernel(s, relu, n, out, inp, weight, bias, 64, 3, 3);
-    else fwd_kernel(s, relu, n, out, inp, weight, bias, s->k, s->kh, s->kw);
+    if (bf) DIRECT_CASES(fwd_kernel, 1, s, relu, n, out, inp, weight, bias);
+    else DIRECT_CASES(fwd_kernel, 0, s, relu, n, out, inp, weight, bias);
 }
 
 static inline __attribute__((always_inline)) void bwdw_kernel(const struct dt_conv_shape *s, int n,
-        float *restrict dweight, float *restrict dbias, const float *restrict dout,
-        const float *restrict inp, const int K, const int KH, const int KW)
+        float *restrict dweight, float *restrict dbias, const void *dout,
+        const void *inp, const int K, const int KH, const int KW, const int bf)
 {
     float dw[49][MAX_K], db[MAX_K];
     for (int t = 0; t < KH * KW; t++)
         for (int k = 0; k < K; k++) dw[t][k] = 0.0f;
     for (int k = 0; k < K; k++) db[k] = 0.0f;
     for (int b = 0; b < n; b++) {
-        const float *x = inp + (size_t)b * s->h * s->w;
+        const size_t x = (size_t)b * s->h * s->w;
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
-                const float *d = dout + (((size_t)b * s->oh + oy) * s->ow + ox) * K;
+                const size_t at = (((size_t)b * s->oh + oy) * s->ow + ox) * K;
+                float d[MAX_K];
+                for (int k = 0; k < K; k++) d[k] = cpu_ld(dout, at + k, bf);
                 for (int k = 0; k < K; k++) db[k] += d[k];
                 for (int ky = 0; ky < KH; ky++)
                     for (int kx = 0; kx < KW; kx++) {
-                        const float v = x[(oy + ky) * s->w + ox + kx];
+                        const float v = cpu_ld(inp, x + (size_t)(oy + ky) * s->w + ox + kx, bf);
                         for (int k = 0; k < K; k++) dw[ky * KW + kx][k] += v * d[k];
                     }
             }
@@ -103,9 +115,8 @@ static inline __attribute__((always_inline)) void bwdw_kernel(const struct dt_co
 /* dweight[ky][kx][0][k] = sum over samples and pixels of inp * dout; dbias = sum of dout. */
 DT_MULTIVERSION void cpu_conv_direct_backward_weights(const struct dt_conv_shape *s, int n,
                                                       float *restrict dweight, float *restrict dbias,
-                                                      const float *restrict dout, const float *restrict inp)
+                                                      const void *dout, const void *inp, int bf)
 {
-    if (s->kh == 3 && s->kw == 3 && s->k == 32) bwdw_kernel(s, n, dweight, dbias, dout, inp, 32, 3, 3);
-    else if (s->kh == 3 && s->kw == 3 && s->k == 64) bwdw_kernel(s, n, dweight, dbias, dout, inp, 64, 3, 3);
-    else bwdw_kernel(s, n, dweight, dbias, dout, inp, s->k, s->kh, s->kw);
+    if (bf) DIRECT_CASES(bwdw_kernel, 1, s, n, dweight, dbias, dout, inp);
+    else DIRECT_CASES(bwdw_kernel, 0, s, n, dweight, dbias, dout, inp);
 }

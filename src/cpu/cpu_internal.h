@@ -7,7 +7,28 @@
 
 #include "backend.h"
 #include "runtime/status.h" /* dt_die */
+#include "runtime/half.h"
 #include "simd.h" /* DT_MULTIVERSION on the element-wise kernels */
+
+/* cpu_setup.c: 1 when activations are stored in bf16 (set_act_type under
+ * --precision bf16), 0 when float32. Kernels that read or write
+ * activations take it as their last argument, bf. */
+extern int cpu_act_bf16;
+
+/* Element i of an activation: bf16 or float32, computed in float. The
+ * kernels are written once with these and instantiated for both types
+ * (bf a constant after inlining), so the float32 instance is the plain
+ * float loop and the bf16 one converts in registers. */
+static inline __attribute__((always_inline)) float cpu_ld(const void *p, size_t i, const int bf)
+{
+    return bf ? dt_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static inline __attribute__((always_inline)) void cpu_st(void *p, size_t i, float v, const int bf)
+{
+    if (bf) ((uint16_t *)p)[i] = dt_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
 
 /* oneDNN calls return dnnl_status_t; a failure is not the user's. */
 #define DT_DNNL_CHECK(call)                                                  \
@@ -22,24 +43,24 @@
  * accumulate and write float32. */
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu);
 void cpu_conv_destroy(dt_conv_plan *plan);
-void cpu_conv_forward(dt_conv_plan *plan, int n, float *out, const float *inp, const float *weight,
+void cpu_conv_forward(dt_conv_plan *plan, int n, void *out, const void *inp, const float *weight,
                       const float *bias);
-void cpu_conv_backward(dt_conv_plan *plan, int n, float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight);
+void cpu_conv_backward(dt_conv_plan *plan, int n, void *dinp, float *dweight, float *dbias,
+                       const void *dout, const void *inp, const float *weight);
 
 /* cpu_conv_direct.c: one input channel, vectorized over output channels */
 int cpu_conv_direct_fits(const struct dt_conv_shape *s);
-void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n, float *out,
-                             const float *inp, const float *weight, const float *bias);
+void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n, void *out,
+                             const void *inp, const float *weight, const float *bias, int bf);
 void cpu_conv_direct_backward_weights(const struct dt_conv_shape *s, int n, float *dweight,
-                                      float *dbias, const float *dout, const float *inp);
+                                      float *dbias, const void *dout, const void *inp, int bf);
 
 /* cpu_pool.c */
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);
 void cpu_pool_destroy(dt_pool_plan *plan);
-void cpu_pool_forward(dt_pool_plan *plan, int n, float *out, const float *inp, int train);
-void cpu_pool_backward(dt_pool_plan *plan, int n, float *dinp, const float *dout,
-                       const float *relu_out);
+void cpu_pool_forward(dt_pool_plan *plan, int n, void *out, const void *inp, int train, int bf);
+void cpu_pool_backward(dt_pool_plan *plan, int n, void *dinp, const void *dout,
+                       const void *relu_out, int bf);
 
 /* cpu_kernels.c: element-wise kernels, loss, optimizers, GEMM.
  * In bf16 mode cpu_gemm rounds A and B to bf16 and accumulates in float32. */
@@ -47,27 +68,30 @@ void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const fl
               const float *b, int ldb, float beta, float *c, int ldc);
 void cpu_bias_add(float *out, const float *bias, int rows, int cols);
 void cpu_bias_grad(float *dbias, const float *dout, int rows, int cols);
-void cpu_relu_forward(float *out, const float *inp, size_t n);
-void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+void cpu_relu_forward(void *out, const void *inp, size_t n, int bf);
+void cpu_relu_backward(void *dinp, const void *dout, const void *out, size_t n, int bf);
 void cpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,
                          dt_rng *rng);
 void cpu_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n);
 double cpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits,
                         const uint8_t *labels, int n, int classes, float grad_scale);
-void cpu_images_to_float(float *dst, const uint8_t *src, size_t n);
+void cpu_images_to_float(void *dst, const uint8_t *src, size_t n, int bf);
 void cpu_adam_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha,
                      float beta1, float beta2, float eps);
 void cpu_sgd_update(float *param, float *velocity, const float *grad, size_t n, float lr,
                     float momentum);
 int cpu_unscale_check(float *grad, size_t n, float inv_scale);
 void cpu_accumulate(float *dst, const float *src, size_t n);
+void cpu_act_add(void *dst, const void *src, size_t n, int bf);
 
 /* cpu_norm.c: batch normalization's per-channel sums and maps, average pooling */
-void cpu_channel_sums(double *s1, double *s2, const float *a, const float *b, size_t rows, int c);
-void cpu_channel_affine(float *out, const float *a, const float *b, size_t rows, int c, const float *p,
-                        const float *q, const float *r, int relu);
-void cpu_avgpool_forward(const struct dt_conv_shape *s, int n, float *out, const float *inp);
-void cpu_avgpool_backward(const struct dt_conv_shape *s, int n, float *dinp, const float *dout);
+void cpu_channel_sums(double *s1, double *s2, const void *a, const void *b, size_t rows, int c, int bf);
+void cpu_channel_sums_relu(double *s1, double *s2, void *a, const void *b, const void *relu_out, size_t rows,
+                           int c, int bf);
+void cpu_channel_affine(void *out, const void *a, const void *b, size_t rows, int c, const float *p,
+                        const float *q, const float *r, int relu, int bf);
+void cpu_avgpool_forward(const struct dt_conv_shape *s, int n, void *out, const void *inp, int bf);
+void cpu_avgpool_backward(const struct dt_conv_shape *s, int n, void *dinp, const void *dout, int bf);
 
 /* cpu_setup.c: setup(); the precision it chose (enum dt_precision), and
  * whether this CPU has bf16 dot-product instructions; the process's one

@@ -29,6 +29,15 @@ DT_MULTIVERSION void cpu_accumulate(float *dst, const float *src, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+/* Activations: dst += src, rounded once per element in bf16. */
+DT_MULTIVERSION void cpu_act_add(void *dst, const void *src, size_t n, int bf)
+{
+    if (bf)
+        for (size_t i = 0; i < n; i++) cpu_st(dst, i, cpu_ld(dst, i, 1) + cpu_ld(src, i, 1), 1);
+    else
+        for (size_t i = 0; i < n; i++) cpu_st(dst, i, cpu_ld(dst, i, 0) + cpu_ld(src, i, 0), 0);
+}
+
 DT_MULTIVERSION int cpu_unscale_check(float *grad, size_t n, float inv_scale)
 {
     int bad = 0;
@@ -233,18 +242,34 @@ DT_MULTIVERSION void cpu_bias_grad(float *dbias, const float *dout, int rows, in
     }
 }
 
-DT_MULTIVERSION void cpu_relu_forward(float *out, const float *inp, size_t n)
+static inline __attribute__((always_inline)) void relu_fwd(void *out, const void *inp, size_t n, const int bf)
 {
-    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float x = cpu_ld(inp, i, bf);
+        cpu_st(out, i, x > 0.0f ? x : 0.0f, bf);
+    }
+}
+
+DT_MULTIVERSION void cpu_relu_forward(void *out, const void *inp, size_t n, int bf)
+{
+    if (bf) relu_fwd(out, inp, n, 1);
+    else relu_fwd(out, inp, n, 0);
 }
 
 /* dinp may alias dout: each element is read before it is written. */
-DT_MULTIVERSION void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n)
+static inline __attribute__((always_inline)) void relu_bwd(void *dinp, const void *dout, const void *out, size_t n,
+                                                           const int bf)
 {
     for (size_t i = 0; i < n; i++) {
-        float d = dout[i]; /* loaded unconditionally, so the loop vectorizes */
-        dinp[i] = out[i] > 0.0f ? d : 0.0f;
+        float d = cpu_ld(dout, i, bf); /* loaded unconditionally, so the loop vectorizes */
+        cpu_st(dinp, i, cpu_ld(out, i, bf) > 0.0f ? d : 0.0f, bf);
     }
+}
+
+DT_MULTIVERSION void cpu_relu_backward(void *dinp, const void *dout, const void *out, size_t n, int bf)
+{
+    if (bf) relu_bwd(dinp, dout, out, n, 1);
+    else relu_bwd(dinp, dout, out, n, 0);
 }
 
 void cpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,
@@ -291,10 +316,13 @@ double cpu_softmax_xent(float *dlogits, long *ncorrect, const float *logits,
     return loss;
 }
 
-DT_MULTIVERSION void cpu_images_to_float(float *dst, const uint8_t *src, size_t n)
+DT_MULTIVERSION void cpu_images_to_float(void *dst, const uint8_t *src, size_t n, int bf)
 {
     const float s = 1.0f / 255.0f;
-    for (size_t i = 0; i < n; i++) dst[i] = (float)src[i] * s;
+    if (bf)
+        for (size_t i = 0; i < n; i++) cpu_st(dst, i, (float)src[i] * s, 1);
+    else
+        for (size_t i = 0; i < n; i++) cpu_st(dst, i, (float)src[i] * s, 0);
 }
 
 /* Keras 3's Adam: alpha = lr * sqrt(1 - b2^t) / (1 - b1^t), computed by the caller. */

@@ -34,41 +34,41 @@ void cpu_pool_destroy(dt_pool_plan *p)
 }
 
 /* Branch-free over channels, so the compiler vectorizes both; inlined into
- * the multiversioned loops below (a call per window costs more than it does). */
-static inline __attribute__((always_inline)) void window_max_arg(float *restrict o, int32_t *restrict am, const float *restrict x,
-                           int32_t off, int channels)
+ * the multiversioned loops below (a call per window costs more than it
+ * does). The running maximum o is float: a max is one of its inputs, so
+ * bf16 activations come out exactly as stored. */
+static inline __attribute__((always_inline)) void window_max_arg(float *restrict o, int32_t *restrict am,
+                                                                 const void *x, size_t at, int32_t off, int channels,
+                                                                 const int bf)
 {
     for (int c = 0; c < channels; c++) {
-        float ov = o[c], xv = x[c];
+        float ov = o[c], xv = cpu_ld(x, at + c, bf);
         int32_t keep = -(int32_t)(xv > ov); /* all ones where x wins: a mask, not a branch */
         o[c] = xv > ov ? xv : ov;
         am[c] = (am[c] & ~keep) | ((off + c) & keep);
     }
 }
 
-static inline __attribute__((always_inline)) void window_max(float *restrict o, const float *restrict x, int channels)
+static inline __attribute__((always_inline)) void window_max(float *restrict o, const void *x, size_t at,
+                                                             int channels, const int bf)
 {
     for (int c = 0; c < channels; c++) {
-        float ov = o[c], xv = x[c];
+        float ov = o[c], xv = cpu_ld(x, at + c, bf);
         o[c] = xv > ov ? xv : ov;
     }
 }
 
-DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, float *out, const float *inp, int train)
+static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int n, void *out, const void *inp,
+                                                           int train, float *o, const int bf)
 {
     const struct dt_conv_shape *s = &p->s;
     const size_t in_sample = (size_t)s->h * s->w * s->c, out_sample = (size_t)s->oh * s->ow * s->c;
-    if (train && n > p->capacity) {
-        free(p->argmax);
-        p->argmax = dt_xmalloc(sizeof(int32_t) * out_sample * (size_t)n);
-        p->capacity = n;
-    }
     for (int b = 0; b < n; b++) {
-        const float *x = inp + (size_t)b * in_sample;
+        const size_t x = (size_t)b * in_sample;
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
-                float *o = out + (size_t)b * out_sample + ((size_t)oy * s->ow + ox) * s->c;
-                int32_t *am = train ? p->argmax + (size_t)b * out_sample + ((size_t)oy * s->ow + ox) * s->c : NULL;
+                const size_t at = (size_t)b * out_sample + ((size_t)oy * s->ow + ox) * s->c;
+                int32_t *am = train ? p->argmax + at : NULL;
                 for (int c = 0; c < s->c; c++) o[c] = -FLT_MAX;
                 int32_t off0 = (int32_t)(((size_t)oy * s->stride * s->w + (size_t)ox * s->stride) * s->c);
                 if (am) for (int c = 0; c < s->c; c++) am[c] = off0 + c;
@@ -76,39 +76,50 @@ DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, float *out, const 
                     for (int kx = 0; kx < s->kw; kx++) {
                         int iy = oy * s->stride + ky, ix = ox * s->stride + kx;
                         int32_t off = (int32_t)(((size_t)iy * s->w + ix) * s->c);
-                        const float *xi = x + off;
-                        if (am) window_max_arg(o, am, xi, off, s->c);
-                        else window_max(o, xi, s->c);
+                        if (am) window_max_arg(o, am, inp, x + (size_t)off, off, s->c, bf);
+                        else window_max(o, inp, x + (size_t)off, s->c, bf);
                     }
+                for (int c = 0; c < s->c; c++) cpu_st(out, at + c, o[c], bf);
             }
     }
 }
 
+DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, void *out, const void *inp, int train, int bf)
+{
+    const struct dt_conv_shape *s = &p->s;
+    const size_t out_sample = (size_t)s->oh * s->ow * s->c;
+    if (train && n > p->capacity) {
+        free(p->argmax);
+        p->argmax = dt_xmalloc(sizeof(int32_t) * out_sample * (size_t)n);
+        p->capacity = n;
+    }
+    float *o = dt_xmalloc(sizeof(float) * (size_t)s->c);
+    if (bf) pool_fwd(p, n, out, inp, train, o, 1);
+    else pool_fwd(p, n, out, inp, train, o, 0);
+    free(o);
+}
+
 /* Non-overlapping windows: every input element is written once (gradient
  * or zero), so no separate clearing pass. */
-static inline __attribute__((always_inline)) void unpool_row(float *restrict dx, const float *restrict dy,
-                                       const int32_t *restrict am, const float *restrict y,
-                                       int32_t off, int channels)
+static inline __attribute__((always_inline)) void unpool_row(void *dx, size_t dxat, const void *dy, const void *y,
+                                                             size_t o, const int32_t *restrict am, int32_t off,
+                                                             int channels, const int bf)
 {
     for (int c = 0; c < channels; c++) {
-        float g = y && !(y[c] > 0.0f) ? 0.0f : dy[c];
-        dx[c] = am[c] == off + c ? g : 0.0f;
+        float g = y && !(cpu_ld(y, o + c, bf) > 0.0f) ? 0.0f : cpu_ld(dy, o + c, bf);
+        cpu_st(dx, dxat + c, am[c] == off + c ? g : 0.0f, bf);
     }
 }
 
-DT_MULTIVERSION void cpu_pool_backward(dt_pool_plan *p, int n, float *dinp, const float *dout,
-                                       const float *relu_out)
+static inline __attribute__((always_inline)) void pool_bwd(dt_pool_plan *p, int n, void *dinp, const void *dout,
+                                                           const void *relu_out, const int bf)
 {
     const struct dt_conv_shape *s = &p->s;
     const size_t in_sample = (size_t)s->h * s->w * s->c, out_sample = (size_t)s->oh * s->ow * s->c;
     const int tiled = s->stride == s->kh && s->stride == s->kw;
-    if (!tiled || s->oh * s->stride != s->h || s->ow * s->stride != s->w)
-        memset(dinp, 0, sizeof(float) * in_sample * (size_t)n); /* overlaps or uncovered edges */
     for (int b = 0; b < n; b++) {
-        float *dx = dinp + (size_t)b * in_sample;
-        const float *dy = dout + (size_t)b * out_sample;
-        const float *y = relu_out ? relu_out + (size_t)b * out_sample : NULL;
-        const int32_t *am = p->argmax + (size_t)b * out_sample;
+        const size_t dx = (size_t)b * in_sample, dy = (size_t)b * out_sample;
+        const int32_t *am = p->argmax + dy;
         if (tiled) {
             for (int oy = 0; oy < s->oh; oy++)
                 for (int ox = 0; ox < s->ow; ox++) {
@@ -117,12 +128,26 @@ DT_MULTIVERSION void cpu_pool_backward(dt_pool_plan *p, int n, float *dinp, cons
                         for (int kx = 0; kx < s->kw; kx++) {
                             int32_t off = (int32_t)((((size_t)oy * s->stride + ky) * s->w +
                                                      (size_t)ox * s->stride + kx) * s->c);
-                            unpool_row(dx + off, dy + o, am + o, y ? y + o : NULL, off, s->c);
+                            unpool_row(dinp, dx + (size_t)off, dout, relu_out, dy + o, am + o, off, s->c, bf);
                         }
                 }
         } else {
             for (size_t i = 0; i < out_sample; i++)
-                if (!y || y[i] > 0.0f) dx[am[i]] += dy[i];
+                if (!relu_out || cpu_ld(relu_out, dy + i, bf) > 0.0f)
+                    cpu_st(dinp, dx + (size_t)am[i],
+                           cpu_ld(dinp, dx + (size_t)am[i], bf) + cpu_ld(dout, dy + i, bf), bf);
         }
     }
+}
+
+DT_MULTIVERSION void cpu_pool_backward(dt_pool_plan *p, int n, void *dinp, const void *dout, const void *relu_out,
+                                       int bf)
+{
+    const struct dt_conv_shape *s = &p->s;
+    const size_t in_sample = (size_t)s->h * s->w * s->c;
+    const int tiled = s->stride == s->kh && s->stride == s->kw;
+    if (!tiled || s->oh * s->stride != s->h || s->ow * s->stride != s->w) /* overlaps or uncovered edges */
+        memset(dinp, 0, (bf ? 2 : sizeof(float)) * in_sample * (size_t)n);
+    if (bf) pool_bwd(p, n, dinp, dout, relu_out, 1);
+    else pool_bwd(p, n, dinp, dout, relu_out, 0);
 }

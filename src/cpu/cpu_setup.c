@@ -22,6 +22,7 @@ void openblas_set_num_threads(int);
 #endif
 
 int cpu_precision = DT_PREC_FP32;
+int cpu_act_bf16;
 
 int cpu_has_bf16(void)
 {
@@ -52,6 +53,7 @@ int cpu_setup(int nthreads, int precision, char *why, size_t whylen)
         return -1;
     }
     cpu_precision = precision;
+    cpu_act_bf16 = 0; /* float32 until set_act_type asks for bf16 */
     return 0;
 }
 

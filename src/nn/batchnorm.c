@@ -22,6 +22,13 @@
  *   dbeta = sum dy, dgamma = sum dy * xhat,
  *   dx = gamma * istd * (dy - mean(dy) - xhat * mean(dy * xhat)),
  * which the backend computes as one per-channel map dx = p*dy + q*x + r.
+ *
+ * Fused: an add that follows (a residual block's end) is folded in by the
+ * model (layer.h's fold_add): forward writes add_relu(p*x + r + shortcut)
+ * straight into the add's output, and backward applies that ReLU's
+ * backward (and this layer's own) inside the sums' pass, writing the
+ * masked gradient in place, where the model then hands it to the
+ * shortcut. Two passes forward (sums, map) and two backward.
  * Per-channel vectors are small (c values): they live on the host and the
  * layer moves gamma, beta and the moving statistics with upload/download. */
 #include "config.h"
@@ -142,7 +149,12 @@ static void bn_forward(struct dt_layer *l, const struct dt_ctx *ctx, dt_act *out
             s->r[j] = (float)((double)beta[j] - (double)mm[j] * (double)gamma[j] * istd);
         }
     }
-    if (rows) be->channel_affine(out, inp, NULL, rows, c, s->p, NULL, s->r, l->spec.activation == DT_ACT_RELU);
+    if (!rows) return;
+    if (l->fold_add) { /* the add folded in: out = add_relu(p x + r + shortcut) */
+        for (int j = 0; j < c; j++) s->q[j] = 1.0f;
+        be->channel_affine(out, inp, ctx->act[l->add_src], rows, c, s->p, s->q, s->r, l->add_relu);
+    }
+    else be->channel_affine(out, inp, NULL, rows, c, s->p, NULL, s->r, l->spec.activation == DT_ACT_RELU);
 }
 
 static void bn_backward(struct dt_layer *l, const struct dt_ctx *ctx, dt_act *dinp, dt_act *dout, const dt_act *inp,
@@ -154,8 +166,14 @@ static void bn_backward(struct dt_layer *l, const struct dt_ctx *ctx, dt_act *di
     const size_t rows = (size_t)ctx->n * l->in.h * l->in.w;
     float *gamma = s->host, *dg = s->host + 2 * (size_t)c, *db = dg + c;
     double *sdy = s->sums, *sdyx = sdy + c, *gdy = sdy + 2 * c, *gdyx = sdy + 3 * c;
-    if (l->spec.activation == DT_ACT_RELU && rows) be->relu_backward(dout, dout, out, rows * (size_t)c);
-    if (rows) be->channel_sums(sdy, sdyx, dout, inp, rows, c);
+    /* A ReLU's backward first: this layer's own, or a folded add's (out is
+     * then the add's output); in the sums' pass where the backend can. */
+    const dt_act *relu_out = l->spec.activation == DT_ACT_RELU || (l->fold_add && l->add_relu) ? out : NULL;
+    if (rows && relu_out && be->channel_sums_relu) be->channel_sums_relu(sdy, sdyx, dout, inp, relu_out, rows, c);
+    else if (rows) {
+        if (relu_out) be->relu_backward(dout, dout, relu_out, rows * (size_t)c);
+        be->channel_sums(sdy, sdyx, dout, inp, rows, c);
+    }
     else memset(sdy, 0, sizeof(double) * 2 * (size_t)c);
     be->download(gamma, params, sizeof(float) * (size_t)c);
     for (int j = 0; j < c; j++) {

@@ -93,6 +93,14 @@ struct dt_layer {
      * (a max pool applies it on its smaller output, bit for bit the same). */
     int relu_bwd_by_next;   /* this layer skips its fused ReLU's backward */
     int relu_bwd_of_prev;   /* this layer applies the previous layer's */
+    /* A batchnorm followed by an add (conv - BN - add - ReLU, a residual
+     * block's end): the batchnorm's one pass also adds act[add_src] and
+     * applies add_relu, writing the add's output; its output buffer is the
+     * add's (the model aliases them), and the add (folded) does nothing.
+     * Backward, the batchnorm applies the add's ReLU in its sums pass. */
+    int fold_add;           /* 1: an add is folded into this layer */
+    int add_src, add_relu;  /* that add's other input (index into act) and ReLU */
+    int folded;             /* this layer's work is done by the previous one */
     void *state;            /* type-private */
 };
 

@@ -10,7 +10,11 @@
  * it adds this layer's output gradient into dact[src]. So backward here only
  * passes the gradient to the chain input: add passes it through (after the
  * ReLU's backward, in place, which is also what the shortcut receives);
- * route's chain input does not reach its output and gets zero. */
+ * route's chain input does not reach its output and gets zero.
+ *
+ * Fused (model.c's plan_folds): an add right after a batchnorm is folded
+ * into it, and does nothing itself; a route's output buffer is the routed
+ * tensor's, so its forward copies nothing. */
 #include "config.h"
 
 #include "nn/layer.h"
@@ -28,6 +32,7 @@ static void add_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *out,
 {
     size_t n = dt_shape_size(l->out) * (size_t)c->n;
     (void)params;
+    if (l->folded) return; /* the batchnorm before wrote out (layer.h) */
     c->be->copy(out, inp, c->act_size * n);
     c->be->act_add(out, c->act[l->src], n);
     if (l->spec.activation == DT_ACT_RELU) c->be->relu_forward(out, out, n);
@@ -38,6 +43,7 @@ static void add_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *din
 {
     size_t n = dt_shape_size(l->out) * (size_t)c->n;
     (void)inp; (void)params; (void)dparams;
+    if (l->folded) return; /* dinp is dout; the batchnorm applies the ReLU's backward */
     if (l->spec.activation == DT_ACT_RELU) c->be->relu_backward(dout, dout, out, n);
     if (dinp) c->be->copy(dinp, dout, c->act_size * n);
 }
@@ -61,6 +67,7 @@ static void route_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *ou
                           const float *params)
 {
     (void)inp; (void)params;
+    if (out == c->act[l->src]) return; /* the model made out the routed tensor itself */
     c->be->copy(out, c->act[l->src], c->act_size * dt_shape_size(l->out) * (size_t)c->n);
 }
 

@@ -29,6 +29,42 @@ static const struct {
 };
 #define NTYPES ((int)(sizeof layer_types / sizeof *layer_types))
 
+/* Whether some add or route reads act[k] as its second input. */
+static int read_as_src(const struct dt_model *m, int k)
+{
+    for (int j = 0; j < m->nlayers; j++)
+        if (m->layers[j].src == k) return 1;
+    return 0;
+}
+
+/* Fold each add into the batchnorm before it (layer.h's add_src): one pass
+ * instead of four over a residual block's output. The batchnorm must have
+ * no ReLU of its own, and its output must feed nothing but the add, since
+ * it is never written on its own. A route's output is the tensor it routes
+ * (its forward copies nothing). DTRAIN_NO_FUSION=1 keeps every layer's own
+ * pass and buffer: the reference the fused path is tested against. */
+static void plan_folds(struct dt_model *m)
+{
+    const char *off = getenv("DTRAIN_NO_FUSION");
+    m->act_alias = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act_alias);
+    m->dact_alias = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact_alias);
+    for (int i = 0; i <= m->nlayers; i++) m->act_alias[i] = m->dact_alias[i] = i;
+    if (off && *off && strcmp(off, "0")) return;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        struct dt_layer *bn = &m->layers[i], *add = &m->layers[i + 1];
+        if (bn->ops != &dt_batchnorm_ops || bn->spec.activation != DT_ACT_NONE || add->ops != &dt_add_ops ||
+            read_as_src(m, i + 1))
+            continue;
+        bn->fold_add = 1;
+        bn->add_src = add->src;
+        bn->add_relu = add->spec.activation == DT_ACT_RELU;
+        add->folded = 1;
+        m->act_alias[i + 1] = m->dact_alias[i + 1] = i + 2;
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].ops == &dt_route_ops) m->act_alias[i + 1] = m->act_alias[m->layers[i].src];
+}
+
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st)
 {
@@ -85,6 +121,7 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
             m->layers[i + 1].relu_bwd_of_prev = 1;
         }
     }
+    plan_folds(m);
     if (dt_shape_size(shape) != (size_t)classes)
         return dt_fail(st, DT_EUSAGE, "model %s: last layer gives %zu outputs, the data has %d classes",
                        name, dt_shape_size(shape), classes);
@@ -182,8 +219,13 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     for (int i = 0; i <= m->nlayers; i++) {
         struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
         size_t bytes = dt_act_size(m->act_type) * dt_shape_size(s) * (size_t)m->max_n;
-        m->act[i] = be->alloc(bytes);
-        if (i > 0) m->dact[i] = be->alloc(bytes);
+        if (m->act_alias[i] == i) m->act[i] = be->alloc(bytes);
+        if (i > 0 && m->dact_alias[i] == i) m->dact[i] = be->alloc(bytes);
+        m->act_bytes += (m->act_alias[i] == i) * bytes + (i > 0 && m->dact_alias[i] == i) * bytes;
+    }
+    for (int i = 0; i <= m->nlayers; i++) { /* aliases point at their owners */
+        m->act[i] = m->act[m->act_alias[i]];
+        if (i > 0) m->dact[i] = m->dact[m->dact_alias[i]];
     }
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].ops->create) m->layers[i].ops->create(&m->layers[i], be, m->max_n);
@@ -221,8 +263,8 @@ void dt_model_free(struct dt_model *m)
     }
     if (m->be) {
         for (int i = 0; i <= m->nlayers; i++) {
-            m->be->free(m->act[i]);
-            if (m->dact[i]) m->be->free(m->dact[i]);
+            if (m->act_alias[i] == i) m->be->free(m->act[i]); /* an alias is freed with its owner */
+            if (m->dact[i] && m->dact_alias[i] == i) m->be->free(m->dact[i]);
         }
         if (!m->params_borrowed) m->be->free(m->params);
         if (!m->grads_borrowed) m->be->free(m->grads);
@@ -230,6 +272,8 @@ void dt_model_free(struct dt_model *m)
     }
     free(m->act);
     free(m->dact);
+    free(m->act_alias);
+    free(m->dact_alias);
     free(m->layers);
     memset(m, 0, sizeof *m);
 }

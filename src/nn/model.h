@@ -30,6 +30,12 @@ struct dt_model {
     int act_type;    /* element type of act and dact (the backend's act_type at create) */
     dt_act **act;    /* [nlayers+1][max_n * shape] */
     dt_act **dact;   /* gradients of act; dact[0] is NULL (no one needs d input) */
+    /* act[i] shares act[act_alias[i]]'s buffer where a fold makes one
+     * layer write another's output (act_alias[i] == i: its own); likewise
+     * dact. dt_model_build sets them; DTRAIN_NO_FUSION=1 turns folding off
+     * (the reference path). */
+    int *act_alias, *dact_alias;
+    size_t act_bytes; /* activation memory: act and dact at max_n, each shared buffer once */
     size_t nbuffers; /* non-trained state (batchnorm's moving statistics) */
     float *buffers;  /* [nbuffers], device; each rank its own (see dt_model_has_batchnorm) */
     /* --sync-bn: how batchnorm sums its statistics over the replicas (layer.h) */
