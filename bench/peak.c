@@ -126,50 +126,35 @@ static const char *amx_why_not(void)
 #define ZMM_CLOBBERS                                                                                        \
     "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", \
         "xmm13", "xmm14", "xmm15", "xmm30", "xmm31"
+/* One AVX-512 unit's loop: zmm30 and zmm31 hold VALUE (of type T) in every
+ * 32-bit lane, zmm0-15 are zeroed, the loop body is INSN applied to each of
+ * them (AT&T order: sources, then the accumulator zmm\\r), and after the
+ * loop their sum goes to out; the function returns its lane 0. */
+#define ZMM_LOOP(NAME, TARGET, BROADCAST, INSN, T, VALUE)                                                 \
+    __attribute__((target(TARGET), noinline)) static float NAME(uint64_t iters)                          \
+    {                                                                                                     \
+        static const T h = VALUE;                                                                         \
+        float out[16];                                                                                    \
+        __asm__ volatile(BROADCAST " %[h], %%zmm30\n\t" BROADCAST " %[h], %%zmm31\n\t"                   \
+                         ".irp r," ACC16 "\n\tvpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t.endr\n\t"             \
+                         "1:\n\t.irp r," ACC16 "\n\t" INSN "\n\t.endr\n\t"                                 \
+                         "dec %[n]\n\tjnz 1b\n\t"                                                          \
+                         ".irp r," ACC1_15 "\n\tvaddps %%zmm\\r, %%zmm0, %%zmm0\n\t.endr\n\t"              \
+                         "vmovups %%zmm0, %[out]\n\tvzeroupper"                                            \
+                         : [n] "+r"(iters), [out] "=m"(out)                                               \
+                         : [h] "m"(h)                                                                     \
+                         : ZMM_CLOBBERS, "cc");                                                           \
+        return out[0];                                                                                    \
+    }
 
 /* acc[i] += x * y, 16 independent accumulators; x = y = 0.5 (no denormals;
  * the sums stop growing at 2^24 x 0.25 and stay finite). */
-__attribute__((target("avx512f"), noinline)) static float fp32_fma_loop(uint64_t iters)
-{
-    static const float half = 0.5f;
-    float out[16];
-    __asm__ volatile("vbroadcastss %[h], %%zmm30\n\t"
-                     "vbroadcastss %[h], %%zmm31\n\t"
-                     ".irp r," ACC16 "\n\tvpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t.endr\n\t"
-                     "1:\n\t"
-                     ".irp r," ACC16 "\n\tvfmadd231ps %%zmm30, %%zmm31, %%zmm\\r\n\t.endr\n\t"
-                     "dec %[n]\n\t"
-                     "jnz 1b\n\t"
-                     ".irp r," ACC1_15 "\n\tvaddps %%zmm\\r, %%zmm0, %%zmm0\n\t.endr\n\t"
-                     "vmovups %%zmm0, %[out]\n\t"
-                     "vzeroupper"
-                     : [n] "+r"(iters), [out] "=m"(out)
-                     : [h] "m"(half)
-                     : ZMM_CLOBBERS, "cc");
-    return out[0];
-}
+ZMM_LOOP(fp32_fma_loop, "avx512f", "vbroadcastss", "vfmadd231ps %%zmm30, %%zmm31, %%zmm\\r", float, 0.5f)
 
 /* acc[i] += x[2l] * y[2l] + x[2l+1] * y[2l+1] per fp32 lane l, bf16 inputs
  * all 0.5 (0x3f00), 16 independent accumulators. */
-__attribute__((target("avx512f,avx512bf16"), noinline)) static float bf16_dot_loop(uint64_t iters)
-{
-    static const uint32_t halves = 0x3f003f00u;
-    float out[16];
-    __asm__ volatile("vpbroadcastd %[h], %%zmm30\n\t"
-                     "vpbroadcastd %[h], %%zmm31\n\t"
-                     ".irp r," ACC16 "\n\tvpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t.endr\n\t"
-                     "1:\n\t"
-                     ".irp r," ACC16 "\n\tvdpbf16ps %%zmm31, %%zmm30, %%zmm\\r\n\t.endr\n\t"
-                     "dec %[n]\n\t"
-                     "jnz 1b\n\t"
-                     ".irp r," ACC1_15 "\n\tvaddps %%zmm\\r, %%zmm0, %%zmm0\n\t.endr\n\t"
-                     "vmovups %%zmm0, %[out]\n\t"
-                     "vzeroupper"
-                     : [n] "+r"(iters), [out] "=m"(out)
-                     : [h] "m"(halves)
-                     : ZMM_CLOBBERS, "cc");
-    return out[0];
-}
+ZMM_LOOP(bf16_dot_loop, "avx512f,avx512bf16", "vpbroadcastd", "vdpbf16ps %%zmm31, %%zmm30, %%zmm\\r", uint32_t,
+         0x3f003f00u)
 
 /* AMX: tiles 0-3 accumulate 16x16 fp32, C[t] += A[t/2] . B[t%2] over K = 32
  * bf16 (tiles 4-5 are A, 6-7 are B, every element 0.5); four independent
