@@ -8,10 +8,12 @@
 # fresh process that trains E epochs of the full train split, and only the
 # last epoch is quoted: the first pays one-off costs (Keras's tracing, cold
 # caches) and can also run faster than later ones, before denormal floats
-# appear (bench/README.md). Medians over the rounds are compared.
+# appear (bench/README.md). Medians over the rounds are compared; with
+# --precision fp32,bf16 also each round's own ratios (dtrain-bf16 /
+# PyTorch-fp32 and the like), as bench/resnet.sh reports them.
 #
 # Usage: bench/cnn-throughput.sh [--build DIR] [--data FILE] [--repeats R]
-#            [--epochs E] [--no-keras] [--no-torch] [--no-scaling]
+#            [--epochs E] [--precision LIST] [--no-keras] [--no-torch] [--no-scaling]
 #            [--pin-baselines] [--out CSV]
 # See bench/README.md for how to read the report.
 set -euo pipefail
@@ -35,6 +37,11 @@ Options:
                  made with dtrain-prep if missing)
   --repeats R    rounds (default: 3)
   --epochs E     epochs per run; the last one is quoted (default: 2)
+  --precision LIST  comma list of fp32, bf16 (default: fp32): each round runs
+                 dtrain --precision P and PyTorch at P (bf16: torch.autocast
+                 on the CPU) for each; Keras and the scaling runs use the
+                 first; with both, the report adds the median per-round
+                 ratios dtrain-bf16/PyTorch-fp32 and dtrain-bf16/dtrain-fp32
   --no-keras     skip Keras (and the .venv-bench/ it needs)
   --no-torch     skip PyTorch
   --no-scaling   skip the -np 2 and concurrent -np 1 runs
@@ -57,7 +64,7 @@ EOF
 . "$here/lib.sh"
 
 
-build="" data="" repeats=3 epochs=2 out=""
+build="" data="" repeats=3 epochs=2 out="" precision_list=fp32
 want_keras=1 want_torch=1 want_scaling=1 want_pin=0
 while (($#)); do
     case $1 in
@@ -71,6 +78,8 @@ while (($#)); do
         --epochs=*) epochs=${1#*=}; shift ;;
         --out) (($# > 1)) || die "--out needs a file name"; out=$2; shift 2 ;;
         --out=*) out=${1#*=}; shift ;;
+        --precision) (($# > 1)) || die "--precision needs a list (fp32, bf16 or fp32,bf16)"; precision_list=$2; shift 2 ;;
+        --precision=*) precision_list=${1#*=}; shift ;;
         --no-keras) want_keras=0; shift ;;
         --no-torch) want_torch=0; shift ;;
         --no-scaling) want_scaling=0; shift ;;
@@ -81,6 +90,7 @@ while (($#)); do
 done
 positive --repeats "$repeats"
 positive --epochs "$epochs"
+bench_precisions "$precision_list"
 
 # ---- What to run ---------------------------------------------------------------
 if [[ -n $build ]]; then
@@ -157,6 +167,7 @@ py_version() { # PYTHON CODE
 bench_about "$dtrain" "$(nproc)"
 meta=(
     "cnn-throughput: seed CNN, batch 64, Adam 1e-3, one thread per process"
+    "precision: ${precisions[*]} (dtrain --precision P, PyTorch bf16 under torch.autocast on the CPU; Keras and the scaling runs at ${precisions[0]})"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
     "dtrain: $dtrain_version, $dtrain, git $git_rev"
@@ -200,19 +211,21 @@ parse_result() { # the Python baselines: "RESULT framework=... epoch=K ... sampl
     }' "$1"
 }
 
-csv_header="round,run,np,epoch,epochs,quoted,seconds,samples_per_s,loss,accuracy,cpu_cores"
+csv_header="round,run,precision,np,epoch,epochs,quoted,seconds,samples_per_s,loss,accuracy,cpu_cores"
 { printf '# %s\n' "${meta[@]}"; echo "$csv_header"; } >"$out"
 
 failures=0
-declare -A results # run label -> space-separated quoted samples/s, one per round
-declare -A cores   # run label -> likewise, the quoted epoch's cpu_cores
+# RUN is "LABEL PRECISION", e.g. "pytorch bf16".
+declare -A results # RUN -> space-separated quoted samples/s, one per round
+declare -A cores   # RUN -> likewise, the quoted epoch's cpu_cores
+declare -A sps     # "RUN ROUND" -> that round's quoted samples/s (ratio_row: bench/lib.sh)
 
-# finish ROUND LABEL NP PARSER RC LOGFILE: checks and records one finished run.
-# A run counts only if it exited 0, printed its last epoch, and learned
-# something in it (mean loss below ln 10, the loss of a uniform guess).
+# finish ROUND LABEL PRECISION NP PARSER RC LOGFILE: checks and records one
+# finished run. A run counts only if it exited 0, printed its last epoch, and
+# learned something in it (mean loss below ln 10, the loss of a uniform guess).
 finish() {
-    local round=$1 label=$2 np=$3 parser=$4 rc=$5 file=$6 rows quoted why=""
-    { echo "==== round $round: $label (exit $rc)"; cat "$file"; } >>"$log"
+    local round=$1 label=$2 prec=$3 np=$4 parser=$5 rc=$6 file=$7 rows quoted why=""
+    { echo "==== round $round: $label $prec (exit $rc)"; cat "$file"; } >>"$log"
     rows=$("$parser" "$file")
     quoted=$(awk -v e="$epochs" '$1 == e { print; exit }' <<<"$rows")
     if ((rc != 0)); then
@@ -224,31 +237,33 @@ finish() {
         why="epoch $epochs looks wrong: $last_sps samples/s, loss $last_loss (want > 0, and a loss below ln 10 = 2.3026)"
     fi
     if [[ -n $rows ]]; then
-        awk -v r="$round" -v l="$label" -v np="$np" -v e="$epochs" -v OFS=, \
-            '{ print r, l, np, $1, e, ($1 == e), $2, $3, $4, $5, ($6 == "-" ? "" : $6) }' <<<"$rows" >>"$out"
+        awk -v r="$round" -v l="$label" -v p="$prec" -v np="$np" -v e="$epochs" -v OFS=, \
+            '{ print r, l, p, np, $1, e, ($1 == e), $2, $3, $4, $5, ($6 == "-" ? "" : $6) }' <<<"$rows" >>"$out"
     fi
     if [[ -n $why ]]; then
         failures=$((failures + 1))
-        say "round $round: $label $why; its last lines:"
+        say "round $round: $label $prec $why; its last lines:"
         tail -n 15 "$file" | sed 's/^/    /' >&2
         last_sps=""
         return 1
     fi
     read -r _ _ last_sps last_loss last_acc last_cores <<<"$quoted"
-    results[$label]+="$last_sps "
-    [[ $last_cores == - ]] || cores[$label]+="$last_cores "
-    say "round $round/$repeats: $(printf '%-22s %8.0f samples/s  loss %s  accuracy %s' "$label" "$last_sps" "$last_loss" "$last_acc")"
+    results["$label $prec"]+="$last_sps "
+    sps["$label $prec $round"]=$last_sps
+    [[ $last_cores == - ]] || cores["$label $prec"]+="$last_cores "
+    say "round $round/$repeats: $(printf '%-22s %8.0f samples/s  loss %s  accuracy %s' "$label $prec" "$last_sps" "$last_loss" "$last_acc")"
 }
 
-# run ROUND LABEL NP PARSER COMMAND...: runs one measurement in the foreground.
+# run ROUND LABEL PRECISION NP PARSER COMMAND...: runs one measurement in the foreground.
 run() {
-    local round=$1 label=$2 np=$3 parser=$4 rc=0 file
-    shift 4
-    file=$rundir/$round-$label.out
+    local round=$1 label=$2 prec=$3 np=$4 parser=$5 rc=0 file
+    shift 5
+    file=$rundir/$round-$label-$prec.out
     "$@" >"$file" 2>&1 </dev/null || rc=$?
-    finish "$round" "$label" "$np" "$parser" "$rc" "$file"
+    finish "$round" "$label" "$prec" "$np" "$parser" "$rc" "$file"
 }
 
+p0=${precisions[0]}
 dtrain_args=("$data" --epochs "$epochs" --batch-size 64 --no-validation --threads 1)
 # One thread everywhere, including any OpenMP/BLAS pool a library starts on its own.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -256,29 +271,35 @@ export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2
 
 plan="dtrain -np 1"
 ((want_torch)) && plan+=", PyTorch"
+((${#precisions[@]} == 1)) || plan+=" (each at ${precisions[*]})"
 ((want_keras)) && plan+=", Keras"
 ((want_scaling)) && plan+=", dtrain -np 2, 2 x dtrain -np 1 at once"
 say "$repeats round(s) of: $plan; $epochs epoch(s) each"
 for ((r = 1; r <= repeats; r++)); do
-    run "$r" dtrain-np1 1 parse_dtrain "$mpirun" "${mpi_flags[@]}" -np 1 --bind-to core "$dtrain" "${dtrain_args[@]}" || true
-    if ((want_torch)); then
-        run "$r" pytorch 1 parse_result "${pin[@]}" "$torch_python" "$here/torch_cnn.py" \
-            --data "$data" --epochs "$epochs" --batch-size 64 --threads 1 || true
-    fi
+    order=("${precisions[@]}")
+    ((r % 2)) || for ((i = 0; i < ${#precisions[@]}; i++)); do order[i]=${precisions[-1 - i]}; done
+    for p in "${order[@]}"; do
+        run "$r" dtrain-np1 "$p" 1 parse_dtrain "$mpirun" "${mpi_flags[@]}" -np 1 --bind-to core "$dtrain" \
+            "${dtrain_args[@]}" --precision "$p" || true
+        if ((want_torch)); then
+            run "$r" pytorch "$p" 1 parse_result "${pin[@]}" "$torch_python" "$here/torch_cnn.py" \
+                --data "$data" --epochs "$epochs" --batch-size 64 --threads 1 --precision "$p" || true
+        fi
+    done
     if ((want_keras)); then
-        run "$r" keras 1 parse_result "${pin[@]}" "$venv/bin/python" "$here/keras_cnn.py" \
+        run "$r" keras "$p0" 1 parse_result "${pin[@]}" "$venv/bin/python" "$here/keras_cnn.py" \
             --data "$data" --epochs "$epochs" --batch-size 64 --threads 1 || true
     fi
     if ((want_scaling)); then
         np2_sps=""
-        if run "$r" dtrain-np2 2 parse_dtrain "$mpirun" "${mpi_flags[@]}" -np 2 --bind-to core "$dtrain" "${dtrain_args[@]}"; then
+        if run "$r" dtrain-np2 "$p0" 2 parse_dtrain "$mpirun" "${mpi_flags[@]}" -np 2 --bind-to core "$dtrain" "${dtrain_args[@]}" --precision "$p0"; then
             np2_sps=$last_sps
         fi
         # Two independent single-rank jobs at once, one per core: what two cores
         # deliver with no communication at all, the ceiling for -np 2.
         bg_pids=()
         for c in 0 1; do
-            "$mpirun" "${mpi_flags[@]}" -np 1 --cpu-set "$c" --bind-to core "$dtrain" "${dtrain_args[@]}" \
+            "$mpirun" "${mpi_flags[@]}" -np 1 --cpu-set "$c" --bind-to core "$dtrain" "${dtrain_args[@]}" --precision "$p0" \
                 >"$rundir/$r-dtrain-np1-cpu$c.out" 2>&1 </dev/null &
             bg_pids+=($!)
         done
@@ -286,7 +307,7 @@ for ((r = 1; r <= repeats; r++)); do
         for c in 0 1; do
             rc=0
             wait "${bg_pids[c]}" || rc=$?
-            if finish "$r" "dtrain-np1-cpu$c" 1 parse_dtrain "$rc" "$rundir/$r-dtrain-np1-cpu$c.out"; then
+            if finish "$r" "dtrain-np1-cpu$c" "$p0" 1 parse_dtrain "$rc" "$rundir/$r-dtrain-np1-cpu$c.out"; then
                 pair=$(awk -v a="$pair" -v b="$last_sps" 'BEGIN { print a + b }')
             else
                 pair_ok=0
@@ -326,24 +347,41 @@ echo "#"
 echo "# training samples/s, epoch $epochs of $epochs, over $repeats round(s); runs = rounds that gave a valid figure;"
 echo "# cores = median CPU time / wall time of that epoch, all threads; bound = one rank per core, bound by mpirun"
 header
-row "dtrain -np 1" dtrain-np1 bound
-((want_torch)) && row "pytorch" pytorch
-((want_keras)) && row "keras" keras
-d1=$(median <<<"${results[dtrain-np1]:-}")
+# One precision: the rows and ratios as before; several: named by precision.
+tag() { ((${#precisions[@]} == 1)) || echo " $1"; }
+for p in "${precisions[@]}"; do
+    row "dtrain$(tag "$p") -np 1" "dtrain-np1 $p" bound
+    ((want_torch)) && row "pytorch$(tag "$p")" "pytorch $p"
+done
+((want_keras)) && row "keras$(tag "$p0")" "keras $p0"
+d1=$(median <<<"${results[dtrain-np1 $p0]:-}")
 ((want_torch || want_keras)) && echo
-if ((want_torch)); then
-    printf '%-44s %s\n' "dtrain / pytorch (medians)" "$(ratio "$d1" "$(median <<<"${results[pytorch]:-}")")"
-fi
+for p in "${precisions[@]}"; do
+    if ((want_torch)); then
+        printf '%-44s %s\n' "dtrain$(tag "$p") / pytorch$(tag "$p") (medians)" \
+            "$(ratio "$(median <<<"${results[dtrain-np1 $p]:-}")" "$(median <<<"${results[pytorch $p]:-}")")"
+    fi
+done
 if ((want_keras)); then
-    printf '%-44s %s\n' "dtrain / keras (medians)" "$(ratio "$d1" "$(median <<<"${results[keras]:-}")")"
+    printf '%-44s %s\n' "dtrain$(tag "$p0") / keras (medians)" "$(ratio "$d1" "$(median <<<"${results[keras $p0]:-}")")"
+fi
+if ((${#precisions[@]} == 2)); then
+    echo
+    echo "# median over the rounds of each round's own ratio (range, rounds with both figures)"
+    if ((want_torch)); then
+        for p in fp32 bf16; do ratio_row "dtrain-$p / pytorch-$p" "dtrain-np1 $p" "pytorch $p"; done
+        ratio_row "dtrain-bf16 / pytorch-fp32" "dtrain-np1 bf16" "pytorch fp32"
+    fi
+    ratio_row "dtrain-bf16 / dtrain-fp32" "dtrain-np1 bf16" "dtrain-np1 fp32"
+    ((want_torch)) && ratio_row "pytorch-bf16 / pytorch-fp32" "pytorch bf16" "pytorch fp32"
 fi
 if ((want_scaling)); then
     echo
     echo "# dtrain scaling: global samples/s of 2 ranks; the ceiling is 2 independent 1-rank runs at once"
     header
-    row "dtrain -np 2" dtrain-np2 bound
+    row "dtrain -np 2" "dtrain-np2 $p0" bound
     row "2 x -np 1 at once (sum)" concurrent-sum bound
-    d2=$(median <<<"${results[dtrain-np2]:-}")
+    d2=$(median <<<"${results[dtrain-np2 $p0]:-}")
     two=""
     [[ -z $d1 ]] || two=$(awk -v a="$d1" 'BEGIN { print 2 * a }')
     echo

@@ -22,6 +22,11 @@
 # stats <<<"x y z"             numbers on stdin (one a line, or separated by
 #                              blanks) -> "min median max"; nothing for none
 # median <<<"x y z"            the same numbers -> their median; nothing for none
+# bench_precisions LIST        sets precisions (array) from a comma list of
+#                              fp32 and bf16 (--precision), or dies
+# ratios A B / ratio_row TEXT A B   per-round ratios A/B from the caller's
+#                              sps["RUN ROUND"] over rounds 1..$repeats; the
+#                              row prints their median, range and count
 
 stats() {
     awk '{ for (i = 1; i <= NF; i++) print $i }' | sort -g | awk '
@@ -106,4 +111,39 @@ bench_launcher() {
     fi
     read -r -a extra <<<"${MPIRUN_FLAGS:-}"
     mpi_flags+=("${extra[@]}")
+}
+
+bench_precisions() { # LIST
+    local p words
+    precisions=()
+    IFS=, read -r -a words <<<"$1"
+    [[ -n $1 && $1 != *, && $1 != ,* && $1 != *,,* ]] ||
+        die "--precision: expected a comma list of fp32 and bf16, found '$1'"
+    for p in "${words[@]}"; do
+        [[ $p == fp32 || $p == bf16 ]] || die "--precision: expected a comma list of fp32 and bf16, found '$p' in '$1'"
+        [[ " ${precisions[*]} " != *" $p "* ]] || die "--precision: '$p' is listed twice in '$1'"
+        precisions+=("$p")
+    done
+}
+
+# sps and repeats come from the sourcing script.
+# shellcheck disable=SC2154
+ratios() { # A B -> A/B of each round where both gave a figure, one per line
+    local r
+    for ((r = 1; r <= repeats; r++)); do
+        if [[ -n ${sps["$1 $r"]:-} && -n ${sps["$2 $r"]:-} ]]; then
+            awk -v a="${sps["$1 $r"]}" -v b="${sps["$2 $r"]}" 'BEGIN { printf "%.4f\n", a / b }'
+        fi
+    done
+}
+ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rounds gave one
+    local s n mn md mx
+    s=$(ratios "$2" "$3" | stats)
+    n=$(ratios "$2" "$3" | wc -l)
+    if [[ -n $s ]]; then
+        read -r mn md mx <<<"$s"
+        printf '%-44s %6.2f   (%.2f-%.2f, %d/%d rounds)\n' "$1" "$md" "$mn" "$mx" "$n" "$repeats"
+    else
+        printf '%-44s %6s   (0/%d rounds)\n' "$1" - "$repeats"
+    fi
 }

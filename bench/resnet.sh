@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# resnet.sh: dtrain against PyTorch training the same ResNet-20 on synthetic
-# 32x32x3 data, at 1 and 2 data-parallel ranks, in one invocation.
+# resnet.sh: dtrain against PyTorch training the same ResNet (ResNet-20, or
+# any file inputs/gen-resnet.py writes) on synthetic 32x32x3 data, at 1 and 2
+# data-parallel ranks and at fp32 and/or bf16, in one invocation.
 #
 # The design decision a reader must know: the machines this runs on are shared
 # and noisy, so the baseline is never taken from an earlier run. Each round
@@ -8,13 +9,16 @@
 # (DDP over gloo) back to back (even rounds put PyTorch first within each rank
 # count, so a slow drift favours neither), every run is a fresh process that
 # trains E epochs, and only the last epoch is quoted (the first pays one-off
-# costs: primitive creation, cold caches). The figures to quote are the
-# medians over the rounds of each round's own ratios (dtrain/PyTorch at a rank
-# count, np2/np1 for one framework), which cancel what a round's neighbours
-# did to both sides.
+# costs: primitive creation, cold caches). With several precisions each rank
+# count runs every precision's pair in turn (the order reversed on even
+# rounds). The figures to quote are the medians over the rounds of each
+# round's own ratios (dtrain/PyTorch at a rank count and precision,
+# dtrain-bf16/PyTorch-fp32, dtrain-bf16/dtrain-fp32, np2/np1 for one
+# framework), which cancel what a round's neighbours did to both sides.
 #
-# Usage: bench/resnet.sh [--build DIR] [--repeats R] [--epochs E] [--samples N]
-#            [--batch-size B] [--no-torch] [--out CSV]
+# Usage: bench/resnet.sh [--build DIR] [--model FILE] [--precision LIST]
+#            [--repeats R] [--epochs E] [--samples N] [--batch-size B]
+#            [--no-torch] [--out CSV]
 # See bench/README-resnet.md for how to read the report.
 set -euo pipefail
 
@@ -26,14 +30,22 @@ usage() {
     cat <<EOF
 Usage: bench/$prog [OPTIONS]
 
-Trains ResNet-20 (inputs/resnet20.cfg, 273,258 parameters; Adam 1e-3, one
-thread per rank) on N synthetic 32x32x3 images with dtrain and with PyTorch
-(bench/torch_resnet.py), at 1 and 2 ranks, R rounds interleaved, and reports
-min/median/max global samples/s of the last epoch of each run, the median
-per-round ratios dtrain/PyTorch, and each framework's 2-rank scaling.
+Trains a CIFAR ResNet (default ResNet-20, inputs/resnet20.cfg, 273,258
+parameters; Adam 1e-3, one thread per rank) on N synthetic 32x32x3 images
+with dtrain and with PyTorch (bench/torch_resnet.py), at 1 and 2 ranks and
+at each precision, R rounds interleaved, and reports min/median/max global
+samples/s of the last epoch of each run, the median per-round ratios
+dtrain/PyTorch (and, with fp32 and bf16, dtrain-bf16/PyTorch-fp32 and
+dtrain-bf16/dtrain-fp32), and each framework's 2-rank scaling.
 
 Options:
   --build DIR       directory holding dtrain (default: $repo/build)
+  --model FILE      a ResNet model file that inputs/gen-resnet.py writes
+                    (default: $repo/inputs/resnet20.cfg; also
+                    inputs/resnet32-wide4.cfg)
+  --precision LIST  comma list of fp32, bf16 (default: fp32): dtrain
+                    --precision P; PyTorch fp32 plain, bf16 under
+                    torch.autocast("cpu", dtype=torch.bfloat16)
   --repeats R       rounds (default: 3)
   --epochs E        epochs per run; the last one is quoted (default: 2)
   --samples N       synthetic samples, all ranks together (default: 12800)
@@ -56,6 +68,7 @@ EOF
 
 
 build=$repo/build repeats=3 epochs=2 samples=12800 batch=64 out="" want_torch=1
+model=$repo/inputs/resnet20.cfg precision_list=fp32
 while (($#)); do
     case $1 in
         --build) (($# > 1)) || die "--build needs a directory"; build=$2; shift 2 ;;
@@ -70,6 +83,10 @@ while (($#)); do
         --batch-size=*) batch=${1#*=}; shift ;;
         --out) (($# > 1)) || die "--out needs a file name"; out=$2; shift 2 ;;
         --out=*) out=${1#*=}; shift ;;
+        --model) (($# > 1)) || die "--model needs a file"; model=$2; shift 2 ;;
+        --model=*) model=${1#*=}; shift ;;
+        --precision) (($# > 1)) || die "--precision needs a list (fp32, bf16 or fp32,bf16)"; precision_list=$2; shift 2 ;;
+        --precision=*) precision_list=${1#*=}; shift ;;
         --no-torch) want_torch=0; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "$prog: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -80,6 +97,22 @@ positive --epochs "$epochs"
 positive --samples "$samples"
 positive --batch-size "$batch"
 ((samples >= 2)) || die "--samples $samples: the 2-rank runs need at least 2"
+bench_precisions "$precision_list"
+[[ -f $model && -r $model ]] || die "--model $model: no such readable file"
+model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+# The PyTorch twin is built from the file's shape: n = [add] layers / 3 blocks
+# per stage (depth 6n + 2), width = the first convolution's filters / 16. A
+# file not of gen-resnet.py's form is refused; the parameter counts, compared
+# after the runs, catch any difference left.
+depth="" width=""
+read -r depth width < <(awk '
+    /^\[add\]/ { adds++ } /^\[conv2d\]/ { convs++ }
+    /^filters *=/ && !f { f = $3 }
+    END { if (adds % 3 == 0 && adds > 0 && f % 16 == 0 && f > 0 && convs == 2 * adds + 3) print 2 * adds + 2, f / 16 }' "$model") || true
+[[ -n $depth ]] ||
+    die "--model $model: not a ResNet of inputs/gen-resnet.py's form (3n [add] blocks, 6n + 3 [conv2d] layers, first filters a multiple of 16)"
+model_name="ResNet-$depth"
+((width == 1)) || model_name+=" x$width wide"
 
 # ---- What to run ---------------------------------------------------------------
 [[ -d $build ]] || die "--build $build: not a directory"
@@ -90,9 +123,6 @@ dtrain=$build/dtrain
 dtrain_help=$("$dtrain" --help 2>&1) || true
 [[ $dtrain_help == *--synthetic* ]] ||
     die "$dtrain has no --synthetic (built before it existed? rebuild it, or point --build elsewhere)"
-model=$repo/inputs/resnet20.cfg
-[[ -r $model ]] || die "no model file $model"
-
 # --oversubscribe lets -np 2 start on a one-CPU container (binding still holds
 # where there are enough cores).
 bench_launcher --oversubscribe
@@ -127,14 +157,15 @@ fi
 # ---- Metadata ------------------------------------------------------------------------
 bench_about "$dtrain" "$ncpu"
 meta=(
-    "resnet: ResNet-20 ($model), synthetic 32x32x3, 10 classes, $samples samples, batch $batch per rank, Adam 1e-3, one thread per rank"
+    "resnet: $model_name ($model), synthetic 32x32x3, 10 classes, $samples samples, batch $batch per rank, Adam 1e-3, one thread per rank"
+    "precision: ${precisions[*]} (dtrain --precision P; PyTorch fp32 plain, bf16 under torch.autocast(\"cpu\", dtype=torch.bfloat16) around forward and loss)"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
     "dtrain: $dtrain_version, $dtrain, git $git_rev"
     "mpi: $("$mpirun" --version 2>/dev/null | head -n 1) ($mpirun ${mpi_flags[*]} -np P --bind-to core)"
 )
 if ((want_torch)); then
-    meta+=("pytorch: $("$torch_python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo unknown) ($torch_python bench/torch_resnet.py, channels_last, DDP over gloo at 2 processes, process r bound to CPU r)")
+    meta+=("pytorch: $("$torch_python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo unknown) ($torch_python bench/torch_resnet.py --depth $depth --width $width, channels_last, DDP over gloo at 2 processes, process r bound to CPU r)")
 else
     meta+=("pytorch: not run (--no-torch)")
 fi
@@ -162,9 +193,10 @@ parse_result() { # FILE: "RESULT framework=... epoch=K ... samples_per_s=X loss=
     }' "$1"
 }
 
-{ printf '# %s\n' "${meta[@]}"; echo "round,run,np,epoch,epochs,quoted,seconds,samples_per_s,loss,accuracy,cpu_cores,comm_ms_per_step,run_cpu_cores"; } >"$out"
+{ printf '# %s\n' "${meta[@]}"; echo "round,run,precision,np,epoch,epochs,quoted,seconds,samples_per_s,loss,accuracy,cpu_cores,comm_ms_per_step,run_cpu_cores"; } >"$out"
 
 failures=0
+# RUN is "LABEL PRECISION", e.g. "dtrain-np1 bf16".
 declare -A sps   # "RUN ROUND" -> the quoted epoch's global samples/s
 declare -A cores # RUN -> space-separated CPU time / wall time of each whole run
 declare -A comm  # RUN -> likewise, communication ms per step
@@ -178,18 +210,18 @@ child_cpu() {
     awk -v hz="$hz" '{ sub(/.*\) /, ""); printf "%.2f\n", ($14 + $15) / hz }' "/proc/$$/stat"
 }
 
-# run ROUND LABEL NP PARSER RESULTFILE COMMAND...: one measurement. It counts
-# only if it exited 0 and printed its last epoch with a finite loss and
-# positive samples/s (synthetic data: nothing to learn, so no loss bound).
+# run ROUND LABEL PRECISION NP PARSER RESULTFILE COMMAND...: one measurement.
+# It counts only if it exited 0 and printed its last epoch with a finite loss
+# and positive samples/s (synthetic data: nothing to learn, so no loss bound).
 run() {
-    local round=$1 label=$2 np=$3 parser=$4 result=$5 rc=0 file rows quoted why="" s l a m cpu0 t0 run_cores
-    shift 5
-    file=$rundir/$round-$label.out
+    local round=$1 label=$2 prec=$3 np=$4 parser=$5 result=$6 rc=0 file rows quoted why="" s l a m cpu0 t0 run_cores
+    shift 6
+    file=$rundir/$round-$label-$prec.out
     cpu0=$(child_cpu) t0=$(date +%s.%N)
     "$@" >"$file" 2>&1 </dev/null || rc=$?
     run_cores=$(awk -v c0="$cpu0" -v c1="$(child_cpu)" -v t0="$t0" -v t1="$(date +%s.%N)" \
         'BEGIN { printf "%.2f", (c1 - c0) / (t1 - t0) }')
-    { echo "==== round $round: $label (exit $rc): $*"; cat "$file"; } >>"$log"
+    { echo "==== round $round: $label $prec (exit $rc): $*"; cat "$file"; } >>"$log"
     rows=""
     [[ ! -r $result ]] || rows=$("$parser" "$result")
     quoted=$(awk -v e="$epochs" '$1 == e { print; exit }' <<<"$rows")
@@ -201,40 +233,41 @@ run() {
         why="epoch $epochs looks wrong: $quoted"
     fi
     if [[ -n $rows ]]; then
-        awk -v r="$round" -v lb="$label" -v np="$np" -v e="$epochs" -v rc="$run_cores" -v OFS=, '{
+        awk -v r="$round" -v lb="$label" -v p="$prec" -v np="$np" -v e="$epochs" -v rc="$run_cores" -v OFS=, '{
             for (i = 6; i <= 7; i++) if ($i == "-") $i = ""
-            print r, lb, np, $1, e, ($1 == e), $2, $3, $4, $5, $6, $7, rc }' <<<"$rows" >>"$out"
+            print r, lb, p, np, $1, e, ($1 == e), $2, $3, $4, $5, $6, $7, rc }' <<<"$rows" >>"$out"
     fi
     case $label in
         dtrain-np1) params[dtrain]=$(sed -n 's/.*(\([0-9]*\) parameters).*/\1/p' "$file" | head -n 1) ;;
-        pytorch-np1) params[pytorch]=$(sed -n 's/.*ResNet-20, \([0-9]*\) trainable parameters.*/\1/p' "$file" | head -n 1) ;;
+        pytorch-np1) params[pytorch]=$(sed -n 's/^torch_resnet.py: ResNet-.*, \([0-9]*\) trainable parameters.*/\1/p' "$file" | head -n 1) ;;
     esac
     if [[ -n $why ]]; then
         failures=$((failures + 1))
-        say "round $round: $label $why; its last lines:"
+        say "round $round: $label $prec $why; its last lines:"
         tail -n 15 "$file" | sed 's/^/    /' >&2
         return 1
     fi
     read -r _ _ s l a _ m <<<"$quoted"
-    sps["$label $round"]=$s
-    cores[$label]+="$run_cores "
-    [[ $m == - ]] || comm[$label]+="$m "
-    say "round $round/$repeats: $(printf '%-12s %7.0f samples/s  loss %.4f  accuracy %.4f  %s cores' "$label" "$s" "$l" "$a" "$run_cores")"
+    sps["$label $prec $round"]=$s
+    cores["$label $prec"]+="$run_cores "
+    [[ $m == - ]] || comm["$label $prec"]+="$m "
+    say "round $round/$repeats: $(printf '%-17s %7.0f samples/s  loss %.4f  accuracy %.4f  %s cores' "$label $prec" "$s" "$l" "$a" "$run_cores")"
 }
 
-dtrain_case() { # ROUND NP
-    local metrics=$rundir/$1-dtrain-np$2.csv
-    run "$1" "dtrain-np$2" "$2" parse_dtrain "$metrics" \
+dtrain_case() { # ROUND NP PRECISION
+    local metrics=$rundir/$1-dtrain-np$2-$3.csv
+    run "$1" "dtrain-np$2" "$3" "$2" parse_dtrain "$metrics" \
         "$mpirun" "${mpi_flags[@]}" -np "$2" --bind-to core "$dtrain_run" \
         --synthetic "32x32x3:10:$samples" --model "$model" --batch-size "$batch" --epochs "$epochs" \
-        --threads 1 --no-validation --metrics "$metrics" || true
+        --threads 1 --no-validation --precision "$3" --metrics "$metrics" || true
 }
-torch_case() { # ROUND NP
-    local file=$rundir/$1-pytorch-np$2.out
+torch_case() { # ROUND NP PRECISION
+    local file=$rundir/$1-pytorch-np$2-$3.out
     # Bound like mpirun --bind-to core binds dtrain: rank r on CPU r.
-    run "$1" "pytorch-np$2" "$2" parse_result "$file" \
+    run "$1" "pytorch-np$2" "$3" "$2" parse_result "$file" \
         "$torch_python" "$here/torch_resnet.py" --samples "$samples" --epochs "$epochs" \
-        --batch-size "$batch" --world-size "$2" --threads 1 --bind-to-core || true
+        --batch-size "$batch" --world-size "$2" --threads 1 --bind-to-core \
+        --depth "$depth" --width "$width" --precision "$3" || true
 }
 
 # One thread everywhere, including any OpenMP/BLAS pool a library starts on its own.
@@ -244,43 +277,29 @@ plan="dtrain -np 1"
 ((want_torch)) && plan+=", PyTorch 1 process"
 plan+=", dtrain -np 2"
 ((want_torch)) && plan+=", PyTorch 2 processes"
+((${#precisions[@]} == 1)) || plan="{$plan} at each of ${precisions[*]}"
 say "$repeats round(s) of: $plan; $epochs epoch(s) of $samples samples each (output: $log)"
 for ((r = 1; r <= repeats; r++)); do
+    order=("${precisions[@]}")
+    ((r % 2)) || for ((i = 0; i < ${#precisions[@]}; i++)); do order[i]=${precisions[-1 - i]}; done
     for np in 1 2; do
-        if ((!want_torch)); then
-            dtrain_case "$r" "$np"
-        elif ((r % 2)); then
-            dtrain_case "$r" "$np"; torch_case "$r" "$np"
-        else
-            torch_case "$r" "$np"; dtrain_case "$r" "$np"
-        fi
+        for p in "${order[@]}"; do
+            if ((!want_torch)); then
+                dtrain_case "$r" "$np" "$p"
+            elif ((r % 2)); then
+                dtrain_case "$r" "$np" "$p"; torch_case "$r" "$np" "$p"
+            else
+                torch_case "$r" "$np" "$p"; dtrain_case "$r" "$np" "$p"
+            fi
+        done
     done
 done
 
 # ---- Report ------------------------------------------------------------------------------
-# stats and median: bench/lib.sh
+# stats, median, ratios and ratio_row: bench/lib.sh
 values() { # RUN -> its quoted samples/s, one per valid round
     local r
     for ((r = 1; r <= repeats; r++)); do [[ -z ${sps["$1 $r"]:-} ]] || echo "${sps["$1 $r"]}"; done
-}
-ratios() { # A B -> A/B of each round where both gave a figure, one per line
-    local r
-    for ((r = 1; r <= repeats; r++)); do
-        if [[ -n ${sps["$1 $r"]:-} && -n ${sps["$2 $r"]:-} ]]; then
-            awk -v a="${sps["$1 $r"]}" -v b="${sps["$2 $r"]}" 'BEGIN { printf "%.4f\n", a / b }'
-        fi
-    done
-}
-ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rounds gave one
-    local s n mn md mx
-    s=$(ratios "$2" "$3" | stats)
-    n=$(ratios "$2" "$3" | wc -l)
-    if [[ -n $s ]]; then
-        read -r mn md mx <<<"$s"
-        printf '%-36s %6.2f   (%.2f-%.2f, %d/%d rounds)\n' "$1" "$md" "$mn" "$mx" "$n" "$repeats"
-    else
-        printf '%-36s %6s   (0/%d rounds)\n' "$1" - "$repeats"
-    fi
 }
 row() { # TEXT RUN
     local s n c m
@@ -292,9 +311,9 @@ row() { # TEXT RUN
     [[ -z $m ]] || m=$(printf '%.1f' "$m")
     if [[ -n $s ]]; then
         read -r mn md mx <<<"$s"
-        printf '%-22s %9.0f %9.0f %9.0f %6s %6s %8s\n' "$1" "$mn" "$md" "$mx" "$n/$repeats" "${c:--}" "${m:--}"
+        printf '%-27s %9.0f %9.0f %9.0f %6s %6s %8s\n' "$1" "$mn" "$md" "$mx" "$n/$repeats" "${c:--}" "${m:--}"
     else
-        printf '%-22s %9s %9s %9s %6s %6s %8s\n' "$1" - - - "0/$repeats" - -
+        printf '%-27s %9s %9s %9s %6s %6s %8s\n' "$1" - - - "0/$repeats" - -
     fi
 }
 
@@ -304,19 +323,37 @@ echo "# global training samples/s, epoch $epochs of $epochs, over $repeats round
 echo "# cores = median CPU time / wall time of the whole run, all its processes, start-up included"
 echo "#   (well under 1 at one rank or 2 at two: other work took the CPU from it);"
 echo "# comm = dtrain's median all-reduce time per step, waiting for the other rank included"
-printf '%-22s %9s %9s %9s %6s %6s %8s\n' run min median max runs cores "comm ms"
-row "dtrain -np 1" dtrain-np1
-((want_torch)) && row "pytorch 1 process" pytorch-np1
-row "dtrain -np 2" dtrain-np2
-((want_torch)) && row "pytorch 2 processes" pytorch-np2
+printf '%-27s %9s %9s %9s %6s %6s %8s\n' run min median max runs cores "comm ms"
+for p in "${precisions[@]}"; do
+    row "dtrain $p -np 1" "dtrain-np1 $p"
+    ((want_torch)) && row "pytorch $p 1 process" "pytorch-np1 $p"
+    row "dtrain $p -np 2" "dtrain-np2 $p"
+    ((want_torch)) && row "pytorch $p 2 processes" "pytorch-np2 $p"
+done
 echo
 echo "# median over the rounds of each round's own ratio (range, rounds with both figures)"
-if ((want_torch)); then
-    ratio_row "dtrain / pytorch at 1 rank" dtrain-np1 pytorch-np1
-    ratio_row "dtrain / pytorch at 2 ranks" dtrain-np2 pytorch-np2
+for p in "${precisions[@]}"; do
+    if ((want_torch)); then
+        ratio_row "dtrain-$p / pytorch-$p at 1 rank" "dtrain-np1 $p" "pytorch-np1 $p"
+        ratio_row "dtrain-$p / pytorch-$p at 2 ranks" "dtrain-np2 $p" "pytorch-np2 $p"
+    fi
+done
+if ((${#precisions[@]} == 2)); then
+    if ((want_torch)); then
+        ratio_row "dtrain-bf16 / pytorch-fp32 at 1 rank" "dtrain-np1 bf16" "pytorch-np1 fp32"
+        ratio_row "dtrain-bf16 / pytorch-fp32 at 2 ranks" "dtrain-np2 bf16" "pytorch-np2 fp32"
+    fi
+    ratio_row "dtrain-bf16 / dtrain-fp32 at 1 rank" "dtrain-np1 bf16" "dtrain-np1 fp32"
+    ratio_row "dtrain-bf16 / dtrain-fp32 at 2 ranks" "dtrain-np2 bf16" "dtrain-np2 fp32"
+    if ((want_torch)); then
+        ratio_row "pytorch-bf16 / pytorch-fp32 at 1 rank" "pytorch-np1 bf16" "pytorch-np1 fp32"
+        ratio_row "pytorch-bf16 / pytorch-fp32 at 2 ranks" "pytorch-np2 bf16" "pytorch-np2 fp32"
+    fi
 fi
-ratio_row "dtrain scaling np2 / np1" dtrain-np2 dtrain-np1
-((want_torch)) && ratio_row "pytorch scaling 2 / 1 processes" pytorch-np2 pytorch-np1
+for p in "${precisions[@]}"; do
+    ratio_row "dtrain-$p scaling np2 / np1" "dtrain-np2 $p" "dtrain-np1 $p"
+    ((want_torch)) && ratio_row "pytorch-$p scaling 2 / 1 processes" "pytorch-np2 $p" "pytorch-np1 $p"
+done
 echo "# (ideal scaling on 2 idle cores: 2.00)"
 if ((want_torch)); then
     echo

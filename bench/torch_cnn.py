@@ -6,7 +6,10 @@ batch size as dtrain, on the same number of CPU threads. Run it with Debian's
 interpreter (/usr/bin/python3), which sees python3-torch and python3-h5py.
 With --device cuda it is bench/gpu-throughput.sh's baseline instead: the
 same model on one GPU, at --precision fp32, bf16 or fp16 (autocast, and a
-gradient scaler for fp16, as PyTorch recommends for mixed precision).
+gradient scaler for fp16, as PyTorch recommends for mixed precision). On the
+CPU --precision bf16 runs forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's CPU mixed precision (cnn-throughput.sh
+--precision bf16's baseline).
 
 The one thing a reader must know: the whole train split is read into memory
 and converted to float32 / 255 once, before any timing (and on --device cuda
@@ -47,26 +50,29 @@ def parse_args():
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default) or cuda: the data and model on GPU 0")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="fp32 (default); bf16 or fp16: autocast on the GPU (--device cuda only), "
-                        "fp16 with a dynamic gradient scaler")
+                   help="fp32 (default); bf16: autocast (on the CPU too); fp16: autocast with a "
+                        "dynamic gradient scaler (--device cuda only)")
     a = p.parse_args()
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1:
         p.error("--epochs, --batch-size and --threads must be positive")
-    if a.precision != "fp32" and a.device != "cuda":
-        p.error(f"--precision {a.precision} needs --device cuda")
+    if a.precision == "fp16" and a.device != "cuda":
+        p.error("--precision fp16 needs --device cuda (the CPU has autocast for bf16 only)")
     return a
 
 
-def mixed_precision(torch, precision):
-    """On the GPU: (autocast factory, GradScaler or None, what TF32 is set to).
+def mixed_precision(torch, precision, device="cuda"):
+    """(autocast factory, GradScaler or None, what TF32 is set to; "" on the CPU).
 
     Mixed precision the way PyTorch documents it: autocast runs convolutions
-    and matmuls in 16 bits with fp32 weights; fp16 also scales the loss.
-    torch_resnet.py uses it and train_step too, so both GPU baselines run alike."""
+    and matmuls in 16 bits with fp32 weights; fp16 (GPU only) also scales the
+    loss. On the CPU only bf16 autocast exists. torch_resnet.py uses it and
+    train_step too, so all the baselines step alike."""
     amp, scaler = contextlib.nullcontext, None
     if precision != "fp32":
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        amp = functools.partial(torch.autocast, device_type="cuda", dtype=dtype)
+        amp = functools.partial(torch.autocast, device_type=device, dtype=dtype)
+    if device == "cpu":
+        return amp, scaler, ""
     if precision == "fp16":
         if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
             scaler = torch.amp.GradScaler("cuda")
@@ -157,8 +163,11 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
 
-    amp, scaler, tf32 = mixed_precision(torch, args.precision) if cuda else (contextlib.nullcontext, None, "")
+    amp, scaler, tf32 = mixed_precision(torch, args.precision, args.device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if not cuda and args.precision != "fp32":
+        print(f"torch_cnn.py: torch {torch.__version__}, precision {args.precision} "
+              "(torch.autocast on the CPU around forward and loss)", file=sys.stderr, flush=True)
     if cuda:
         print(f"torch_cnn.py: {torch.cuda.get_device_name(0)}, torch {torch.__version__} "
               f"(CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "

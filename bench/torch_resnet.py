@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Train ResNet-20 on synthetic 32x32x3 data with stock PyTorch, one RESULT line per epoch.
+"""Train a CIFAR ResNet on synthetic 32x32x3 data with stock PyTorch, one RESULT line per epoch.
 
-The baseline for bench/resnet.sh: the model of inputs/resnet20.cfg, the same
-optimizer, batch size and thread count as dtrain, on 1 process or on
+The baseline for bench/resnet.sh: the model of a ResNet file that
+inputs/gen-resnet.py writes (--depth 6n+2 and --width K; the defaults, 20 and
+1, are inputs/resnet20.cfg, --depth 32 --width 4 is resnet32-wide4.cfg), the
+same optimizer, batch size and thread count as dtrain, on 1 process or on
 --world-size P processes (DistributedDataParallel over gloo, one thread
-each). Run it with Debian's interpreter (/usr/bin/python3), which sees
+each), at --precision fp32 or bf16 (torch.autocast("cpu", dtype=bfloat16)
+around forward and loss, PyTorch's CPU mixed precision: convolutions and
+matmuls in bf16, weights, optimizer and batch-norm statistics in fp32).
+Run it with Debian's interpreter (/usr/bin/python3), which sees
 python3-torch. With --device cuda it is bench/gpu-throughput.sh's
 larger-model baseline instead: one process on GPU 0, at --precision fp32,
 bf16 or fp16 (autocast, and a gradient scaler for fp16: torch_cnn.py's
@@ -12,13 +17,14 @@ mixed_precision and train_step, imported, so both GPU baselines step
 alike); the data are moved to the GPU once before any timing, and the
 clock is read only after torch.cuda.synchronize().
 
-The model (He et al. 2016, CIFAR ResNet-20, as inputs/gen-resnet.py writes
-it): conv3x3(16) - BN - ReLU; three stages of three basic blocks
-(conv3x3 - BN - ReLU - conv3x3 - BN, plus the block input, ReLU) with 16, 32
-and 64 filters, the first block of stages 2 and 3 striding by 2 in its first
-convolution and projecting its shortcut with conv1x1(stride 2) - BN; global
-average pooling; Dense(10). Every convolution has a bias, as dtrain's always
-does, so both count 273,258 trainable parameters. Initialisers and constants
+The model (He et al. 2016, CIFAR ResNet-(6n+2), as inputs/gen-resnet.py
+writes it): conv3x3(16K) - BN - ReLU; three stages of n basic blocks
+(conv3x3 - BN - ReLU - conv3x3 - BN, plus the block input, ReLU) with 16K,
+32K and 64K filters, the first block of stages 2 and 3 striding by 2 in its
+first convolution and projecting its shortcut with conv1x1(stride 2) - BN;
+global average pooling; Dense(10). Every convolution has a bias, as dtrain's
+always does, so both count the same trainable parameters (ResNet-20:
+273,258; bench/resnet.sh checks the count against dtrain's for any file). Initialisers and constants
 are Keras's, as dtrain's: Glorot-uniform kernels, zero biases, BN gamma 1,
 beta 0, eps 1e-3, momentum 0.99 (PyTorch's momentum=0.01); Adam lr 1e-3,
 betas (0.9, 0.999), eps 1e-7.
@@ -43,11 +49,11 @@ Output (one line per epoch, stdout, from rank 0):
 samples and samples_per_s are global (all replicas); loss and accuracy the
 means over every replica's training batches; cpu_cores the CPU time of all
 processes over the epoch's wall time (1.00 = one core busy throughout).
-One line on stderr first names the model's parameter count, PyTorch and
-the layout (on --device cuda also the GPU, CUDA, cuDNN and the precision).
+One line on stderr first names the model and its parameter count
+("torch_resnet.py: ResNet-20 (n=3, width 1), 273258 trainable parameters; ..."), PyTorch,
+the precision and the layout (on --device cuda also the GPU, CUDA, cuDNN and the precision).
 """
 import argparse
-import contextlib
 import math
 import os
 import socket
@@ -76,22 +82,28 @@ def parse_args():
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default) or cuda: the data and model on GPU 0 (one process)")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="fp32 (default); bf16 or fp16: autocast on the GPU (--device cuda only), "
-                        "fp16 with a dynamic gradient scaler")
+                   help="fp32 (default); bf16: autocast (on the CPU too); fp16: autocast with a "
+                        "dynamic gradient scaler (--device cuda only)")
+    p.add_argument("--depth", type=int, default=20,
+                   help="6n+2 layers, n basic blocks per stage (default 20: ResNet-20)")
+    p.add_argument("--width", type=int, default=1,
+                   help="filters 16K, 32K, 64K per stage (default 1; resnet32-wide4.cfg: 4)")
     a = p.parse_args()
-    if min(a.samples, a.epochs, a.batch_size, a.world_size, a.threads) < 1:
-        p.error("--samples, --epochs, --batch-size, --world-size and --threads must be positive")
+    if min(a.samples, a.epochs, a.batch_size, a.world_size, a.threads, a.width) < 1:
+        p.error("--samples, --epochs, --batch-size, --world-size, --threads and --width must be positive")
+    if a.depth < 8 or (a.depth - 2) % 6:
+        p.error(f"--depth: expected 6n+2 with n >= 1 (20, 32, 44, ...), found {a.depth}")
     if a.samples < a.world_size:
         p.error(f"--samples {a.samples}: fewer than --world-size {a.world_size} replicas")
-    if a.precision != "fp32" and a.device != "cuda":
-        p.error(f"--precision {a.precision} needs --device cuda")
+    if a.precision == "fp16" and a.device != "cuda":
+        p.error("--precision fp16 needs --device cuda (the CPU has autocast for bf16 only)")
     if a.device == "cuda" and a.world_size > 1:
         p.error(f"--world-size {a.world_size} with --device cuda: the GPU baseline is one process "
                 "on one GPU (DDP here is gloo over CPU processes); use --world-size 1")
     return a
 
 
-def build_model(nn):
+def build_model(nn, n, width):
     class Block(nn.Module):
         """conv3x3-BN-ReLU-conv3x3-BN, plus the input (projected when the shape changes), ReLU."""
 
@@ -113,14 +125,15 @@ def build_model(nn):
             y = y + (x if self.shortcut is None else self.shortcut(x))
             return self.relu(y)
 
-    layers = [nn.Conv2d(3, 16, 3, 1, padding=1, bias=True),
-              nn.BatchNorm2d(16, eps=1e-3, momentum=0.01), nn.ReLU(inplace=True)]
-    cin = 16
-    for stage, cout in enumerate((16, 32, 64)):
-        for b in range(3):
+    w16 = 16 * width
+    layers = [nn.Conv2d(3, w16, 3, 1, padding=1, bias=True),
+              nn.BatchNorm2d(w16, eps=1e-3, momentum=0.01), nn.ReLU(inplace=True)]
+    cin = w16
+    for stage, cout in enumerate((w16, 2 * w16, 4 * w16)):
+        for b in range(n):
             layers.append(Block(cin, cout, 2 if stage > 0 and b == 0 else 1))
             cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10)]
     model = nn.Sequential(*layers)
     for m in model.modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
@@ -168,7 +181,7 @@ def train(rank, args, port):
     if cuda:  # once, before any timing
         x_all, y_all = x_all.to(device), y_all.to(device)
 
-    model = build_model(nn)
+    model = build_model(nn, (args.depth - 2) // 6, args.width)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     model = model.to(device=device, memory_format=fmt)
     if ws > 1:
@@ -176,16 +189,20 @@ def train(rank, args, port):
         model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
-    amp, scaler, tf32 = mixed_precision(torch, args.precision) if cuda else (contextlib.nullcontext, None, "")
+    amp, scaler, tf32 = mixed_precision(torch, args.precision, args.device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     gpu_note = ""
     if cuda:
         gpu_note = (f"; {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, "
-                    f"cuDNN {torch.backends.cudnn.version()}), precision {args.precision}, {tf32}")
+                    f"cuDNN {torch.backends.cudnn.version()}), {tf32}")
+    resnet20 = args.depth == 20 and args.width == 1
     if rank == 0:
-        print(f"torch_resnet.py: ResNet-20, {n_params} trainable parameters"
-              f"{'' if n_params == RESNET20_PARAMETERS else f' (dtrain has {RESNET20_PARAMETERS})'}; "
-              f"torch {torch.__version__}, {args.memory_format}, {ws} process(es) x {args.threads} thread(s)"
+        print(f"torch_resnet.py: ResNet-{args.depth} (n={(args.depth - 2) // 6}, width {args.width}), "
+              f"{n_params} trainable parameters"
+              f"{f' (dtrain has {RESNET20_PARAMETERS})' if resnet20 and n_params != RESNET20_PARAMETERS else ''}; "
+              f"torch {torch.__version__}, precision {args.precision}"
+              f"{' (CPU autocast)' if args.precision != 'fp32' and not cuda else ''}, "
+              f"{args.memory_format}, {ws} process(es) x {args.threads} thread(s)"
               f"{', gloo DDP' if ws > 1 else ''}{', bound to cores' if args.bind_to_core else ''}{gpu_note}",
               file=sys.stderr, flush=True)
 

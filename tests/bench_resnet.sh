@@ -1,0 +1,110 @@
+#!/bin/sh
+# bench_resnet.sh: the ResNet and CNN benchmark drivers' --precision and
+# --model, end to end at toy sizes (the speed figures themselves are not
+# checked: speed claims come from bench/resnet.sh runs, not tests).
+#
+# - bad --precision / --model: exit 2, one line naming the flag;
+# - bench/resnet.sh --precision fp32,bf16 at 1 and 2 ranks: every run valid,
+#   a precision column in the CSV, the cross-precision ratio rows, and (with
+#   PyTorch) equal parameter counts; torch_resnet.py --depth 32 --width 4
+#   has resnet32-wide4.cfg's parameter count as dtrain prints it;
+# - bench/cnn-throughput.sh --precision fp32,bf16 gives dtrain-bf16 /
+#   PyTorch-fp32 per round in one invocation.
+# Without /usr/bin/python3 + torch the PyTorch parts are skipped (said so).
+. "$TOP_SRCDIR/tests/common.sh"
+B=$TOP_SRCDIR/bench
+T=$TEST_TMP/bench_resnet.$$
+rm -rf "$T"
+mkdir -p "$T"
+out=$T/out err=$T/err
+MPIRUN=$MPIEXEC MPIRUN_FLAGS=$MPIEXEC_FLAGS
+export MPIRUN MPIRUN_FLAGS
+PY=/usr/bin/python3
+if "$PY" -c 'import numpy, torch, h5py, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+  torch=1 notorch=""
+else
+  torch=0 notorch=--no-torch
+  echo "skip: $PY cannot import torch with gloo: PyTorch parts not run"
+fi
+
+# refused SCRIPT MESSAGE ARGS...: exit 2 and exactly one stderr line, MESSAGE.
+refused() {
+  script=$1 msg=$2; shift 2
+  bash "$B/$script" --build "$TOP_BUILDDIR" "$@" >"$out" 2>"$err"
+  rc=$?
+  if [ "$rc" = 2 ] && [ "$(wc -l <"$err")" = 1 ] && grep -q "^$script: " "$err" && grep -qF -- "$msg" "$err"; then
+    pass "$script $* -> 2: $(cat "$err")"
+  else
+    fail "$script $*: rc=$rc, expected 2 and '$msg'"; cat "$err" >&2
+  fi
+}
+refused resnet.sh "--precision: expected a comma list of fp32 and bf16, found 'fp16' in 'fp32,fp16'" --precision fp32,fp16
+refused resnet.sh "--precision: 'bf16' is listed twice in 'bf16,bf16'" --precision bf16,bf16
+refused resnet.sh "--precision: expected a comma list of fp32 and bf16, found 'fp32,'" --precision fp32,
+refused resnet.sh "--model $T/none.cfg: no such readable file" --model "$T/none.cfg"
+refused resnet.sh "not a ResNet of inputs/gen-resnet.py's form" --model "$TOP_SRCDIR/inputs/cnn.cfg"
+refused cnn-throughput.sh "--precision: expected a comma list of fp32 and bf16, found 'fp8' in 'fp8'" --precision fp8
+"$PY" "$B/torch_resnet.py" --depth 21 >"$out" 2>"$err"
+rc=$?
+[ "$rc" = 2 ] && grep -q -- '--depth: expected 6n+2 with n >= 1 (20, 32, 44, ...), found 21' "$err" &&
+  pass "torch_resnet.py --depth 21 -> 2" || { fail "torch_resnet.py --depth 21: rc=$rc"; cat "$err" >&2; }
+
+# ResNet-20 at both precisions, 1 and 2 ranks, one round of toy size.
+# shellcheck disable=SC2086
+bash "$B/resnet.sh" --build "$TOP_BUILDDIR" --repeats 1 --epochs 1 --samples 64 --batch-size 32 \
+  --precision fp32,bf16 $notorch --out "$T/r.csv" >"$out" 2>"$err"
+rc=$?
+runs=$(awk -F, '$7 == 1 && ($2 ~ /^(dtrain|pytorch)-np[12]$/) { print $2 "-" $3 }' "$T/r.csv" | sort -u | wc -l)
+want=$((torch ? 8 : 4))
+if [ "$rc" = 0 ] && head -20 "$T/r.csv" | grep -q '^round,run,precision,np,epoch,' && [ "$runs" = "$want" ]; then
+  pass "resnet.sh --precision fp32,bf16: $runs runs, each with its quoted epoch and precision in the CSV"
+else
+  fail "resnet.sh --precision fp32,bf16: rc=$rc, $runs of $want runs in the CSV"; cat "$err" >&2
+fi
+for row in "dtrain-bf16 / dtrain-fp32 at 1 rank" "dtrain-bf16 / dtrain-fp32 at 2 ranks"; do
+  grep -q "^$row  *[0-9.]*[0-9]   (.*, 1/1 rounds)" "$out" && pass "report: $(grep "^$row" "$out")" ||
+    { fail "report lacks a figure for '$row'"; cat "$out" >&2; }
+done
+if [ "$torch" = 1 ]; then
+  for row in "dtrain-fp32 / pytorch-fp32 at 1 rank" "dtrain-bf16 / pytorch-bf16 at 2 ranks" \
+             "dtrain-bf16 / pytorch-fp32 at 1 rank" "dtrain-bf16 / pytorch-fp32 at 2 ranks"; do
+    grep -q "^$row  *[0-9.]*[0-9]   (.*, 1/1 rounds)" "$out" && pass "report: $(grep "^$row" "$out")" ||
+      { fail "report lacks a figure for '$row'"; cat "$out" >&2; }
+  done
+  grep -q '^trainable parameters: dtrain 273258, pytorch 273258$' "$out" && pass "ResNet-20: 273258 parameters on both sides" ||
+    { fail "ResNet-20 parameter counts"; grep parameters "$out" >&2; }
+
+  # resnet32-wide4: dtrain's count against the PyTorch twin's, bf16 autocast on the CPU.
+  run_np 1 --synthetic 32x32x3:10:16 --model "$TOP_SRCDIR/inputs/resnet32-wide4.cfg" --batch-size 16 --epochs 1 \
+    --threads 1 --no-validation --precision bf16
+  d=$(sed -n 's/.*(\([0-9]*\) parameters).*/\1/p' "$out" | head -n 1)
+  "$PY" "$B/torch_resnet.py" --depth 32 --width 4 --samples 16 --batch-size 16 --epochs 1 --precision bf16 >"$T/t.out" 2>"$T/t.err"
+  trc=$?
+  p=$(sed -n 's/^torch_resnet.py: ResNet-32 (n=5, width 4), \([0-9]*\) trainable parameters; .*precision bf16 (CPU autocast).*/\1/p' "$T/t.err")
+  if [ "$rc" = 0 ] && [ "$trc" = 0 ] && [ -n "$d" ] && [ "$d" = "$p" ] && grep -q '^RESULT framework=pytorch epoch=1 .*loss=[0-9]' "$T/t.out"; then
+    pass "resnet32-wide4: dtrain and torch_resnet.py --depth 32 --width 4 both $d parameters; bf16 autocast trains"
+  else
+    fail "resnet32-wide4: dtrain rc=$rc '$d', torch rc=$trc '$p'"; cat "$err" "$T/t.err" >&2
+  fi
+fi
+
+# The seed CNN at both precisions: dtrain-bf16 / PyTorch-fp32 in one invocation.
+if fm=$(fm_small); then
+  # shellcheck disable=SC2086
+  bash "$B/cnn-throughput.sh" --build "$TOP_BUILDDIR" --data "$fm" --repeats 1 --epochs 1 --no-keras --no-scaling \
+    --precision fp32,bf16 $notorch --out "$T/c.csv" >"$out" 2>"$err"
+  rc=$?
+  rows="dtrain-bf16 / dtrain-fp32"
+  [ "$torch" = 1 ] && rows="$rows|dtrain-bf16 / pytorch-fp32|dtrain-fp32 / pytorch-fp32"
+  n=$(grep -Ec "^($rows)  *[0-9.]*[0-9]   \(.*, 1/1 rounds\)" "$out")
+  if [ "$rc" = 0 ] && [ "$n" = "$(echo "$rows" | tr '|' '\n' | wc -l)" ] &&
+     grep -q '^1,dtrain-np1,bf16,1,1,1,1,' "$T/c.csv"; then
+    pass "cnn-throughput.sh --precision fp32,bf16: $(grep -E "^($rows)" "$out" | tr -s ' ' | paste -sd';')"
+  else
+    fail "cnn-throughput.sh --precision fp32,bf16: rc=$rc, $n ratio rows"; cat "$out" "$err" >&2
+  fi
+else
+  echo "skip: $fm"
+fi
+rm -rf "$T"
+finish
