@@ -6,6 +6,7 @@
  * (dense, dropout, the loss) run their float kernels through float copies. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,20 +139,26 @@ static double softmax_xent(dt_act *dlogits, long *ncorrect, const dt_act *logits
     return loss;
 }
 static void images_to_float(dt_act *dst, const uint8_t *src, size_t n) { cpu_images_to_float(dst, src, n, cpu_act_bf16); }
-static void act_add(dt_act *dst, const dt_act *src, size_t n) { cpu_act_add(dst, src, n, cpu_act_bf16); }
+static void act_add(dt_act *dst, const dt_act *src, size_t n)
+{
+    if (!cpu_act_bf16 || !cpu_fast_add_bf16(dst, src, n)) cpu_act_add(dst, src, n, cpu_act_bf16);
+}
 static void channel_sums(double *s1, double *s2, const dt_act *a, const dt_act *b, size_t rows, int c)
 {
-    cpu_channel_sums(s1, s2, a, b, rows, c, cpu_act_bf16);
+    if (!cpu_fast_sums(s1, s2, (void *)(uintptr_t)a, b, NULL, rows, c, cpu_act_bf16)) /* a only read: no mask */
+        cpu_channel_sums(s1, s2, a, b, rows, c, cpu_act_bf16);
 }
 static void channel_sums_relu(double *s1, double *s2, dt_act *a, const dt_act *b, const dt_act *relu_out,
                               size_t rows, int c)
 {
-    cpu_channel_sums_relu(s1, s2, a, b, relu_out, rows, c, cpu_act_bf16);
+    if (!cpu_fast_sums(s1, s2, a, b, relu_out, rows, c, cpu_act_bf16))
+        cpu_channel_sums_relu(s1, s2, a, b, relu_out, rows, c, cpu_act_bf16);
 }
 static void channel_affine(dt_act *o, const dt_act *a, const dt_act *b, size_t rows, int c, const float *p,
                            const float *q, const float *r, int relu)
 {
-    cpu_channel_affine(o, a, b, rows, c, p, q, r, relu, cpu_act_bf16);
+    if (!cpu_fast_affine(o, a, b, rows, c, p, q, r, relu, cpu_act_bf16))
+        cpu_channel_affine(o, a, b, rows, c, p, q, r, relu, cpu_act_bf16);
 }
 static void avgpool_forward(const struct dt_conv_shape *s, int n, dt_act *o, const dt_act *inp)
 {

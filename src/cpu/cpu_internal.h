@@ -93,6 +93,16 @@ void cpu_channel_affine(void *out, const void *a, const void *b, size_t rows, in
 void cpu_avgpool_forward(const struct dt_conv_shape *s, int n, void *out, const void *inp, int bf);
 void cpu_avgpool_backward(const struct dt_conv_shape *s, int n, void *dinp, const void *dout, int bf);
 
+/* cpu_avx512.c: AVX-512 fast paths of cpu_channel_affine, cpu_channel_sums
+ * and cpu_channel_sums_relu (relu_out NULL: unmasked) for both activation
+ * types (bf), and of cpu_act_add on bf16. Each returns 1 when it ran, 0
+ * when it does not apply (no AVX-512 with BF16 here, channels not a
+ * multiple of 16, DTRAIN_NO_FAST_KERNELS=1): then the generic kernel runs. */
+int cpu_fast_affine(void *out, const void *a, const void *b, size_t rows, int c, const float *p, const float *q,
+                    const float *r, int relu, int bf);
+int cpu_fast_sums(double *s1, double *s2, void *a, const void *b, const void *relu_out, size_t rows, int c, int bf);
+int cpu_fast_add_bf16(void *dst, const void *src, size_t n);
+
 /* cpu_setup.c: setup(); the precision it chose (enum dt_precision), and
  * whether this CPU has bf16 dot-product instructions; the process's one
  * oneDNN engine and stream, made on first use (the convolutions and the
