@@ -185,6 +185,43 @@ START_TEST(fd_batchnorm_relu)
 }
 END_TEST
 
+/* A batchnorm with an add (and its ReLU) folded in, as the model folds a
+ * residual block's end: out = relu(BN(x) + shortcut), the ReLU's backward
+ * applied to dout in place (what the model hands the shortcut). 16
+ * channels: the AVX-512 fast paths where the CPU has them. */
+START_TEST(fd_batchnorm_folded_add)
+{
+    struct lh h, plain;
+    const struct dt_shape in = {3, 3, 16};
+    bn_setup(&h, in, 2, 0, 54);
+    bn_setup(&plain, in, 2, 0, 54);
+    float *shortcut = malloc(sizeof(float) * h.nout);
+    dt_rng r;
+    dt_rng_seed(&r, 55, 0);
+    fill_uniform(shortcut, h.nout, &r, -1.0f, 1.0f);
+    dt_act *acts[1] = {shortcut};
+    h.c.act = acts;
+    h.l.fold_add = 1;
+    h.l.add_src = 0;
+    h.l.add_relu = 1;
+    lh_forward(&h);
+    lh_forward(&plain);
+    for (size_t i = 0; i < h.nout; i++) {
+        float want = plain.out[i] + shortcut[i];
+        want = want > 0.0f ? want : 0.0f;
+        ck_assert_msg(fabsf(h.out[i] - want) <= 1e-6f * (1.0f + fabsf(want)), "out[%zu] %g, want %g", i,
+                      (double)h.out[i], (double)want);
+    }
+    lh_fd_step(&h, "batchnorm + add + relu", BN_STEP);
+    lh_backward(&h);
+    for (size_t i = 0; i < h.nout; i++)
+        ck_assert_msg(h.dout[i] == (h.out[i] > 0.0f ? h.R[i] : 0.0f), "masked gradient [%zu]", i);
+    free(shortcut);
+    lh_free(&h);
+    lh_free(&plain);
+}
+END_TEST
+
 START_TEST(fd_batchnorm_inference)
 {
     struct lh h;
@@ -389,6 +426,90 @@ START_TEST(fd_residual_model)
 }
 END_TEST
 
+/* A basic block as ResNets end it: conv - BN - add - ReLU. The model folds
+ * the add into the batchnorm (layer.h's fold_add) unless DTRAIN_NO_FUSION=1;
+ * both must give the same gradients (with 16 channels, so the CPU's
+ * AVX-512 fast paths of cpu_avx512.c run where the CPU has them).
+ * fd_batchnorm_folded_add checks the folded layer against finite
+ * differences (a whole block of three batch norms is too ill-conditioned
+ * for float32 difference quotients, fused or not). */
+static void block_specs(struct dt_layer_spec *sp, int filters)
+{
+    const struct dt_layer_spec b[] = {
+        {.type = "conv2d", .filters = filters, .kernel = 3, .same = 1},
+        {.type = "batchnorm", .activation = DT_ACT_RELU}, /* 1 -> act2: the block's input */
+        {.type = "conv2d", .filters = filters, .kernel = 3, .same = 1},
+        {.type = "batchnorm", .activation = DT_ACT_RELU},
+        {.type = "conv2d", .filters = filters, .kernel = 3, .same = 1},
+        {.type = "batchnorm"},                            /* 5: the add folds into it */
+        {.type = "add", .from = -5, .activation = DT_ACT_RELU}, /* 6: + act2 */
+        {.type = "route", .from = -1},                    /* 7: its output is act7 itself */
+        {.type = "global_avgpool"},
+        {.type = "dense", .filters = 3},
+    };
+    memcpy(sp, b, sizeof b);
+}
+#define BLOCK_N 10
+
+static float *block_grads(struct model_ctx *x, int fused, int filters, const uint8_t *labels, int n)
+{
+    dt_status st = {0};
+    struct dt_layer_spec sp[BLOCK_N];
+    block_specs(sp, filters);
+    memset(x, 0, sizeof *x);
+    if (!fused) setenv("DTRAIN_NO_FUSION", "1", 1);
+    int rc = dt_model_build_specs(&x->m, "block", (struct dt_shape){6, 6, 2}, 3, sp, BLOCK_N, &st);
+    unsetenv("DTRAIN_NO_FUSION");
+    ck_assert_msg(rc == DT_OK, "%s", st.msg);
+    ck_assert_int_eq(x->m.layers[5].fold_add, fused);
+    ck_assert_int_eq(x->m.layers[6].folded, fused);
+    dt_model_create(&x->m, be, n);
+    ck_assert_msg((x->m.act[6] == x->m.act[7]) == fused && (x->m.dact[6] == x->m.dact[7]) == fused,
+                  "fused %d: the batchnorm's and the add's buffers", fused);
+    ck_assert_msg((x->m.act[8] == x->m.act[7]) == fused, "fused %d: the route's output buffer", fused);
+    dt_model_init_params(&x->m, 90);
+    dt_rng r;
+    dt_rng_seed(&r, 91, 0);
+    for (int i = 0; i < x->m.nlayers; i++) {
+        const struct dt_layer *l = &x->m.layers[i];
+        if (l->ops == &dt_batchnorm_ops) fill_uniform(x->m.params + l->param_offset, l->nparams, &r, 0.5f, 1.5f);
+        else if (l->nparams) fill_uniform(x->m.params + l->param_offset + l->nparams - (size_t)l->out.c,
+                                          (size_t)l->out.c, &r, -0.1f, 0.1f);
+    }
+    fill_uniform(x->m.act[0], 72 * (size_t)n, &r, 0.0f, 1.0f);
+    x->n = n;
+    x->labels = labels;
+    dt_rng_seed(&x->rng, 92, 0);
+    dt_model_forward(&x->m, n, 1, &x->rng);
+    dt_model_loss(&x->m, labels, n, 1.0f);
+    dt_model_backward(&x->m, n, &x->rng);
+    float *g = malloc(sizeof(float) * x->m.nparams);
+    memcpy(g, x->m.grads, sizeof(float) * x->m.nparams);
+    return g;
+}
+
+START_TEST(fused_block_equals_reference)
+{
+    const uint8_t labels[4] = {2, 0, 1, 1};
+    struct model_ctx ref, fused;
+    float *gr = block_grads(&ref, 0, 16, labels, 4), *gf = block_grads(&fused, 1, 16, labels, 4);
+    ck_assert(fused.m.act_bytes < ref.m.act_bytes); /* the folded add's buffers are shared */
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.m.nparams; i++) {
+        ck_assert_msg(isfinite(gf[i]), "fused grad[%zu] not written", i);
+        double d = (double)gf[i] - (double)gr[i];
+        num += d * d;
+        den += (double)gr[i] * (double)gr[i];
+    }
+    /* the same arithmetic up to the order of one add: rounding only */
+    ck_assert_msg(sqrt(num / den) < 1e-5, "fused gradients differ from the reference's: rel L2 %.2e", sqrt(num / den));
+    free(gr);
+    free(gf);
+    dt_model_free(&ref.m);
+    dt_model_free(&fused.m);
+}
+END_TEST
+
 /* ---- building ------------------------------------------------------------ */
 
 static void build_fails(const struct dt_layer_spec *specs, int n, const char *want)
@@ -458,6 +579,8 @@ static Suite *residual_suite(void)
     tcase_add_test(tc, fd_batchnorm_relu);
     tcase_add_test(tc, fd_batchnorm_inference);
     tcase_add_test(tc, fd_residual_model);
+    tcase_add_test(tc, fused_block_equals_reference);
+    tcase_add_test(tc, fd_batchnorm_folded_add);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("build");

@@ -81,7 +81,7 @@ static inline uint64_t layer_signature(const struct dt_layer *l, const float *in
                                 uint64_t h)
 {
     size_t nout = dt_shape_size(l->out) * (size_t)n;
-    if (l->ops == &dt_relu_ops ||
+    if (l->ops == &dt_relu_ops || (l->fold_add && l->add_relu) ||
         ((l->ops == &dt_conv2d_ops || l->ops == &dt_dense_ops || l->ops == &dt_batchnorm_ops ||
           l->ops == &dt_add_ops) && l->spec.activation == DT_ACT_RELU))
         for (size_t i = 0; i < nout; i++) h = fnv(h, out[i] > 0.0f);
