@@ -53,6 +53,8 @@ steps() { grep '^step ' "$out" | sed 's/ - gradient overflow.*//'; }
 run_np 2 $common
 [ "$rc" = 0 ] || { fail "fp32 run: rc=$rc"; cat "$err" >&2; }
 steps >"$TEST_TMP/plain.$$"
+actmem() { sed -n 's/.*activation memory \([0-9.]*\) MiB per rank at batch \([0-9]*\).*/\1 \2/p' "$out" | head -1; }
+mem_fp32=$(actmem)
 run_np 2 $common --loss-scale dynamic
 [ "$rc" = 0 ] || { fail "dynamic run: rc=$rc"; cat "$err" >&2; }
 steps >"$TEST_TMP/scaled.$$"
@@ -97,6 +99,12 @@ else
   run_np 2 $common --precision bf16
   if [ "$rc" = 0 ] && grep -q 'precision bf16 (activations bf16)' "$out" && grep -q 'all-reduce .*(bf16)' "$out"; then
     pass "bf16 sends bf16 gradients by default, and the CPU stores bf16 activations"
+    # The seed CNN at batch 32: 32 * (784 + 2 * (21632 + 5408 + 7744 + 1600 + 128 + 128 + 10)) floats
+    # (input once, every layer's output and its gradient) = 9.02 MiB in float32, half in bf16.
+    mem_bf16=$(actmem)
+    [ "$mem_fp32" = "9.0 32" ] && [ "$mem_bf16" = "4.5 32" ] &&
+      pass "activation memory per rank at batch 32: ${mem_fp32% *} MiB (fp32), ${mem_bf16% *} MiB (bf16)" ||
+      fail "activation memory: '$mem_fp32' (fp32) and '$mem_bf16' (bf16), expected '9.0 32' and '4.5 32'"
   else
     fail "bf16 run: rc=$rc, or its gradients are not bf16"; cat "$out" "$err" >&2
   fi
