@@ -10,7 +10,8 @@
 # over rounds of each round's own ratio B/A.
 #
 # Usage: bench/ab.sh --a DTRAIN --b DTRAIN [--repeats R] [--epochs E]
-#            [--np N] [--data FILE] [--workloads cnn,resnet20] [--out CSV]
+#            [--np N] [--precision P] [--data FILE] [--workloads cnn,resnet20]
+#            [--out CSV]
 set -euo pipefail
 
 prog=ab.sh
@@ -37,6 +38,7 @@ Options:
   --repeats R       rounds (default: 5)
   --epochs E        epochs per run; the last one is quoted (default: 2)
   --np N            ranks per run (default: 1)
+  --precision P     fp32 or bf16, passed to both sides (default: fp32)
   --data FILE       the CNN's HDF5 file (default: data/fashion-mnist.h5,
                     made with dtrain-prep when missing)
   --workloads LIST  comma-separated, from the list above (default: both)
@@ -45,7 +47,7 @@ Options:
 USAGE
 }
 
-a= b= repeats=5 epochs=2 np=1 data= workloads=cnn,resnet20 out=
+a= b= repeats=5 epochs=2 np=1 data= workloads=cnn,resnet20 out= precision=fp32
 while (($#)); do
     case $1 in
         --a) a=${2:?--a needs a value}; shift 2 ;;
@@ -55,12 +57,14 @@ while (($#)); do
         --np) positive "$1" "${2:-}"; np=$2; shift 2 ;;
         --data) data=${2:?--data needs a value}; shift 2 ;;
         --workloads) workloads=${2:?--workloads needs a value}; shift 2 ;;
+        --precision) precision=${2:?--precision needs a value}; shift 2 ;;
         --out) out=${2:?--out needs a value}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
     esac
 done
 [[ -n $a && -n $b ]] || die "--a and --b are both required (see --help)"
+[[ $precision == fp32 || $precision == bf16 ]] || die "--precision: expected fp32 or bf16, found '$precision'"
 for side in a b; do
     v=${!side}
     [[ -d $v ]] && v=$v/dtrain
@@ -86,7 +90,7 @@ run() {
         resnet20) args=(--synthetic "32x32x3:10:6400" --model "$repo/inputs/resnet20.cfg" --batch-size 64) ;;
     esac
     (cd "$work" && "$mpirun" "${mpi_flags[@]}" -np "$np" "$bin" "${args[@]}" --epochs "$epochs" --threads 1 \
-        --progress plain --no-validation --seed 42) >"$work/log" 2>&1 || {
+        --precision "$precision" --progress plain --no-validation --seed 42) >"$work/log" 2>&1 || {
         cat "$work/log" >&2
         die "$bin failed on $w"
     }
@@ -98,7 +102,7 @@ declare -A sps ratios
 [[ -z $out ]] || echo "workload,round,side,samples_per_s" >"$out"
 echo "# A: $a"
 echo "# B: $b"
-echo "# $dtrain_version, commit $git_rev, $cpu_model, $np rank(s), $repeats rounds, epoch $epochs of $epochs quoted"
+echo "# $dtrain_version, commit $git_rev, $cpu_model, $np rank(s), --precision $precision, $repeats rounds, epoch $epochs of $epochs quoted"
 for ((r = 1; r <= repeats; r++)); do
     for w in "${wl[@]}"; do
         order=(a b)

@@ -44,6 +44,10 @@ refused resnet.sh "--precision: expected a comma list of fp32 and bf16, found 'f
 refused resnet.sh "--model $T/none.cfg: no such readable file" --model "$T/none.cfg"
 refused resnet.sh "not a ResNet of inputs/gen-resnet.py's form" --model "$TOP_SRCDIR/inputs/cnn.cfg"
 refused cnn-throughput.sh "--precision: expected a comma list of fp32 and bf16, found 'fp8' in 'fp8'" --precision fp8
+bash "$B/ab.sh" --a "$TOP_BUILDDIR" --b "$TOP_BUILDDIR" --precision fp16 >"$out" 2>"$err"
+rc=$?
+[ "$rc" = 2 ] && grep -qF "ab.sh: --precision: expected fp32 or bf16, found 'fp16'" "$err" &&
+  pass "ab.sh --precision fp16 -> 2: $(cat "$err")" || { fail "ab.sh --precision fp16: rc=$rc"; cat "$err" >&2; }
 "$PY" "$B/torch_resnet.py" --depth 21 >"$out" 2>"$err"
 rc=$?
 [ "$rc" = 2 ] && grep -q -- '--depth: expected 6n+2 with n >= 1 (20, 32, 44, ...), found 21' "$err" &&
