@@ -256,9 +256,9 @@ const struct dt_option dt_option_table[] = {
      .values = VALUES(DT_PREC_FP32, DT_PREC_BF16, DT_PREC_FP16), .arg = "P",
      .help = "fp32 (default), bf16 or fp16: 16-bit convolutions\n"
              "and matmuls with fp32 master weights and 16-bit\n"
-             "gradient transport (fp16: GPU only); on the GPU\nthe activations are stored in 16 bits too"},
+             "gradient transport (fp16: GPU only); the\nactivations are stored in 16 bits too"},
     {"fp32-activations", 0, DT_OPT_FLAG, 0, F(fp32_activations), .set = 1,
-     .help = "keep activations in float32 under --precision\nbf16|fp16 (the CPU always does)"},
+     .help = "keep activations in float32 under --precision\nbf16|fp16 (twice the activation memory)"},
     {"loss-scale", 0, DT_OPT_CUSTOM, 0, 0, .names = NAMES("dynamic", "none"),
      .other = "a positive number", .parse = parse_loss_scale, .arg = "S",
      .help = "dynamic (default with fp16: start 2^15, halve and\n"

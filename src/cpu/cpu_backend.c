@@ -23,10 +23,10 @@ static void *cpu_alloc(size_t bytes)
     enum { HUGE = 2u << 20 };
     if (bytes < HUGE) return dt_xmalloc(bytes);
     void *p = NULL;
-    size_t rounded = (bytes + HUGE - 1) / HUGE * HUGE;
-    if (posix_memalign(&p, HUGE, rounded) != 0) return dt_xmalloc(bytes);
+    if (posix_memalign(&p, HUGE, bytes) != 0) return dt_xmalloc(bytes);
 #ifdef MADV_HUGEPAGE
-    if (!getenv("DTRAIN_NO_HUGEPAGES")) madvise(p, rounded, MADV_HUGEPAGE);
+    /* whole huge pages only: a partly used one would be backed in full */
+    if (!getenv("DTRAIN_NO_HUGEPAGES")) madvise(p, bytes / HUGE * HUGE, MADV_HUGEPAGE);
 #endif
     return p;
 }

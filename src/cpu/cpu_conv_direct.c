@@ -97,8 +97,12 @@ static inline __attribute__((always_inline)) void bwdw_kernel(const struct dt_co
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 const size_t at = (((size_t)b * s->oh + oy) * s->ow + ox) * K;
-                float d[MAX_K];
-                for (int k = 0; k < K; k++) d[k] = cpu_ld(dout, at + k, bf);
+                float dbuf[MAX_K];
+                const float *restrict d = (const float *)dout + at; /* float32: read in place */
+                if (bf) {
+                    for (int k = 0; k < K; k++) dbuf[k] = cpu_ld(dout, at + k, 1);
+                    d = dbuf;
+                }
                 for (int k = 0; k < K; k++) db[k] += d[k];
                 for (int ky = 0; ky < KH; ky++)
                     for (int kx = 0; kx < KW; kx++) {

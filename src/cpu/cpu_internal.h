@@ -4,6 +4,7 @@
 #define DT_CPU_INTERNAL_H
 
 #include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
 
 #include "backend.h"
 #include "runtime/status.h" /* dt_die */
@@ -28,6 +29,14 @@ static inline __attribute__((always_inline)) void cpu_st(void *p, size_t i, floa
 {
     if (bf) ((uint16_t *)p)[i] = dt_f32_to_bf16(v);
     else ((float *)p)[i] = v;
+}
+
+/* Element i of an activation as a pointer (bf16 or float32), for kernels
+ * that hand on restrict pointers to rows: without restrict the compiler
+ * must assume a store may change what it is reading, and keeps reloading. */
+static inline __attribute__((always_inline)) void *cpu_at(const void *p, size_t i, const int bf)
+{
+    return (char *)(uintptr_t)p + i * (bf ? 2 : 4);
 }
 
 /* oneDNN calls return dnnl_status_t; a failure is not the user's. */

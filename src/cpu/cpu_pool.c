@@ -38,22 +38,22 @@ void cpu_pool_destroy(dt_pool_plan *p)
  * does). The running maximum o is float: a max is one of its inputs, so
  * bf16 activations come out exactly as stored. */
 static inline __attribute__((always_inline)) void window_max_arg(float *restrict o, int32_t *restrict am,
-                                                                 const void *x, size_t at, int32_t off, int channels,
+                                                                 const void *restrict x, int32_t off, int channels,
                                                                  const int bf)
 {
     for (int c = 0; c < channels; c++) {
-        float ov = o[c], xv = cpu_ld(x, at + c, bf);
+        float ov = o[c], xv = cpu_ld(x, c, bf);
         int32_t keep = -(int32_t)(xv > ov); /* all ones where x wins: a mask, not a branch */
         o[c] = xv > ov ? xv : ov;
         am[c] = (am[c] & ~keep) | ((off + c) & keep);
     }
 }
 
-static inline __attribute__((always_inline)) void window_max(float *restrict o, const void *x, size_t at,
+static inline __attribute__((always_inline)) void window_max(float *restrict o, const void *restrict x,
                                                              int channels, const int bf)
 {
     for (int c = 0; c < channels; c++) {
-        float ov = o[c], xv = cpu_ld(x, at + c, bf);
+        float ov = o[c], xv = cpu_ld(x, c, bf);
         o[c] = xv > ov ? xv : ov;
     }
 }
@@ -76,8 +76,9 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
                     for (int kx = 0; kx < s->kw; kx++) {
                         int iy = oy * s->stride + ky, ix = ox * s->stride + kx;
                         int32_t off = (int32_t)(((size_t)iy * s->w + ix) * s->c);
-                        if (am) window_max_arg(o, am, inp, x + (size_t)off, off, s->c, bf);
-                        else window_max(o, inp, x + (size_t)off, s->c, bf);
+                        const void *xi = cpu_at(inp, x + (size_t)off, bf);
+                        if (am) window_max_arg(o, am, xi, off, s->c, bf);
+                        else window_max(o, xi, s->c, bf);
                     }
                 for (int c = 0; c < s->c; c++) cpu_st(out, at + c, o[c], bf);
             }
@@ -101,13 +102,13 @@ DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, void *out, const v
 
 /* Non-overlapping windows: every input element is written once (gradient
  * or zero), so no separate clearing pass. */
-static inline __attribute__((always_inline)) void unpool_row(void *dx, size_t dxat, const void *dy, const void *y,
-                                                             size_t o, const int32_t *restrict am, int32_t off,
-                                                             int channels, const int bf)
+static inline __attribute__((always_inline)) void unpool_row(void *restrict dx, const void *restrict dy,
+                                                             const void *restrict y, const int32_t *restrict am,
+                                                             int32_t off, int channels, const int bf)
 {
     for (int c = 0; c < channels; c++) {
-        float g = y && !(cpu_ld(y, o + c, bf) > 0.0f) ? 0.0f : cpu_ld(dy, o + c, bf);
-        cpu_st(dx, dxat + c, am[c] == off + c ? g : 0.0f, bf);
+        float g = y && !(cpu_ld(y, c, bf) > 0.0f) ? 0.0f : cpu_ld(dy, c, bf);
+        cpu_st(dx, c, am[c] == off + c ? g : 0.0f, bf);
     }
 }
 
@@ -128,7 +129,8 @@ static inline __attribute__((always_inline)) void pool_bwd(dt_pool_plan *p, int 
                         for (int kx = 0; kx < s->kw; kx++) {
                             int32_t off = (int32_t)((((size_t)oy * s->stride + ky) * s->w +
                                                      (size_t)ox * s->stride + kx) * s->c);
-                            unpool_row(dinp, dx + (size_t)off, dout, relu_out, dy + o, am + o, off, s->c, bf);
+                            unpool_row(cpu_at(dinp, dx + (size_t)off, bf), cpu_at(dout, dy + o, bf),
+                                       relu_out ? cpu_at(relu_out, dy + o, bf) : NULL, am + o, off, s->c, bf);
                         }
                 }
         } else {

@@ -37,7 +37,7 @@ static int read_as_src(const struct dt_model *m, int k)
     return 0;
 }
 
-/* Fold each add into the batchnorm before it (layer.h's add_src): one pass
+/* Fold each add into the batchnorm before it (layer.h's fold_add): one pass
  * instead of four over a residual block's output. The batchnorm must have
  * no ReLU of its own, and its output must feed nothing but the add, since
  * it is never written on its own. A route's output is the tensor it routes
