@@ -35,8 +35,9 @@ void cpu_pool_destroy(dt_pool_plan *p)
 
 /* Branch-free over channels, so the compiler vectorizes both; inlined into
  * the multiversioned loops below (a call per window costs more than it
- * does). The running maximum o is float: a max is one of its inputs, so
- * bf16 activations come out exactly as stored. */
+ * does). The running maximum o is float (for bf16 a row of scratch, stored
+ * after the window: a max is one of its inputs, so it comes out exactly as
+ * stored; for float32 the output row itself, as before bf16 existed). */
 static inline __attribute__((always_inline)) void window_max_arg(float *restrict o, int32_t *restrict am,
                                                                  const void *restrict x, int32_t off, int channels,
                                                                  const int bf)
@@ -59,7 +60,7 @@ static inline __attribute__((always_inline)) void window_max(float *restrict o, 
 }
 
 static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int n, void *out, const void *inp,
-                                                           int train, float *o, const int bf)
+                                                           int train, float *tmp, const int bf)
 {
     const struct dt_conv_shape *s = &p->s;
     const size_t in_sample = (size_t)s->h * s->w * s->c, out_sample = (size_t)s->oh * s->ow * s->c;
@@ -69,6 +70,7 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
             for (int ox = 0; ox < s->ow; ox++) {
                 const size_t at = (size_t)b * out_sample + ((size_t)oy * s->ow + ox) * s->c;
                 int32_t *am = train ? p->argmax + at : NULL;
+                float *restrict o = bf ? tmp : (float *)out + at; /* float32: the maximum is kept in place */
                 for (int c = 0; c < s->c; c++) o[c] = -FLT_MAX;
                 int32_t off0 = (int32_t)(((size_t)oy * s->stride * s->w + (size_t)ox * s->stride) * s->c);
                 if (am) for (int c = 0; c < s->c; c++) am[c] = off0 + c;
@@ -80,7 +82,8 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
                         if (am) window_max_arg(o, am, xi, off, s->c, bf);
                         else window_max(o, xi, s->c, bf);
                     }
-                for (int c = 0; c < s->c; c++) cpu_st(out, at + c, o[c], bf);
+                if (bf)
+                    for (int c = 0; c < s->c; c++) cpu_st(out, at + c, o[c], 1);
             }
     }
 }
