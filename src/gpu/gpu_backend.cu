@@ -186,6 +186,7 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .accumulate = gpu_accumulate,
     .act_add = gpu_act_add,
     .channel_sums = gpu_channel_sums,
+    .channel_sums_relu = nullptr, /* batchnorm runs relu_backward, then channel_sums */
     .channel_affine = gpu_channel_affine,
     .avgpool_forward = gpu_avgpool_forward,
     .avgpool_backward = gpu_avgpool_backward,
