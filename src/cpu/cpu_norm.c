@@ -148,13 +148,12 @@ DT_MULTIVERSION void cpu_avgpool_forward(const struct dt_conv_shape *s, int n, v
 
 /* Windows may overlap, so the gradient is summed in float: in place for
  * float32, through a float copy of one sample for bf16. */
-static inline __attribute__((always_inline)) void avgpool_bwd(const struct dt_conv_shape *s, int n, float *dx,
+static inline __attribute__((always_inline)) void avgpool_bwd(const struct dt_conv_shape *s, float *dx,
                                                               const void *dout, int b, const int bf)
 {
     const int C = s->c;
     const float inv = 1.0f / (float)(s->kh * s->kw);
     memset(dx, 0, sizeof(float) * (size_t)s->h * s->w * C);
-    (void)n;
     for (int oy = 0; oy < s->oh; oy++)
         for (int ox = 0; ox < s->ow; ox++) {
             const size_t g = (((size_t)b * s->oh + oy) * s->ow + ox) * C;
@@ -171,8 +170,8 @@ DT_MULTIVERSION void cpu_avgpool_backward(const struct dt_conv_shape *s, int n, 
     const size_t in_sample = (size_t)s->h * s->w * s->c;
     float *tmp = bf ? dt_xmalloc(sizeof(float) * in_sample) : NULL;
     for (int b = 0; b < n; b++) {
-        if (!bf) { avgpool_bwd(s, n, (float *)dinp + (size_t)b * in_sample, dout, b, 0); continue; }
-        avgpool_bwd(s, n, tmp, dout, b, 1);
+        if (!bf) { avgpool_bwd(s, (float *)dinp + (size_t)b * in_sample, dout, b, 0); continue; }
+        avgpool_bwd(s, tmp, dout, b, 1);
         for (size_t i = 0; i < in_sample; i++) cpu_st(dinp, (size_t)b * in_sample + i, tmp[i], 1);
     }
     free(tmp);

@@ -97,10 +97,13 @@ DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, void *out, const v
         p->argmax = dt_xmalloc(sizeof(int32_t) * out_sample * (size_t)n);
         p->capacity = n;
     }
-    float *o = dt_xmalloc(sizeof(float) * (size_t)s->c);
-    if (bf) pool_fwd(p, n, out, inp, train, o, 1);
-    else pool_fwd(p, n, out, inp, train, o, 0);
-    free(o);
+    if (!bf) { /* float32 keeps each maximum in the output row itself */
+        pool_fwd(p, n, out, inp, train, NULL, 0);
+        return;
+    }
+    float *tmp = dt_xmalloc(sizeof(float) * (size_t)s->c);
+    pool_fwd(p, n, out, inp, train, tmp, 1);
+    free(tmp);
 }
 
 /* Non-overlapping windows: every input element is written once (gradient
