@@ -227,6 +227,7 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
     if (given(cfg, "checkpoint-every") || given(cfg, "keep"))
         ckpt_flag = given(cfg, "keep") > given(cfg, "checkpoint-every") ? "--keep" : "--checkpoint-every";
     if (cfg->ckpt_seconds > 0) ckpt_flag = "--checkpoint-seconds";
+    if (cfg->ckpt_async) ckpt_flag = "--checkpoint-async";
     if (ckpt_flag && !cfg->checkpoint_dir)
         return dt_fail(st, DT_EUSAGE, "%s: needs --checkpoint-dir DIR", ckpt_flag);
     if (given(cfg, "dropout") && dt_model_is_file(cfg->model))

@@ -92,6 +92,7 @@ struct dt_config {
     long ckpt_every;        /* checkpoint every N epochs (ckpt_every_steps 0) or steps */
     int ckpt_every_steps;
     double ckpt_seconds;    /* also after this many seconds since the last; 0 off */
+    int ckpt_async;         /* write them on a thread while training goes on */
     int keep;               /* newest checkpoints kept: 3 (0 = all) */
     const char *resume;     /* "latest", a directory or a file; NULL */
     const char *save_best;  /* ModelCheckpoint(save_best_only) path; NULL */

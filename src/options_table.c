@@ -328,6 +328,9 @@ const struct dt_option dt_option_table[] = {
      .arg = "N[epoch|step]", .help = "how often (default %D)"},
     {"checkpoint-seconds", 0, DT_OPT_DOUBLE, 0, F(ckpt_seconds), R(1.0, 1e9), .arg = "S",
      .help = "also when S seconds passed since the last one"},
+    {"checkpoint-async", 0, DT_OPT_FLAG, 0, F(ckpt_async), .set = 1,
+     .help = "write them on a thread while training goes on: the\n"
+             "state is copied to memory between steps, one write\nat a time"},
     {"keep", 0, DT_OPT_INT, 0, F(keep), I(0, 1 << 20), .def = 3, .arg = "K",
      .help = "keep the newest K checkpoints (default %D; 0 = all)"},
     {"resume", 0, DT_OPT_STRING, 0, F(resume), .arg = "WHAT",

@@ -17,6 +17,7 @@
 
 #include "checkpoint/ckpt_internal.h"
 #include "runtime/checks.h"
+#include "runtime/h5lock.h"
 
 static int find_slot(const struct dlist *dl, const char *name)
 {
@@ -442,7 +443,7 @@ static int read_data(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int ran
     return read_tail(f, dl, c, rank, comm, sum, path, st);
 }
 
-int dt_ckpt_read(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st)
+static int read_locked(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st)
 {
     struct h5quiet q;
     struct dlist dl;
@@ -493,3 +494,10 @@ void dt_ckpt_release(struct dt_ckpt *c)
     c->nhistory = 0;
 }
 
+int dt_ckpt_read(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st)
+{
+    dt_h5_lock(); /* runtime/h5lock.h */
+    int rc = read_locked(comm, path, c, st);
+    dt_h5_unlock();
+    return rc;
+}

@@ -20,6 +20,7 @@
 
 #include "checkpoint/ckpt_internal.h"
 #include "runtime/checks.h"
+#include "runtime/h5lock.h"
 
 /* ---- what the file holds ------------------------------------------------------ */
 
@@ -394,8 +395,8 @@ static int list_candidates(const char *d, struct pack *cand, dt_status *st)
     return ncand;
 }
 
-int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path_out, size_t path_len,
-                    dt_status *st)
+static int resolve_locked(MPI_Comm comm, const char *what, const char *dir, char *path_out, size_t path_len,
+                          dt_status *st)
 {
     struct h5quiet q;
     struct pack cand = {0};  /* rank 0's candidates, newest first */
@@ -459,4 +460,13 @@ out:
     free(cand.buf);
     ckpt_h5_restore(&q);
     return st->code;
+}
+
+int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path_out, size_t path_len,
+                    dt_status *st)
+{
+    dt_h5_lock(); /* runtime/h5lock.h */
+    int rc = resolve_locked(comm, what, dir, path_out, path_len, st);
+    dt_h5_unlock();
+    return rc;
 }

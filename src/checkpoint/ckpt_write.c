@@ -23,6 +23,7 @@
 #include "checkpoint/ckpt_internal.h"
 #include "runtime/checks.h"
 #include "runtime/fault.h"
+#include "runtime/h5lock.h"
 
 /* ---- the agreed view of what to write ------------------------------------------ */
 
@@ -305,8 +306,8 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
     return DT_OK;
 }
 
-int dt_ckpt_write(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt *c, char *path_out,
-                  size_t path_len, dt_status *st)
+static int write_locked(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt *c, char *path_out,
+                        size_t path_len, dt_status *st)
 {
     struct h5quiet q;
     struct view v;
@@ -353,3 +354,13 @@ out:
     return st->code;
 }
 
+/* HDF5 is not thread-safe here (runtime/h5lock.h): an asynchronous
+ * checkpoint's writer thread and the main thread take turns. */
+int dt_ckpt_write(MPI_Comm comm, const char *dir, int keep, const struct dt_ckpt *c, char *path_out,
+                  size_t path_len, dt_status *st)
+{
+    dt_h5_lock();
+    int rc = write_locked(comm, dir, keep, c, path_out, path_len, st);
+    dt_h5_unlock();
+    return rc;
+}

@@ -9,6 +9,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/keras.h"
+#include "runtime/h5lock.h"
 
 /* A vars group with its scalar variable-length UTF-8 "name" attribute. */
 static hid_t vars_group(hid_t parent, const char *path, const char *name)
@@ -106,8 +107,8 @@ static herr_t write_all(hid_t f, const struct dt_model *m, const float *params, 
     return rc;
 }
 
-int dt_keras_export(const char *path, const struct dt_model *m, const float *params, const float *buffers,
-                    dt_status *st)
+static int export_locked(const char *path, const struct dt_model *m, const float *params, const float *buffers,
+                         dt_status *st)
 {
     char tmp[4096];
     st->code = DT_OK;
@@ -145,4 +146,13 @@ int dt_keras_export(const char *path, const struct dt_model *m, const float *par
         return dt_fail(st, DT_ERUNTIME, "--export-keras %s: rename: %s", path, strerror(e));
     }
     return DT_OK;
+}
+
+int dt_keras_export(const char *path, const struct dt_model *m, const float *params, const float *buffers,
+                    dt_status *st)
+{
+    dt_h5_lock(); /* runtime/h5lock.h */
+    int rc = export_locked(path, m, params, buffers, st);
+    dt_h5_unlock();
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "runtime/checks.h"
+#include "runtime/h5lock.h"
 #include "data/dataset.h"
 #include "data/shard.h"
 
@@ -412,16 +413,12 @@ static herr_t read_rows(hid_t dset, const int64_t *rows, int k, int nd, size_t r
     return r;
 }
 
-int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
-                    uint8_t *labels, dt_status *st)
+/* The rows of idx from the split's files, one read per file touched. */
+static int read_files(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
+                      uint8_t *labels, dt_status *st)
 {
     const struct dt_split *sp = &ds->split[split];
     const size_t row = dt_shape_size(ds->shape);
-    if (n <= 0) return DT_OK;
-    if (ds->synthetic) {
-        dt_synthetic_rows(ds, idx, n, images, labels);
-        return DT_OK;
-    }
     size_t need = (size_t)n * (sizeof(struct pos) + sizeof(int64_t) + row + 1);
     if (need > ds->scratch_bytes) {
         free(ds->scratch);
@@ -433,7 +430,7 @@ int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n,
     uint8_t *img = (uint8_t *)(rows + n), *lab = img + (size_t)n * row;
     for (int i = 0; i < n; i++) p[i] = (struct pos){idx[i], i};
     qsort(p, (size_t)n, sizeof *p, by_g);
-    for (int i = 0; i < n;) { /* one read per file touched */
+    for (int i = 0; i < n;) {
         int64_t r0;
         int f = dt_shard_locate(sp->file_start, ds->nfiles, p[i].g, &r0), j = i;
         while (j < n && p[j].g < sp->file_start[f + 1]) { rows[j] = p[j].g - sp->file_start[f]; j++; }
@@ -451,6 +448,20 @@ int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n,
         labels[p[i].at] = lab[i];
     }
     return DT_OK;
+}
+
+int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n, uint8_t *images,
+                    uint8_t *labels, dt_status *st)
+{
+    if (n <= 0) return DT_OK;
+    if (ds->synthetic) {
+        dt_synthetic_rows(ds, idx, n, images, labels);
+        return DT_OK;
+    }
+    dt_h5_lock(); /* an asynchronous checkpoint may be inside HDF5 (runtime/h5lock.h) */
+    int rc = read_files(ds, split, idx, n, images, labels, st);
+    dt_h5_unlock();
+    return rc;
 }
 
 void dt_dataset_close(struct dt_dataset *ds)

@@ -340,6 +340,22 @@ static int setup_schedule(struct dt_trainer *t, dt_status *st)
     return DT_OK;
 }
 
+/* --checkpoint-async: its writer, on a communicator of its own. Its
+ * collectives run beside the training's, which only MPI_THREAD_MULTIPLE
+ * allows; without it checkpoints are written in the step, as without the
+ * option, and rank 0 says so. */
+static void start_ckpt_writer(struct dt_trainer *t)
+{
+    int level = dt_mpi_thread_level();
+    if (level == MPI_THREAD_MULTIPLE) {
+        t->ckpt_async = dt_ckpt_async_new(t->comm);
+        return;
+    }
+    if (t->rank == 0)
+        fprintf(stderr, "dtrain: note: --checkpoint-async: MPI gives %s, not MPI_THREAD_MULTIPLE; checkpoints are "
+                "written synchronously\n", dt_mpi_thread_level_name(level));
+}
+
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
     memset(t, 0, sizeof *t);
@@ -351,6 +367,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     dt_trainer_create_model(t);
     if (resume_params(t, st) != DT_OK || create_strategy(t, st) != DT_OK) return st->code;
     if (cfg->checkpoint_dir) dt_signals_install();
+    if (cfg->checkpoint_dir && cfg->ckpt_async) start_ckpt_writer(t);
     if (start_watchdog(t, st) != DT_OK) return st->code;
     t->last_ckpt_time = MPI_Wtime();
     open_batches(t, st);
@@ -361,6 +378,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
 void dt_trainer_free(struct dt_trainer *t)
 {
     if (!t->cfg) return;
+    dt_ckpt_async_free(t->ckpt_async); /* a write in flight ends first: it reads the model's names */
     dt_watchdog_stop(&t->watchdog);
     dt_strategy_free(&t->strategy);
     if (t->be) dt_step_graphs_free(&t->graphs, t->be);

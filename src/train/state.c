@@ -239,43 +239,74 @@ static void save_progress(struct dt_trainer *t, struct dt_ckpt *c, int epochs_do
     c->wait = t->stopper.wait;
 }
 
-int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
-                    const double progress[3], char *path, size_t pathlen, dt_status *st)
+/* A checkpoint's state copied out of the trainer (train.h). Its buffers
+ * and the configuration text are its own; names (model, layers, strategy,
+ * optimizer, command line) point into the trainer, which outlives it. */
+struct dt_snapshot {
+    struct dt_ckpt c;
+    struct dt_ckpt_layer *layers;
+    struct kv kv;
+};
+
+struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, int64_t step,
+                                        const double progress[3])
 {
     struct dt_model *m = &t->model;
     struct dt_strategy *s = &t->strategy;
-    struct dt_ckpt c;
-    struct kv kv;
-    memset(&c, 0, sizeof c);
-    config_text(t->cfg, t->nranks, &kv);
-    if (kv.n < 48 && dt_auto_encode(&t->coll, kv.buf[kv.n], sizeof kv.buf[0])) { /* auto's timed choices */
-        kv.key[kv.n] = "allreduce_timed";
-        kv.value[kv.n] = kv.buf[kv.n];
-        kv.n++;
+    struct dt_snapshot *snap = dt_xcalloc(1, sizeof *snap);
+    struct dt_ckpt *c = &snap->c;
+    struct kv *kv = &snap->kv;
+    config_text(t->cfg, t->nranks, kv);
+    if (kv->n < 48 && dt_auto_encode(&t->coll, kv->buf[kv->n], sizeof kv->buf[0])) { /* auto's timed choices */
+        kv->key[kv->n] = "allreduce_timed";
+        kv->value[kv->n] = kv->buf[kv->n];
+        kv->n++;
     }
-    c.dtrain_version = PACKAGE_VERSION;
-    c.strategy = s->ops->name;
-    c.model = m->name;
-    c.nranks = t->nranks;
-    c.nconfig = kv.n;
-    c.config_keys = kv.key;
-    c.config_values = kv.value;
-    c.command_line = t->cfg->command_line ? t->cfg->command_line : "";
-    c.data_checksum = t->data_checksum;
-    c.nparams = m->nparams;
-    c.nbuffers = m->nbuffers;
-    struct dt_ckpt_layer *layers = layer_table(m, &c.nlayers);
-    c.layers = layers;
-    c.params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
-    t->be->download(c.params, m->params, sizeof(float) * m->nparams);
-    t->be->download(c.params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
-    save_optimizer(t, &c);
-    save_progress(t, &c, epochs_done, step, progress);
-    int rc = dt_ckpt_write(t->comm, dir, keep, &c, path, pathlen, st);
-    free(c.history);
-    for (int i = 0; i < c.nslots; i++) free(c.slots[i]);
-    free(c.params);
-    free(layers);
+    c->dtrain_version = PACKAGE_VERSION;
+    c->strategy = s->ops->name;
+    c->model = m->name;
+    c->nranks = t->nranks;
+    c->nconfig = kv->n;
+    c->config_keys = kv->key;
+    c->config_values = kv->value;
+    c->command_line = t->cfg->command_line ? t->cfg->command_line : "";
+    c->data_checksum = t->data_checksum;
+    c->nparams = m->nparams;
+    c->nbuffers = m->nbuffers;
+    snap->layers = layer_table(m, &c->nlayers);
+    c->layers = snap->layers;
+    c->params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
+    t->be->download(c->params, m->params, sizeof(float) * m->nparams);
+    t->be->download(c->params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
+    save_optimizer(t, c);
+    save_progress(t, c, epochs_done, step, progress);
+    return snap;
+}
+
+int dt_snapshot_write(const struct dt_snapshot *snap, MPI_Comm comm, const char *dir, int keep, char *path,
+                      size_t pathlen, dt_status *st)
+{
+    return dt_ckpt_write(comm, dir, keep, &snap->c, path, pathlen, st);
+}
+
+void dt_snapshot_free(struct dt_snapshot *snap)
+{
+    if (!snap) return;
+    free(snap->c.history);
+    for (int i = 0; i < snap->c.nslots; i++) free(snap->c.slots[i]);
+    free(snap->c.params);
+    free(snap->layers);
+    free(snap);
+}
+
+int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
+                    const double progress[3], char *path, size_t pathlen, dt_status *st)
+{
+    /* At most one write at a time: an asynchronous one in flight ends first. */
+    if (dt_ckpt_async_wait(t->ckpt_async, st) != DT_OK) return st->code;
+    struct dt_snapshot *snap = dt_trainer_snapshot(t, epochs_done, step, progress);
+    int rc = dt_snapshot_write(snap, t->comm, dir, keep, path, pathlen, st);
+    dt_snapshot_free(snap);
     return rc;
 }
 

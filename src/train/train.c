@@ -22,16 +22,73 @@
 #include "train/autotune.h"
 #include "train/step.h"
 
-/* After step `done` (of steps) of epoch: a checkpoint when the step count,
- * the clock (rank 0's) or a signal (any rank's) asks; all ranks agree. A
- * signal ends the run with DT_EXIT_REQUEUE once the checkpoint is written. */
-static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_t steps, const double sums[2],
-                           int64_t samples, dt_status *st)
+/* --checkpoint-async's write in flight, once it has ended on every rank:
+ * collected (its failure is the run's), its file named. Call it at the same
+ * point on every rank. */
+static int collect_async(struct dt_trainer *t, FILE *out, dt_status *st)
+{
+    if (!dt_ckpt_async_inflight(t->ckpt_async)) return DT_OK;
+    if (dt_ckpt_async_wait(t->ckpt_async, st) != DT_OK) {
+        size_t n = strlen(st->msg);
+        snprintf(st->msg + n, sizeof st->msg - n, "; found failed at global step %ld", t->global_step);
+        return st->code;
+    }
+    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dt_ckpt_async_path(t->ckpt_async));
+    if (t->cfg->verbose >= DT_VERBOSE && t->rank == 0)
+        fprintf(out, "checkpoint: %s (written on the writer thread in %.2f s)\n", t->last_ckpt,
+                dt_ckpt_async_last_seconds(t->ckpt_async));
+    return DT_OK;
+}
+
+static int snapshot_write(const void *snap, MPI_Comm comm, const char *dir, int keep, char *path, size_t pathlen,
+                          dt_status *st)
+{
+    return dt_snapshot_write(snap, comm, dir, keep, path, pathlen, st);
+}
+
+static void snapshot_free(void *snap) { dt_snapshot_free(snap); }
+
+/* A checkpoint into --checkpoint-dir of where training stands: handed to
+ * the writer thread with --checkpoint-async (after the previous write, if
+ * one is still going), or written here when sync asks for it (a signal,
+ * the last epoch) or there is no writer. The time training stands still
+ * for it is counted. */
+static int take_checkpoint(struct dt_trainer *t, int epochs_done, int64_t step, const double progress[3], int sync,
+                           FILE *out, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
-    int flags[2] = {dt_signals_pending(),
-                    t->rank == 0 && cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds};
-    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->comm));
+    double t0 = MPI_Wtime();
+    DT_TL_BEGIN(tl_ckpt);
+    if (collect_async(t, out, st) != DT_OK) return st->code; /* at most one write in flight */
+    if (t->ckpt_async && !sync) {
+        struct dt_ckpt_job job = {dt_trainer_snapshot(t, epochs_done, step, progress), snapshot_write, snapshot_free};
+        dt_ckpt_async_start(t->ckpt_async, job, cfg->checkpoint_dir, cfg->keep, epochs_done, (long long)step);
+    } else {
+        if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, epochs_done, step, progress, t->last_ckpt,
+                            sizeof t->last_ckpt, st) != DT_OK)
+            return st->code;
+        if (cfg->verbose >= DT_VERBOSE && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
+    }
+    DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
+    t->ckpt_blocked += MPI_Wtime() - t0;
+    t->ckpt_count++;
+    t->last_ckpt_time = MPI_Wtime();
+    return DT_OK;
+}
+
+/* After step `done` (of steps) of epoch: a checkpoint when the step count,
+ * the clock (rank 0's) or a signal (any rank's) asks; all ranks agree, also
+ * on whether an asynchronous write has ended everywhere. A signal ends the
+ * run with DT_EXIT_REQUEUE once the checkpoint is written. */
+static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_t steps, const double sums[2],
+                           int64_t samples, FILE *out, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    int flags[3] = {dt_signals_pending(),
+                    t->rank == 0 && cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds,
+                    dt_ckpt_async_busy(t->ckpt_async)};
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 3, MPI_INT, MPI_MAX, t->comm));
+    if (!flags[2] && collect_async(t, out, st) != DT_OK) return st->code;
     int want = flags[1] || (cfg->ckpt_every_steps && t->global_step % cfg->ckpt_every == 0);
     if (done == steps) { /* the epoch's end writes it (and sees the signal), after validation */
         t->ckpt_pending |= want;
@@ -39,12 +96,7 @@ static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_
     }
     if (!want && !flags[0]) return DT_OK;
     double progress[3] = {sums[0], sums[1], (double)samples};
-    DT_TL_BEGIN(tl_ckpt);
-    if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, epoch, done, progress, t->last_ckpt, sizeof t->last_ckpt, st) != DT_OK)
-        return st->code;
-    DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
-    t->last_ckpt_time = MPI_Wtime();
-    if (cfg->verbose >= DT_VERBOSE && t->rank == 0) printf("checkpoint: %s\n", t->last_ckpt);
+    if (take_checkpoint(t, epoch, done, progress, flags[0] != 0, out, st) != DT_OK) return st->code;
     if (flags[0])
         return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d step %lld; exiting "
                        "with %d so the job can be requeued (resume with --resume latest)",
@@ -109,7 +161,7 @@ static int after_step(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t don
         return dt_fail(st, DT_ERUNTIME, "epoch %d step %lld: the loss is %f; try a smaller --lr", ep->epoch + 1,
                        (long long)done, r->loss_sum);
     if (cfg->checkpoint_dir && t->strategy.lockstep &&
-        step_checkpoint(t, ep->epoch, done, ep->steps, ep->sums, es->samples, st) != DT_OK)
+        step_checkpoint(t, ep->epoch, done, ep->steps, ep->sums, es->samples, out, st) != DT_OK)
         return st->code;
     return DT_OK;
 }
@@ -217,6 +269,7 @@ static int save_best(struct dt_trainer *t, int e, double v, FILE *out, dt_status
     const struct dt_config *cfg = t->cfg;
     double before = t->saver.best, zero[3] = {0.0, 0.0, 0.0};
     if (!cfg->save_best || !dt_monitor_update(&t->saver, e, v)) return DT_OK;
+    if (collect_async(t, out, st) != DT_OK) return st->code; /* one HDF5 write at a time */
     DT_TL_BEGIN(tl_ckpt);
     int rc = dt_ends_with(cfg->save_best, ".weights.h5") ? export_keras(t, cfg->save_best, st)
                                                         : dt_trainer_save(t, cfg->save_best, 1, e + 1, 0, zero, NULL, 0, st);
@@ -258,19 +311,16 @@ static int epoch_checkpoint(struct dt_trainer *t, int e, int stop, FILE *out, dt
     const struct dt_config *cfg = t->cfg;
     double zero[3] = {0.0, 0.0, 0.0};
     if (!cfg->checkpoint_dir) return DT_OK;
-    int sig = dt_signals_pending();
-    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, t->comm));
+    int flags[2] = {dt_signals_pending(), dt_ckpt_async_busy(t->ckpt_async)};
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->comm));
+    if (!flags[1] && collect_async(t, out, st) != DT_OK) return st->code;
+    int sig = flags[0];
     int every = cfg->ckpt_every_steps ? 0 : (e + 1) % cfg->ckpt_every == 0;
     int last = e + 1 == cfg->epochs || stop;
     if (every || last || t->ckpt_pending || sig ||
         (cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds)) {
-        DT_TL_BEGIN(tl_ckpt);
-        if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, e + 1, 0, zero, t->last_ckpt, sizeof t->last_ckpt, st) != DT_OK)
-            return st->code;
-        DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
+        if (take_checkpoint(t, e + 1, 0, zero, last || sig, out, st) != DT_OK) return st->code;
         t->ckpt_pending = 0;
-        t->last_ckpt_time = MPI_Wtime();
-        if (cfg->verbose >= DT_VERBOSE && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
     }
     if (sig && !last)
         return dt_fail(st, DT_EXIT_REQUEUE, "%s received: checkpoint %s written after epoch %d; exiting with %d so "
@@ -343,6 +393,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
             break;
         }
     }
+    if (collect_async(t, out, st) != DT_OK) return st->code; /* a write still in flight ends with the run */
     restore_best(t, validate, out);
     if (cfg->export_keras && export_keras(t, cfg->export_keras, st) != DT_OK) return st->code;
     return DT_OK;
@@ -361,6 +412,21 @@ static void report_cache(struct dt_trainer *t, FILE *out)
                 counts[1] > 0 ? 100.0 * counts[0] / counts[1] : 0.0);
 }
 
+/* Collective: how long training stood still for checkpoints (the slowest
+ * rank's figure), one summary line from rank 0. */
+static void report_checkpoints(struct dt_trainer *t, FILE *out)
+{
+    double most = 0.0, seconds;
+    long writes;
+    DT_MPI_CHECK(MPI_Allreduce(&t->ckpt_blocked, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm));
+    dt_ckpt_async_totals(t->ckpt_async, &writes, &seconds);
+    if (t->rank != 0 || t->cfg->verbose < DT_NORMAL || t->ckpt_count == 0) return;
+    fprintf(out, "  checkpoints          %ld, training stood still %.3f s for them (%.1f ms each)", t->ckpt_count,
+            most, 1e3 * most / (double)t->ckpt_count);
+    if (t->ckpt_async) fprintf(out, "; %ld written on the writer thread in %.2f s", writes, seconds);
+    fputc('\n', out);
+}
+
 int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
 {
     int rc = fit(t, out, st);
@@ -372,6 +438,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         DT_MPI_CHECK(MPI_Allreduce(&mine, &peak, 1, MPI_DOUBLE, MPI_MAX, t->comm));
         dt_report_summary(&t->report, t->epochs_done - t->start_epoch, peak);
         if (t->cfg->cache) report_cache(t, out);
+        if (t->cfg->checkpoint_dir) report_checkpoints(t, out);
     }
     /* The timeline is written even when training failed: it shows where. */
     dt_status tst = {0};

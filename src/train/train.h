@@ -18,6 +18,7 @@
 
 #include "strategy/strategy.h"
 #include "train/callbacks.h"
+#include "train/ckpt_async.h"
 #include "checkpoint/checkpoint.h"
 #include "data/augment.h"
 #include "data/dataset.h"
@@ -65,6 +66,9 @@ struct dt_trainer {
     double last_ckpt_time;
     int ckpt_pending;               /* a step-count checkpoint fell on an epoch's last step */
     char last_ckpt[4096];
+    struct dt_ckpt_async *ckpt_async; /* --checkpoint-async's writer (NULL: synchronous) */
+    double ckpt_blocked;            /* seconds training stood still for checkpoints */
+    long ckpt_count;                /* checkpoints taken (started, when asynchronous) */
     struct dt_report report;        /* progress, metrics file, TensorBoard (rank 0) */
     struct dt_lr_schedule sched;    /* the learning rate per step */
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
@@ -142,6 +146,15 @@ int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st);
  * the epoch in progress (loss, correct, samples). */
 int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
                     const double progress[3], char *path, size_t pathlen, dt_status *st);
+/* dt_trainer_save in two halves, for --checkpoint-async (train/ckpt_async.h):
+ * the state copied into memory (collective; the device's values downloaded),
+ * then written (collective over comm) from any thread while the trainer
+ * lives and the HDF5 lock is respected. */
+struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, int64_t step,
+                                        const double progress[3]);
+int dt_snapshot_write(const struct dt_snapshot *snap, MPI_Comm comm, const char *dir, int keep, char *path,
+                      size_t pathlen, dt_status *st);
+void dt_snapshot_free(struct dt_snapshot *snap);
 /* Before the strategy exists: parameters, counters, history, dropout streams. */
 int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st);
 /* --restore-best after a restart: the best epoch's parameters from
