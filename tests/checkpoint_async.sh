@@ -72,9 +72,8 @@ for strategy in mirrored sharded; do
     fail "$strategy: same_file does not tell $1 from $2"
   echo "# $strategy synchronous:$sync_summary"
   echo "# $strategy asynchronous:$async_summary"
-  echo "$sync_summary" | grep -qE '^  checkpoints +5, training stood still [0-9.]+ s for them \([0-9.]+ ms each\)$' &&
-    echo "$async_summary" | grep -qE \
-      '^  checkpoints +5, training stood still [0-9.]+ s for them \([0-9.]+ ms each\); 4 written on the writer thread in [0-9.]+ s$' &&
+  echo "$sync_summary" | grep -qE '^  checkpoints +5: 5 in the step, training stood still [0-9.]+ s \([0-9.]+ ms each\)$' &&
+    echo "$async_summary" | grep -qE '^  checkpoints +5: 4 on the writer thread, training stood still [0-9.]+ s \([0-9.]+ ms each\), written there in [0-9.]+ s; 1 in the step, training stood still [0-9.]+ s \([0-9.]+ ms each\)$' &&
     pass "$strategy: the run summary counts the checkpoints and the time training stood still for them" ||
     fail "$strategy: summary lines '$sync_summary' / '$async_summary'"
 done

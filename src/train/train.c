@@ -70,8 +70,9 @@ static int take_checkpoint(struct dt_trainer *t, int epochs_done, int64_t step, 
         if (cfg->verbose >= DT_VERBOSE && t->rank == 0) fprintf(out, "checkpoint: %s\n", t->last_ckpt);
     }
     DT_TL_END(tl_ckpt, DT_TL_COMPUTE, "checkpoint", NULL);
-    t->ckpt_blocked += MPI_Wtime() - t0;
-    t->ckpt_count++;
+    const int how = t->ckpt_async && !sync;
+    t->ckpt_blocked[how] += MPI_Wtime() - t0;
+    t->ckpt_count[how]++;
     t->last_ckpt_time = MPI_Wtime();
     return DT_OK;
 }
@@ -413,17 +414,23 @@ static void report_cache(struct dt_trainer *t, FILE *out)
 }
 
 /* Collective: how long training stood still for checkpoints (the slowest
- * rank's figure), one summary line from rank 0. */
+ * rank's figures), one summary line from rank 0: those written in the step,
+ * and those handed to --checkpoint-async's writer. */
 static void report_checkpoints(struct dt_trainer *t, FILE *out)
 {
-    double most = 0.0, seconds;
-    long writes;
-    DT_MPI_CHECK(MPI_Allreduce(&t->ckpt_blocked, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm));
+    double most[2] = {0.0, 0.0}, seconds;
+    long writes, n = t->ckpt_count[0] + t->ckpt_count[1];
+    DT_MPI_CHECK(MPI_Allreduce(t->ckpt_blocked, most, 2, MPI_DOUBLE, MPI_MAX, t->comm));
     dt_ckpt_async_totals(t->ckpt_async, &writes, &seconds);
-    if (t->rank != 0 || t->cfg->verbose < DT_NORMAL || t->ckpt_count == 0) return;
-    fprintf(out, "  checkpoints          %ld, training stood still %.3f s for them (%.1f ms each)", t->ckpt_count,
-            most, 1e3 * most / (double)t->ckpt_count);
-    if (t->ckpt_async) fprintf(out, "; %ld written on the writer thread in %.2f s", writes, seconds);
+    if (t->rank != 0 || t->cfg->verbose < DT_NORMAL || n == 0) return;
+    fprintf(out, "  checkpoints          %ld", n);
+    for (int how = 1; how >= 0; how--) {
+        long k = t->ckpt_count[how];
+        if (k == 0) continue;
+        fprintf(out, "%s %ld %s, training stood still %.3f s (%.1f ms each)", how || !t->ckpt_count[1] ? ":" : ";", k,
+                how ? "on the writer thread" : "in the step", most[how], 1e3 * most[how] / (double)k);
+        if (how) fprintf(out, ", written there in %.2f s", seconds);
+    }
     fputc('\n', out);
 }
 

@@ -67,8 +67,9 @@ struct dt_trainer {
     int ckpt_pending;               /* a step-count checkpoint fell on an epoch's last step */
     char last_ckpt[4096];
     struct dt_ckpt_async *ckpt_async; /* --checkpoint-async's writer (NULL: synchronous) */
-    double ckpt_blocked;            /* seconds training stood still for checkpoints */
-    long ckpt_count;                /* checkpoints taken (started, when asynchronous) */
+    double ckpt_blocked[2];         /* seconds training stood still for checkpoints: [0] written
+                                       in the step, [1] handed to the writer thread */
+    long ckpt_count[2];             /* checkpoints taken, the same two ways */
     struct dt_report report;        /* progress, metrics file, TensorBoard (rank 0) */
     struct dt_lr_schedule sched;    /* the learning rate per step */
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
