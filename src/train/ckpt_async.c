@@ -18,6 +18,7 @@ struct dt_ckpt_async {
     atomic_int done;            /* the thread has finished this write */
     /* the write in flight: set before the thread starts, read after the join */
     struct dt_ckpt_job job;
+    void *spare;                /* the last job written, kept for reuse */
     char dir[4096];
     int keep, epoch;
     long long step;
@@ -41,8 +42,6 @@ static void *writer(void *arg)
     double t0 = MPI_Wtime();
     a->job.write(a->job.job, a->comm, a->dir, a->keep, a->path, sizeof a->path, &a->st);
     a->seconds = MPI_Wtime() - t0;
-    a->job.release(a->job.job);
-    a->job.job = NULL;
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -72,6 +71,9 @@ int dt_ckpt_async_wait(struct dt_ckpt_async *a, dt_status *st)
     if (!a || !a->inflight) return DT_OK;
     if (a->threaded) pthread_join(a->thread, NULL);
     a->inflight = a->threaded = 0;
+    if (a->spare) a->job.release(a->spare);
+    a->spare = a->job.job; /* written: the caller may fill it again */
+    a->job.job = NULL;
     a->last = a->seconds;
     a->total += a->seconds;
     a->writes++;
@@ -82,6 +84,13 @@ int dt_ckpt_async_wait(struct dt_ckpt_async *a, dt_status *st)
     else snprintf(when, sizeof when, "the end of epoch %d", a->epoch);
     return dt_fail(st, a->st.code, "%s (--checkpoint-async: the state of %s, written on the writer thread)", msg,
                    when);
+}
+
+void *dt_ckpt_async_spare(struct dt_ckpt_async *a)
+{
+    void *job = a ? a->spare : NULL;
+    if (a) a->spare = NULL;
+    return job;
 }
 
 const char *dt_ckpt_async_path(const struct dt_ckpt_async *a) { return a ? a->path : ""; }
@@ -99,6 +108,7 @@ void dt_ckpt_async_free(struct dt_ckpt_async *a)
     if (!a) return;
     if (a->inflight && a->threaded) pthread_join(a->thread, NULL);
     if (a->job.job) a->job.release(a->job.job);
+    if (a->spare) a->job.release(a->spare);
     MPI_Comm_free(&a->comm);
     free(a);
 }

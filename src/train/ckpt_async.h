@@ -26,7 +26,7 @@
 struct dt_ckpt_async;
 
 /* What the thread writes: job (a train.h snapshot) through write, which
- * runs collectively over the writer's communicator, then release(job).
+ * runs collectively over the writer's communicator; release(job) frees it.
  * Passed in, so that this file needs nothing of the trainer's. */
 struct dt_ckpt_job {
     void *job;
@@ -37,7 +37,7 @@ struct dt_ckpt_job {
 
 /* Collective over comm: a writer with its own duplicate of comm. */
 struct dt_ckpt_async *dt_ckpt_async_new(MPI_Comm comm);
-/* Writes job (taken over, released when written) into dir, keeping keep
+/* Writes job (taken over; kept as the spare once collected) into dir, keeping keep
  * checkpoints; no write may be in flight. epoch (epochs done) and step (in
  * the epoch in progress) say where it was taken, for the messages. */
 void dt_ckpt_async_start(struct dt_ckpt_async *a, struct dt_ckpt_job job, const char *dir, int keep, int epoch,
@@ -51,6 +51,9 @@ int dt_ckpt_async_busy(const struct dt_ckpt_async *a);
  * DT_OK when a is NULL or nothing is in flight. The failure message names
  * the checkpoint and where it was taken. */
 int dt_ckpt_async_wait(struct dt_ckpt_async *a, dt_status *st);
+/* The job of the last collected write, handed back for reuse (its buffers
+ * are large already), or NULL; the caller owns it then. */
+void *dt_ckpt_async_spare(struct dt_ckpt_async *a);
 /* The file the last collected write produced ("" before any). */
 const char *dt_ckpt_async_path(const struct dt_ckpt_async *a);
 /* Seconds the last collected write took on the writer thread; writes and

@@ -202,11 +202,9 @@ static void save_optimizer(struct dt_trainer *t, struct dt_ckpt *c)
     /* The update count lives with whoever holds optimizer state; rank 0 may not. */
     long step_count = s->optim.ops ? s->optim.step : -1;
     DT_MPI_CHECK(MPI_Allreduce(&step_count, &c->opt_step, 1, MPI_LONG, MPI_MAX, t->comm));
-    for (int i = 0; i < c->nslots; i++)
-        if (s->optim.ops) {
-            c->slots[i] = dt_xmalloc(sizeof(float) * (c->len ? c->len : 1));
-            t->be->download(c->slots[i], s->optim.slot[i], sizeof(float) * c->len);
-        }
+    for (int i = 0; i < 2; i++)  /* the snapshot's buffers (room for len) hold the slots */
+        if (i >= c->nslots || !s->optim.ops) c->slots[i] = NULL;
+        else t->be->download(c->slots[i], s->optim.slot[i], sizeof(float) * c->len);
 }
 
 /* Where training stands into c: counters, the epoch's sums, the dropout
@@ -246,16 +244,42 @@ struct dt_snapshot {
     struct dt_ckpt c;
     struct dt_ckpt_layer *layers;
     struct kv kv;
+    float *params, *slots[2];       /* the big buffers, kept when the snapshot is reused */
+    size_t params_cap, slots_cap;   /* floats */
 };
 
+/* snap's big buffers for t's model and this rank's optimizer part: kept
+ * from its previous use where they are large enough, so that a snapshot
+ * every few steps neither allocates nor faults in fresh pages. */
+static void snapshot_buffers(struct dt_trainer *t, struct dt_snapshot *snap, size_t slot_len)
+{
+    size_t np = t->model.nparams + t->model.nbuffers + 1;
+    if (snap->params_cap < np) {
+        free(snap->params);
+        snap->params = dt_xmalloc(sizeof(float) * np);
+        snap->params_cap = np;
+    }
+    if (snap->slots_cap < slot_len + 1) {
+        for (int i = 0; i < 2; i++) {
+            free(snap->slots[i]);
+            snap->slots[i] = dt_xmalloc(sizeof(float) * (slot_len + 1));
+        }
+        snap->slots_cap = slot_len + 1;
+    }
+}
+
 struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, int64_t step,
-                                        const double progress[3])
+                                        const double progress[3], struct dt_snapshot *reuse)
 {
     struct dt_model *m = &t->model;
     struct dt_strategy *s = &t->strategy;
-    struct dt_snapshot *snap = dt_xcalloc(1, sizeof *snap);
+    struct dt_snapshot *snap = reuse ? reuse : dt_xcalloc(1, sizeof *snap);
     struct dt_ckpt *c = &snap->c;
     struct kv *kv = &snap->kv;
+    free(c->history);
+    free(snap->layers);
+    memset(c, 0, sizeof *c);
+    snapshot_buffers(t, snap, s->optim.ops ? s->shard_len : 0);
     config_text(t->cfg, t->nranks, kv);
     if (kv->n < 48 && dt_auto_encode(&t->coll, kv->buf[kv->n], sizeof kv->buf[0])) { /* auto's timed choices */
         kv->key[kv->n] = "allreduce_timed";
@@ -275,9 +299,11 @@ struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, i
     c->nbuffers = m->nbuffers;
     snap->layers = layer_table(m, &c->nlayers);
     c->layers = snap->layers;
-    c->params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
+    c->params = snap->params;
     t->be->download(c->params, m->params, sizeof(float) * m->nparams);
     t->be->download(c->params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
+    c->slots[0] = snap->slots[0];
+    c->slots[1] = snap->slots[1];
     save_optimizer(t, c);
     save_progress(t, c, epochs_done, step, progress);
     return snap;
@@ -293,8 +319,9 @@ void dt_snapshot_free(struct dt_snapshot *snap)
 {
     if (!snap) return;
     free(snap->c.history);
-    for (int i = 0; i < snap->c.nslots; i++) free(snap->c.slots[i]);
-    free(snap->c.params);
+    free(snap->slots[0]);
+    free(snap->slots[1]);
+    free(snap->params);
     free(snap->layers);
     free(snap);
 }
@@ -304,7 +331,7 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
 {
     /* At most one write at a time: an asynchronous one in flight ends first. */
     if (dt_ckpt_async_wait(t->ckpt_async, st) != DT_OK) return st->code;
-    struct dt_snapshot *snap = dt_trainer_snapshot(t, epochs_done, step, progress);
+    struct dt_snapshot *snap = dt_trainer_snapshot(t, epochs_done, step, progress, NULL);
     int rc = dt_snapshot_write(snap, t->comm, dir, keep, path, pathlen, st);
     dt_snapshot_free(snap);
     return rc;

@@ -148,11 +148,12 @@ int dt_trainer_data_checksum(struct dt_trainer *t, dt_status *st);
 int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
                     const double progress[3], char *path, size_t pathlen, dt_status *st);
 /* dt_trainer_save in two halves, for --checkpoint-async (train/ckpt_async.h):
- * the state copied into memory (collective; the device's values downloaded),
- * then written (collective over comm) from any thread while the trainer
- * lives and the HDF5 lock is respected. */
+ * the state copied into memory (collective; the device's values downloaded;
+ * into reuse's buffers when given: a snapshot of the same trainer already
+ * written), then written (collective over comm) from any thread while the
+ * trainer lives. */
 struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, int64_t step,
-                                        const double progress[3]);
+                                        const double progress[3], struct dt_snapshot *reuse);
 int dt_snapshot_write(const struct dt_snapshot *snap, MPI_Comm comm, const char *dir, int keep, char *path,
                       size_t pathlen, dt_status *st);
 void dt_snapshot_free(struct dt_snapshot *snap);
