@@ -251,8 +251,11 @@ struct dt_snapshot {
 /* snap's big buffers for t's model and this rank's optimizer part: kept
  * from its previous use where they are large enough, so that a snapshot
  * every few steps neither allocates nor faults in fresh pages. */
-static void snapshot_buffers(struct dt_trainer *t, struct dt_snapshot *snap, size_t slot_len)
+static void snapshot_buffers(struct dt_trainer *t, struct dt_snapshot *snap)
 {
+    const char *names[2];
+    const int nslots = optim_slots(&t->strategy, names);
+    const size_t slot_len = t->strategy.optim.ops ? t->strategy.shard_len : 0;
     size_t np = t->model.nparams + t->model.nbuffers + 1;
     if (snap->params_cap < np) {
         free(snap->params);
@@ -262,7 +265,7 @@ static void snapshot_buffers(struct dt_trainer *t, struct dt_snapshot *snap, siz
     if (snap->slots_cap < slot_len + 1) {
         for (int i = 0; i < 2; i++) {
             free(snap->slots[i]);
-            snap->slots[i] = dt_xmalloc(sizeof(float) * (slot_len + 1));
+            snap->slots[i] = i < nslots ? dt_xmalloc(sizeof(float) * (slot_len + 1)) : NULL;
         }
         snap->slots_cap = slot_len + 1;
     }
@@ -279,7 +282,7 @@ struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, i
     free(c->history);
     free(snap->layers);
     memset(c, 0, sizeof *c);
-    snapshot_buffers(t, snap, s->optim.ops ? s->shard_len : 0);
+    snapshot_buffers(t, snap);
     config_text(t->cfg, t->nranks, kv);
     if (kv->n < 48 && dt_auto_encode(&t->coll, kv->buf[kv->n], sizeof kv->buf[0])) { /* auto's timed choices */
         kv->key[kv->n] = "allreduce_timed";

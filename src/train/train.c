@@ -61,8 +61,9 @@ static int take_checkpoint(struct dt_trainer *t, int epochs_done, int64_t step, 
     DT_TL_BEGIN(tl_ckpt);
     if (collect_async(t, out, st) != DT_OK) return st->code; /* at most one write in flight */
     if (t->ckpt_async && !sync) {
-        struct dt_snapshot *snap = dt_trainer_snapshot(t, epochs_done, step, progress, dt_ckpt_async_spare(t->ckpt_async));
-        struct dt_ckpt_job job = {snap, snapshot_write, snapshot_free};
+        struct dt_snapshot *spare = dt_ckpt_async_spare(t->ckpt_async); /* the last one's buffers */
+        struct dt_ckpt_job job = {dt_trainer_snapshot(t, epochs_done, step, progress, spare), snapshot_write,
+                                  snapshot_free};
         dt_ckpt_async_start(t->ckpt_async, job, cfg->checkpoint_dir, cfg->keep, epochs_done, (long long)step);
     } else {
         if (dt_trainer_save(t, cfg->checkpoint_dir, cfg->keep, epochs_done, step, progress, t->last_ckpt,
