@@ -41,7 +41,9 @@
 #                mid-epoch -> the job ends on h1+h3 within 0.5 point of
 #                an undisturbed run's validation accuracy; every process of
 #                h2 killed (slurmd too) and slurmd back -> h2 used again from
-#                the next epoch; MIN_NODES=3 and h3 lost -> exit 1 naming h3.
+#                the next epoch; MIN_NODES=3 and h3 lost -> exit 1 naming h3;
+#                jobscripts/local/dtrain.sh ELASTIC=1 (mpirun): h2 killed and
+#                its link down -> h1+h3 -> link up -> h2 used again.
 #                Prints the death -> first-step times (detection, probe,
 #                launch and resume)
 #   local        jobscripts/local/dtrain.sh across hosts: SIGUSR1, restart,
@@ -624,10 +626,36 @@ check_elastic() {
   else
     bad "MIN_NODES=3: exit $rc"
   fi
-  # The hosts are all back for the checks after this one.
+  # (d) The local launcher (ELASTIC=1: the same loop over mpirun): h2 dies
+  # whole (its orted and rank killed, its link down) and comes back (link up).
+  rm -rf "$W/el-loc" "$W/el-loc.jsonl"
+  ELASTIC=1 HOSTS=h1:1,h2:1,h3:1 MPIEXEC=mpirun MPIEXEC_FLAGS="$DTC_MPIRUN_FLAGS" DTRAIN=$DTRAIN CKPT_DIR=$W/el-loc \
+    DATA=$W/fm.h5 METRICS=$W/el-loc.jsonl PROBE_TIMEOUT=5 STALL_TIMEOUT=10 DTRAIN_ARGS="--epochs 6 --allreduce ring" \
+    timeout 400 "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$W/el-loc.out" 2>&1 &
+  job=$!
+  wait_for '^Epoch 2/6 ' "$W/el-loc.out" && sleep 1
+  kill_host h2
+  ip -n dtc-h2 link set eth0 down
+  t0=$(now)
+  timings el-loc "$t0"
+  ip -n dtc-h2 link set eth0 up
+  wait $job; rc=$?
+  cat "$W/el-loc.out"
+  if [[ $rc == 0 ]] && grep -q 'elastic: shrink: .*h2 lost' "$W/el-loc.out" &&
+     grep -Eq 'elastic: grow: h2 answering again after epoch [3-5]: resuming from ckpt-0*[3-5]-0+\.h5 at 3 nodes' "$W/el-loc.out" &&
+     grep -q '"event":"grow".*"nodes":3' "$W/el-loc.jsonl" && grep -q '^Epoch 6/6 ' "$W/el-loc.out" &&
+     [[ $(grep '^layout: ' "$W/el-loc.out" | tail -1) == 'layout: 3 nodes x 1 rank;'* ]]; then
+    ok "local launcher across hosts: h2 killed and cut off -> h1+h3 -> h2 back: $(grep -o 'elastic: grow: .*' "$W/el-loc.out")"
+  else
+    bad "local launcher, h2 lost and back: exit $rc"
+  fi
+  # The hosts back in Slurm for the checks after this one (those that come
+  # later use mpirun only): nodes still down are resumed.
   local i
-  for ((i = 0; i < 100; i++)); do [[ $(sinfo -h -N -o '%t' | grep -c '^idle$') == 3 ]] && break; sleep 0.5; done
-  [[ $i -lt 100 ]] || scontrol update nodename=h2,h3 state=resume
+  for ((i = 0; i < 60; i++)); do [[ $(sinfo -h -N -o '%t' | grep -c '^idle$') == 3 ]] && break; sleep 0.5; done
+  echo "# Slurm's nodes at the end: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
+  for i in $(sinfo -h -N -t down,drain -o '%N'); do scontrol update nodename="$i" state=resume; done
+  return 0
 }
 
 check_shaped() {
