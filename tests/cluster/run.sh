@@ -9,7 +9,7 @@
 # directory (tests/run-all.sh counts them); ends with "cluster: N passed, N
 # failed".
 #
-#   make -C build check-cluster            (as root; about 5 minutes on 2 cores)
+#   make -C build check-cluster            (as root; about 10 minutes on 2 cores, half of it the elastic check)
 #   tests/cluster/run.sh [CHECK...]         (from a build directory, make's environment)
 #
 # The checks:
@@ -562,6 +562,34 @@ timings() {
   fi
 }
 
+# lose_h2 NAME EPOCHS WHAT BACK...: in epoch 3 of the job (pid $job, log
+# NAME.out) every process of h2 is killed (and its link cut for the local
+# launcher, whose probe would reach it otherwise); the time to the
+# survivors' first step is measured, then BACK... brings h2 back. The job
+# must shrink without h2, grow back to 3 nodes from an end-of-epoch
+# checkpoint after epoch 3 (the next after the death) or later, say so in
+# its log and METRICS, and end its EPOCHS at 3 nodes.
+lose_h2() {
+  local name=$1 epochs=$2 what=$3 log=$W/$1.out t0 rc
+  shift 3
+  wait_for "^Epoch 2/$epochs " "$log" && sleep 1
+  kill_host h2
+  [[ $name == el-loc ]] && ip -n dtc-h2 link set eth0 down
+  t0=$(now)
+  timings "$name" "$t0"
+  "$@"
+  wait "$job"; rc=$?
+  cat "$log"
+  if [[ $rc == 0 ]] && grep -q 'elastic: shrink: .*h2 lost' "$log" &&
+    grep -Eq 'elastic: grow: h2 answering again after epoch [3-9]: resuming from ckpt-0*[3-9]-0+\.h5 at 3 nodes' "$log" &&
+    grep -q '"event":"grow".*"nodes":3' "$W/$name.jsonl" && grep -q "^Epoch $epochs/$epochs " "$log" &&
+    [[ $(grep '^layout: ' "$log" | tail -1) == 'layout: 3 nodes x 1 rank;'* ]]; then
+    ok "$what: $(grep -o 'elastic: grow: .*' "$log"), $epochs epochs"
+  else
+    bad "$what: exit $rc"
+  fi
+}
+
 check_elastic() {
   local rc t0 ref got
   "$TOP_BUILDDIR/dtrain-prep" --limit-train 20000 --limit-test 5000 "$W/fm.h5" >/dev/null || { bad "dtrain-prep"; return; }
@@ -598,21 +626,7 @@ check_elastic() {
   # (b) every process of h2 killed mid-epoch 3; its slurmd back once the
   # survivors run: h2 is used again from the next epoch.
   elastic_job el-back
-  wait_for '^Epoch 2/10 ' "$W/el-back.out" && sleep 1
-  kill_host h2
-  t0=$(now)
-  timings el-back "$t0"
-  slurmd_up h2
-  wait $job; rc=$?
-  cat "$W/el-back.out"
-  if [[ $rc == 0 ]] && grep -q 'elastic: shrink: .*h2 lost' "$W/el-back.out" &&
-     grep -Eq 'elastic: grow: h2 answering again after epoch [3-9]: resuming from ckpt-0*[3-9]-0+\.h5 at 3 nodes' "$W/el-back.out" &&
-     grep -q '"event":"grow".*"nodes":3' "$W/el-back.jsonl" && grep -q '^Epoch 10/10 ' "$W/el-back.out" &&
-     [[ $(grep '^layout: ' "$W/el-back.out" | tail -1) == 'layout: 3 nodes x 1 rank;'* ]]; then
-    ok "h2 killed (slurmd and all), slurmd back: $(grep -o 'elastic: grow: .*' "$W/el-back.out"), 10 epochs"
-  else
-    bad "h2 back: exit $rc"
-  fi
+  lose_h2 el-back 10 "h2 killed (slurmd and all), slurmd back" slurmd_up h2
   # (c) MIN_NODES=3 and h3 lost: exit 1, h3 named.
   elastic_job el-min MIN_NODES=3
   wait_for '^Epoch 1/10 ' "$W/el-min.out"
@@ -633,22 +647,7 @@ check_elastic() {
     DATA=$W/fm.h5 METRICS=$W/el-loc.jsonl PROBE_TIMEOUT=5 STALL_TIMEOUT=10 DTRAIN_ARGS="--epochs 6 --allreduce ring" \
     timeout 400 "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$W/el-loc.out" 2>&1 &
   job=$!
-  wait_for '^Epoch 2/6 ' "$W/el-loc.out" && sleep 1
-  kill_host h2
-  ip -n dtc-h2 link set eth0 down
-  t0=$(now)
-  timings el-loc "$t0"
-  ip -n dtc-h2 link set eth0 up
-  wait $job; rc=$?
-  cat "$W/el-loc.out"
-  if [[ $rc == 0 ]] && grep -q 'elastic: shrink: .*h2 lost' "$W/el-loc.out" &&
-     grep -Eq 'elastic: grow: h2 answering again after epoch [3-5]: resuming from ckpt-0*[3-5]-0+\.h5 at 3 nodes' "$W/el-loc.out" &&
-     grep -q '"event":"grow".*"nodes":3' "$W/el-loc.jsonl" && grep -q '^Epoch 6/6 ' "$W/el-loc.out" &&
-     [[ $(grep '^layout: ' "$W/el-loc.out" | tail -1) == 'layout: 3 nodes x 1 rank;'* ]]; then
-    ok "local launcher across hosts: h2 killed and cut off -> h1+h3 -> h2 back: $(grep -o 'elastic: grow: .*' "$W/el-loc.out")"
-  else
-    bad "local launcher, h2 lost and back: exit $rc"
-  fi
+  lose_h2 el-loc 6 "local launcher across hosts: h2 killed and cut off, link back" ip -n dtc-h2 link set eth0 up
   # The hosts back in Slurm for the checks after this one (those that come
   # later use mpirun only): nodes still down are resumed.
   local i
