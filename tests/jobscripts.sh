@@ -28,10 +28,10 @@ FAKE_NTASKS=2; export FAKE_NTASKS
 DT_TEST_TIMEOUT=60
 
 scripts="jobscripts/slurm/dtrain.sbatch jobscripts/pbs/dtrain.pbs jobscripts/local/dtrain.sh"
-for s in $scripts jobscripts/local/fashion-mnist.sh jobscripts/local/setup.sh; do
+for s in $scripts jobscripts/slurm/dtrain-elastic.sbatch jobscripts/local/fashion-mnist.sh jobscripts/local/setup.sh; do
   bash -n "$TOP_SRCDIR/$s" && pass "bash -n $s" || fail "bash -n $s"
 done
-for s in $scripts; do
+for s in $scripts jobscripts/slurm/dtrain-elastic.sbatch; do
   n=$(grep -c '^#\(SBATCH\|PBS\) ' "$TOP_SRCDIR/$s")
   # every directive has its reason on the line above it
   bad=$(awk '/^#(SBATCH|PBS) / && prev !~ /^# / { print FNR } { prev = $0 }' "$TOP_SRCDIR/$s")
@@ -118,6 +118,47 @@ spid=$(pgrep -P $pid -f jobscripts/local/dtrain.sh | head -1)
 [ -n "$spid" ] && kill -USR1 "$spid"
 wait $pid
 check "local" "$T/local.out" $? "$T/local" USR1
+
+# --- local, ELASTIC=1 (jobscripts/slurm/dtrain-elastic.sbatch with mpirun):
+# a rank killed after epoch 2 -> the run starts again on the hosts that
+# answer (all: a restart, not a shrink) from the last checkpoint, and the
+# METRICS file holds both runs' epoch rows and the events ---
+descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+ELASTIC=1 HOSTS=localhost:2 CKPT_DIR=$T/elastic METRICS=$T/elastic.jsonl DATA="--synthetic 8x8x3:4:131072" \
+  DTRAIN_ARGS="--model mlp --batch-size 16 --epochs 6 --no-validation" \
+  timeout -k 5 $DT_TEST_TIMEOUT "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$T/elastic.out" 2>&1 &
+pid=$!
+i=0
+while [ ! -e "$T/elastic/ckpt-000002-00000000.h5" ] && kill -0 $pid 2>/dev/null && [ $i -lt 600 ]; do
+  sleep 0.05; i=$((i + 1))
+done
+victim=''
+for p in $(descendants $pid); do [ "$(cat /proc/"$p"/comm 2>/dev/null)" = dtrain ] && victim=$p && break; done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $pid
+jrc=$?
+if [ -n "$victim" ] && [ "$jrc" = 0 ] &&
+   grep -q 'elastic: restart: step failed (exit [0-9]*), restart 1: no node lost; resuming from ckpt-00000[2-5]-' "$T/elastic.out" &&
+   grep -q '^dtrain: resuming from ' "$T/elastic.out" && grep -q '^Epoch 6/6 ' "$T/elastic.out" &&
+   [ "$(grep -c '"kind":"epoch"' "$T/elastic.jsonl")" -ge 6 ] && grep -q '"event":"restart".*"ranks":2' "$T/elastic.jsonl"; then
+  pass "local ELASTIC=1: a rank killed -> restarted on the hosts answering, resumed, 6 epochs, events in METRICS"
+else
+  fail "local ELASTIC=1: exit $jrc, victim '$victim'"; cat "$T/elastic.out" >&2
+fi
+# MIN_NODES=2 with a host that does not answer: exit 1, naming it.
+ELASTIC=1 HOSTS=localhost:1,dtrain-no-such-host:1 MIN_NODES=2 PROBE_TIMEOUT=20 CKPT_DIR=$T/elastic-min \
+  timeout -k 5 $DT_TEST_TIMEOUT "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$T/elastic-min.out" 2>&1
+jrc=$?
+if [ "$jrc" = 1 ] &&
+   grep -q 'elastic: stop: only 1 of 2 nodes healthy, fewer than MIN_NODES=2; lost: dtrain-no-such-host$' "$T/elastic-min.out"; then
+  pass "local ELASTIC=1 MIN_NODES=2, one host not answering: exit 1, the host named"
+else
+  fail "local ELASTIC=1 MIN_NODES=2: exit $jrc"; cat "$T/elastic-min.out" >&2
+fi
+ELASTIC=1 timeout 10 "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$T/elastic-nohosts.out" 2>&1
+jrc=$?
+[ "$jrc" = 2 ] && grep -q 'ELASTIC=1 needs HOSTS=host:slots' "$T/elastic-nohosts.out" &&
+  pass "ELASTIC=1 without HOSTS: exit 2, says so" || fail "ELASTIC=1 without HOSTS: exit $jrc"
 
 rm -rf "$T"
 finish

@@ -26,7 +26,18 @@
 #                 script adds Open MPI's --allow-run-as-root as root and
 #                 --oversubscribe with more ranks than cores)
 #   WALLTIME      seconds into each run to send SIGUSR1 (default: none)
-#   MAX_RESTARTS  stop requeueing after this many (default 10)
+#   MAX_RESTARTS  stop requeueing after this many (default 10); with
+#                 ELASTIC=1, restarts after failures (growing not counted)
+#
+# Elastic (ELASTIC=1 and HOSTS=host:slots,..., in place of NP and of a --host
+# in MPIEXEC_FLAGS): this script runs jobscripts/slurm/dtrain-elastic.sbatch
+# with mpirun as its launcher, the one implementation of elastic runs (see
+# its header). A run that fails (a host or rank died: any exit but 0, 75,
+# 2 and 3) is started again with `--resume latest` on the hosts that answer
+# `$MPIEXEC --host HOST:1 -np 1 true`; hosts that come back are used again
+# from the next end-of-epoch checkpoint. Its settings MIN_NODES, METRICS
+# (.jsonl), PROBE_TIMEOUT and STALL_TIMEOUT apply; WALLTIME does not.
+#   HOSTS=h1:2,h2:2,h3:2 ELASTIC=1 MIN_NODES=2 jobscripts/local/dtrain.sh
 set -u
 me=dtrain.sh
 log() { echo "$me: $(date '+%F %T'): $*"; }
@@ -49,6 +60,11 @@ if [ -z "${MPIEXEC:-}" ]; then
 fi
 MPIEXEC_FLAGS=${MPIEXEC_FLAGS:-}
 mkdir -p "$CKPT_DIR" || exit 1
+if [ "${ELASTIC:-0}" = 1 ]; then
+  [ -n "${HOSTS:-}" ] || { log "ELASTIC=1 needs HOSTS=host:slots,... (the hosts to run on)"; exit 2; }
+  export DTRAIN DATA CKPT_DIR DTRAIN_ARGS MPIEXEC MPIEXEC_FLAGS MAX_RESTARTS HOSTS
+  exec bash "$top/jobscripts/slurm/dtrain-elastic.sbatch"
+fi
 
 pid='' stop='' timer=''
 forward() {

@@ -9,7 +9,7 @@
 # directory (tests/run-all.sh counts them); ends with "cluster: N passed, N
 # failed".
 #
-#   make -C build check-cluster            (as root; about 5 minutes on 2 cores)
+#   make -C build check-cluster            (as root; about 10 minutes on 2 cores, half of it the elastic check)
 #   tests/cluster/run.sh [CHECK...]         (from a build directory, make's environment)
 #
 # The checks:
@@ -36,6 +36,16 @@
 #                short --time and --signal it checkpoints, the real `scontrol
 #                requeue` requeues it, it resumes and ends equal (h5diff) to
 #                a run never interrupted; srun direct launch trains
+#   elastic      jobscripts/slurm/dtrain-elastic.sbatch on 3 hosts, the CNN
+#                on 20000 Fashion-MNIST images for 10 epochs: h2 marked down
+#                mid-epoch -> the job ends on h1+h3 within 0.5 point of
+#                an undisturbed run's validation accuracy; every process of
+#                h2 killed (slurmd too) and slurmd back -> h2 used again from
+#                the next epoch; MIN_NODES=3 and h3 lost -> exit 1 naming h3;
+#                jobscripts/local/dtrain.sh ELASTIC=1 (mpirun): h2 killed and
+#                its link down -> h1+h3 -> link up -> h2 used again.
+#                Prints the death -> first-step times (detection, probe,
+#                launch and resume)
 #   local        jobscripts/local/dtrain.sh across hosts: SIGUSR1, restart,
 #                the same final checkpoint as a run never interrupted
 #   shaped       cluster.sh shape 200mbit: one TCP stream gets 80-105% of it,
@@ -505,6 +515,148 @@ check_local() {
   fi
 }
 
+# Every process of a host (slurmd, slurmstepd, dtrain's ranks): the host dies.
+kill_host() { local p; for p in $(ip netns pids "dtc-$1" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; }
+slurmd_up() { "$TOP_SRCDIR/tests/cluster/rsh" "$1" "slurmd -f '$SLURM_CONF' -N $1"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+final_val() { sed -n 's/^Epoch 10\/10 .* val_accuracy: \([0-9.]*\).*/\1/p' "$1" | tail -1; }
+
+# elastic_job NAME [VAR=VALUE...]: the elastic job script on h1-h3 in the
+# background, its log $W/NAME.out; sets job (the pid of sbatch --wait).
+elastic_job() {
+  local name=$1
+  shift
+  rm -rf "$W/${name:?}" "$W/$name.out" "$W/$name.jsonl"
+  env "$@" DTRAIN="$DTRAIN" CKPT_DIR="$W/$name" DATA="$W/fm.h5" METRICS="$W/$name.jsonl" PROBE_TIMEOUT=5 STALL_TIMEOUT=10 \
+    DTRAIN_ARGS="--epochs 10 --allreduce ring" \
+    timeout 600 sbatch --wait -N3 --ntasks-per-node=1 --cpus-per-task=1 -o "$W/$name.out" \
+    "$TOP_SRCDIR/jobscripts/slurm/dtrain-elastic.sbatch" >/dev/null &
+  job=$!
+}
+# wait_for PATTERN FILE: until a line of FILE matches (ERE), the job ends, or 300 s.
+wait_for() {
+  local i
+  for ((i = 0; i < 3000; i++)); do
+    grep -Eq "$1" "$2" 2>/dev/null && return 0
+    kill -0 "$job" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# timings NAME T_DEATH: death -> step ended -> survivors' step launched -> its first step.
+timings() {
+  local log=$W/$1.out t0=$2 tend='' tlaunch='' tfirst='' n
+  n=$(grep -c '^layout: ' "$log")
+  while kill -0 "$job" 2>/dev/null; do
+    [[ -z $tend ]] && grep -q 'step ended: exit' "$log" && tend=$(now)
+    [[ -z $tlaunch ]] && (($(grep -c ': step on ' "$log") >= 2)) && tlaunch=$(now)
+    (($(grep -c '^layout: ' "$log") > n)) && { tfirst=$(now); break; }
+    sleep 0.05
+  done
+  if [[ -n $tfirst ]]; then
+    echo "# $1: death -> first step on the survivors $(since "$t0" "$tfirst") s: detection (step ends) $(since "$t0" "${tend:-$t0}") s," \
+      "probe $(since "${tend:-$t0}" "${tlaunch:-$t0}") s, srun + dtrain start + resume $(since "${tlaunch:-$t0}" "$tfirst") s"
+    awk -v a="$t0" -v b="$tfirst" 'BEGIN { exit !(b - a <= 30) }' && ok "$1: the survivors' first step $(since "$t0" "$tfirst") s after the death (goal 30)" ||
+      bad "$1: the survivors' first step $(since "$t0" "$tfirst") s after the death (goal 30)"
+  fi
+}
+
+# lose_h2 NAME EPOCHS WHAT BACK...: in epoch 3 of the job (pid $job, log
+# NAME.out) every process of h2 is killed (and its link cut for the local
+# launcher, whose probe would reach it otherwise); the time to the
+# survivors' first step is measured, then BACK... brings h2 back. The job
+# must shrink without h2, grow back to 3 nodes from an end-of-epoch
+# checkpoint after epoch 3 (the next after the death) or later, say so in
+# its log and METRICS, and end its EPOCHS at 3 nodes.
+lose_h2() {
+  local name=$1 epochs=$2 what=$3 log=$W/$1.out t0 rc
+  shift 3
+  wait_for "^Epoch 2/$epochs " "$log" && sleep 1
+  kill_host h2
+  [[ $name == el-loc ]] && ip -n dtc-h2 link set eth0 down
+  t0=$(now)
+  timings "$name" "$t0"
+  "$@"
+  wait "$job"; rc=$?
+  cat "$log"
+  if [[ $rc == 0 ]] && grep -q 'elastic: shrink: .*h2 lost' "$log" &&
+    grep -Eq 'elastic: grow: h2 answering again after epoch [3-9]: resuming from ckpt-0*[3-9]-0+\.h5 at 3 nodes' "$log" &&
+    grep -q '"event":"grow".*"nodes":3' "$W/$name.jsonl" && grep -q "^Epoch $epochs/$epochs " "$log" &&
+    [[ $(grep '^layout: ' "$log" | tail -1) == 'layout: 3 nodes x 1 rank;'* ]]; then
+    ok "$what: $(grep -o 'elastic: grow: .*' "$log"), $epochs epochs"
+  else
+    bad "$what: exit $rc"
+  fi
+}
+
+check_elastic() {
+  local rc t0 ref got
+  "$TOP_BUILDDIR/dtrain-prep" --limit-train 20000 --limit-test 5000 "$W/fm.h5" >/dev/null || { bad "dtrain-prep"; return; }
+  # (a) the reference, undisturbed, through the same script.
+  elastic_job el-ref
+  wait $job; rc=$?
+  ref=$(final_val "$W/el-ref.out")
+  if [[ $rc == 0 && -n $ref ]] && grep -q 'elastic: start: 3 of 3 nodes healthy' "$W/el-ref.out" && ! grep -q 'elastic: shrink' "$W/el-ref.out" &&
+     grep -q '"event":"start".*"nodes":3' "$W/el-ref.jsonl" && [[ $(grep -c '"kind":"epoch"' "$W/el-ref.jsonl") == 10 ]]; then
+    ok "undisturbed elastic job on h1-h3: 10 epochs, val_accuracy $ref, the start event and 10 epoch rows in METRICS"
+  else
+    bad "undisturbed elastic job: exit $rc"; cat "$W/el-ref.out"
+  fi
+  # h2 marked down by Slurm mid-epoch 3: the job goes on on h1+h3.
+  elastic_job el-down
+  wait_for '^Epoch 2/10 ' "$W/el-down.out" && sleep 1
+  scontrol update nodename=h2 state=down reason=elastic-test
+  t0=$(now)
+  timings el-down "$t0"
+  wait $job; rc=$?
+  scontrol update nodename=h2 state=resume 2>/dev/null # unless it is back already (ReturnToService=2)
+  cat "$W/el-down.out"
+  got=$(final_val "$W/el-down.out")
+  if [[ $rc == 0 && -n $got ]] && grep -q 'elastic: shrink: step failed (exit [0-9]*), restart 1: h2 lost; resuming from ckpt-' "$W/el-down.out" &&
+     grep -q 'this run has 2 x ' "$W/el-down.out" && grep -q '"event":"shrink".*"nodes":2.*"hosts":"h1,h3"' "$W/el-down.jsonl" &&
+     [[ $(grep '^layout: ' "$W/el-down.out" | tail -1) == 'layout: 2 nodes x 1 rank;'* ]]; then
+    ok "h2 down mid-epoch 3: shrunk to h1+h3 (re-sharded), 10 epochs done, the change in the log and METRICS"
+  else
+    bad "h2 down: exit $rc"
+  fi
+  awk -v a="$ref" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.5 && d <= 0.005) }' &&
+    ok "final val_accuracy $got with h2 lost, $ref undisturbed: within 0.5 point" ||
+    bad "final val_accuracy $got with h2 lost, $ref undisturbed: not within 0.5 point"
+  # (b) every process of h2 killed mid-epoch 3; its slurmd back once the
+  # survivors run: h2 is used again from the next epoch.
+  elastic_job el-back
+  lose_h2 el-back 10 "h2 killed (slurmd and all), slurmd back" slurmd_up h2
+  # (c) MIN_NODES=3 and h3 lost: exit 1, h3 named.
+  elastic_job el-min MIN_NODES=3
+  wait_for '^Epoch 1/10 ' "$W/el-min.out"
+  kill_host h3
+  wait $job; rc=$?
+  slurmd_up h3
+  cat "$W/el-min.out"
+  if [[ $rc == 1 ]] && grep -q 'elastic: stop: only 2 of 3 nodes healthy, fewer than MIN_NODES=3; lost: h3$' "$W/el-min.out" &&
+     grep -q '"event":"stop"' "$W/el-min.jsonl"; then
+    ok "MIN_NODES=3, h3 lost: exit 1, $(grep -o 'elastic: stop: .*' "$W/el-min.out")"
+  else
+    bad "MIN_NODES=3: exit $rc"
+  fi
+  # (d) The local launcher (ELASTIC=1: the same loop over mpirun): h2 dies
+  # whole (its orted and rank killed, its link down) and comes back (link up).
+  rm -rf "$W/el-loc" "$W/el-loc.jsonl"
+  ELASTIC=1 HOSTS=h1:1,h2:1,h3:1 MPIEXEC=mpirun MPIEXEC_FLAGS="$DTC_MPIRUN_FLAGS" DTRAIN=$DTRAIN CKPT_DIR=$W/el-loc \
+    DATA=$W/fm.h5 METRICS=$W/el-loc.jsonl PROBE_TIMEOUT=5 STALL_TIMEOUT=10 DTRAIN_ARGS="--epochs 6 --allreduce ring" \
+    timeout 400 "$TOP_SRCDIR/jobscripts/local/dtrain.sh" >"$W/el-loc.out" 2>&1 &
+  job=$!
+  lose_h2 el-loc 6 "local launcher across hosts: h2 killed and cut off, link back" ip -n dtc-h2 link set eth0 up
+  # The hosts back in Slurm for the checks after this one (those that come
+  # later use mpirun only): nodes still down are resumed.
+  local i
+  for ((i = 0; i < 60; i++)); do [[ $(sinfo -h -N -o '%t' | grep -c '^idle$') == 3 ]] && break; sleep 0.5; done
+  echo "# Slurm's nodes at the end: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
+  for i in $(sinfo -h -N -t down,drain -o '%N'); do scontrol update nodename="$i" state=resume; done
+  return 0
+}
+
 check_shaped() {
   local rsh=$TOP_SRCDIR/tests/cluster/rsh gbs busbw
   bash "$CLUSTER" shape 200mbit || bad "shape 200mbit failed"
@@ -550,7 +702,7 @@ check_study() {
   fi
 }
 
-checks=${*:-hosts preflight strategies ps allreduce resume faults slurm local shaped study}
+checks=${*:-hosts preflight strategies ps allreduce resume faults slurm elastic local shaped study}
 t_all=$(date +%s)
 for c in $checks; do run_check "$c"; done
 echo "cluster: $npass passed, $nfail failed ($(($(date +%s) - t_all)) s)"
