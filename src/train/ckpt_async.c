@@ -1,4 +1,8 @@
-/* ckpt_async.c: --checkpoint-async's writer thread (see ckpt_async.h). */
+/* ckpt_async.c: --checkpoint-async's writer thread (see ckpt_async.h).
+ *
+ * The writer runs at the process's priority, on purpose: at nice 19 it was
+ * preempted while holding Open MPI's internal locks, and training's
+ * all-reduces waited for it (53 s a write; bench/README-checkpoint.md). */
 #include "config.h"
 
 #include <pthread.h>
