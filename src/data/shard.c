@@ -50,8 +50,10 @@ void dt_shard_epoch(struct dt_shard_plan *p, uint64_t seed, int64_t epoch, int s
         for (int f = p->rank; f < p->nfiles; f += p->nranks)
             for (int64_t g = p->file_start[f]; g < p->file_start[f + 1]; g++) p->order[k++] = g;
         if (shuffle) {
-            /* The rank's own stream: the files it owns differ from its peers'. */
-            dt_rng_seed(&rng, seed ^ 0x5eed5ULL, (uint64_t)epoch * 1000003ULL + (uint64_t)p->rank);
+            /* The rank's own stream: the files it owns differ from its peers'.
+             * Rank 0's is the data policy's, so one rank (which owns every
+             * file, in order) draws the same order under either policy. */
+            dt_rng_seed(&rng, seed ^ 0x5eed5ULL, (uint64_t)epoch + ((uint64_t)p->rank << 40));
             for (int64_t i = p->norder - 1; i > 0; i--) {
                 int64_t j = (int64_t)dt_rng_below(&rng, (uint64_t)i + 1), t = p->order[i];
                 p->order[i] = p->order[j];

@@ -10,7 +10,8 @@
  * remainder R is split so ranks get floor(R/P) or one more (possibly 0).
  *
  * Policy "file": shard file f belongs to rank f mod P; a rank permutes its own
- * files' samples each epoch (seeded by epoch and rank). All ranks run
+ * files' samples each epoch (seeded by epoch and rank; rank 0's stream is the
+ * data policy's, so one rank draws the same order under both). All ranks run
  * ceil(max_r n_r / B) steps; a rank whose samples run out contributes empty
  * batches. In both policies every sample is used exactly once per epoch, and
  * the trainer weights each rank's gradient by its share of the step's global
