@@ -10,7 +10,12 @@
  * Which ranks are late: at the start of every step each rank reports
  * (epoch, step, waiting) to rank 0, whose watchdog fires first and reads the
  * table of reports: the ranks that have not reached the step the others
- * wait in, or that are not waiting at all. Other ranks fire a few seconds
+ * wait in, or that are not waiting at all. With MPI_THREAD_MULTIPLE each
+ * rank's watchdog thread also reports a heartbeat every 200 ms, so rank 0
+ * tells a rank whose process has stopped (SIGSTOP, a dead host: its
+ * watchdog falls silent too; on rank 0's host /proc says which) from one
+ * that is alive but stuck outside the collectives, and from the ranks
+ * waiting in one. Other ranks fire a few seconds
  * later, in case rank 0 itself is the one stuck. Reports travel one of two
  * ways, chosen at start (dt_watchdog_how says which):
  *   - one-sided: an MPI_Put and flush into a window on rank 0, no
@@ -35,8 +40,13 @@ struct dt_watchdog {
     int how;                  /* DT_WATCH_PUT, DT_WATCH_SEND or DT_WATCH_BLIND */
     MPI_Comm comm;            /* a duplicate for the reports */
     MPI_Win win;
-    long *table;              /* rank 0: [size][3] epoch, step, waiting; NULL elsewhere */
-    long sendbuf[8][3];       /* two-sided: reports in flight, a ring */
+    long *table;              /* rank 0: [size][DT_WATCH_ROW]; NULL elsewhere */
+    long mine[6];             /* this rank's row as it last reported it (under putlock) */
+    pthread_mutex_t putlock;  /* the main and watchdog threads both report */
+    int beats;                /* the watchdog thread reports a heartbeat (MPI_THREAD_MULTIPLE) */
+    long *lastbeat;           /* rank 0: each rank's last heartbeat seen, and when */
+    double *heard;
+    long sendbuf[8][6];       /* two-sided: reports in flight, a ring */
     MPI_Request sendreq[8];
     int nsent;
     char why[160];            /* why the window could not be made (not DT_WATCH_PUT) */
@@ -51,6 +61,9 @@ struct dt_watchdog {
 };
 
 enum { DT_WATCH_PUT = 0, DT_WATCH_SEND = 1, DT_WATCH_BLIND = 2 };
+/* A rank's row: epoch, step, waiting (in a collective), heartbeat (its
+ * watchdog thread's, every 200 ms), pid, a hash of its host name. */
+enum { DT_WATCH_ROW = 6, DT_ROW_EPOCH = 0, DT_ROW_STEP, DT_ROW_WAITING, DT_ROW_BEAT, DT_ROW_PID, DT_ROW_HOST };
 
 /* Collective over comm. timeout <= 0: off (every other call is a no-op).
  * publish_waiting: the main thread is the only one calling MPI when it

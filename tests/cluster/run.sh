@@ -392,7 +392,7 @@ check_faults() {
   head err
   if [[ $rc != 0 ]] && (((t1 - t0) / 1000000 < 30000)) &&
      grep -q 'the watchdog gathers progress with two-sided messages' err &&
-     grep -q '^dtrain: error: rank 0 waited 4 s in the gradient exchange at epoch 1 step 20 (--stall-timeout 4): not arrived: rank 2 (at this step, not waiting)' err; then
+     grep -q '^dtrain: error: rank 0 waited 4 s in the gradient exchange at epoch 1 step 20 (--stall-timeout 4): not arrived: rank 2 (alive, at this step, outside the collectives); waiting in the collective: ranks 0, 1' err; then
     ok "a rank on h3 that stops at update 20: named by rank 0's watchdog, job over in $(((t1 - t0) / 1000000)) ms"
   else
     bad "stalled rank: exit $rc after $(((t1 - t0) / 1000000)) ms"
