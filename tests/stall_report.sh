@@ -26,7 +26,7 @@ for np in 2 3; do
   for ov in --no-overlap --overlap; do
     name=np$np$ov
     d=$T/$name
-    ( launch "$np" "$DTRAIN" "$fm" --batch-size 32 --epochs 1000 --verbose --stall-timeout 5 $ov \
+    ( launch "$np" "$DTRAIN" "$fm" --batch-size 32 --epochs 1000 --verbose --stall-timeout 4 $ov \
         --metrics "$d.csv" >"$d.out" 2>"$d.err"
       echo $? >"$d.rc" ) &
     i=0
