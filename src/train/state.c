@@ -132,6 +132,7 @@ static void config_text(const struct dt_config *c, int nranks, struct kv *kv)
     kv_add(kv, "ranks", "%d", nranks);
     kv_add(kv, "epochs", "%d", c->epochs);
     kv_add(kv, "batch_size", "%d", c->batch_size);
+    kv_add(kv, "grad_accum", "%d", c->grad_accum > 1 ? c->grad_accum : 1);
     kv_add(kv, "steps_per_epoch", "%ld", c->steps_per_epoch);
     kv_add(kv, "model", "%s", c->model);
     kv_add(kv, "dropout", "%g", (double)c->dropout);
@@ -393,27 +394,41 @@ static int nothing_to_resume(struct dt_trainer *t)
     return fresh;
 }
 
+/* Whether a run of nranks under policy deals the same samples to global
+ * step k as a run of any other rank count with the same global batch. */
+static int order_portable(int policy, int nranks) { return policy == DT_SHARD_DATA || nranks == 1; }
+
 /* The checkpoint's layout (ranks x batch, which decides the data order
  * within an epoch, and auto's timed algorithms): this rank's dropout stream
- * where the layout is the same; else a note, and an interrupted epoch
- * starts again. */
+ * where the layout is the same; else a note. An interrupted epoch goes on
+ * where it stopped when the order is the same anyway (the same global batch,
+ * and a policy whose order does not depend on the rank count: data, or one
+ * rank); otherwise it starts again. */
 static void resume_layout(struct dt_trainer *t, const struct dt_ckpt *c)
 {
     const struct dt_config *cfg = t->cfg;
-    long file_batch = 0;
+    long file_batch = 0, file_accum = 1, file_policy = DT_SHARD_AUTO;
     for (int i = 0; i < c->nconfig; i++) {
         if (!strcmp(c->config_keys[i], "batch_size")) file_batch = strtol(c->config_values[i], NULL, 10);
+        if (!strcmp(c->config_keys[i], "grad_accum")) file_accum = strtol(c->config_values[i], NULL, 10);
+        if (!strcmp(c->config_keys[i], "shard_policy")) file_policy = strtol(c->config_values[i], NULL, 10);
         /* auto's algorithms as that run timed them, so the resumed run sums in the same order */
         if (!strcmp(c->config_keys[i], "allreduce_timed")) dt_auto_preset(&t->coll, c->config_values[i]);
     }
     int same_layout = c->file_nranks == t->nranks && file_batch == cfg->batch_size;
     if (same_layout) memcpy(t->dropout_rng.s, c->all_rng[t->rank], sizeof t->dropout_rng.s);
+    const int accum = cfg->grad_accum > 1 ? cfg->grad_accum : 1;
+    const int was = dt_shard_resolve((int)file_policy, t->data.nfiles, c->file_nranks);
+    const int same_order = (long)c->file_nranks * file_batch * file_accum == (long)t->nranks * cfg->batch_size * accum &&
+                           was >= 0 && order_portable(was, c->file_nranks) && order_portable(t->policy, t->nranks);
     if (!same_layout && t->rank == 0)
         fprintf(stderr, "dtrain: note: --resume: the checkpoint was written by %d rank%s x batch %ld, this run has "
-                "%d x %d: the data order is re-sharded and dropout streams restart from the seed%s\n",
-                c->file_nranks, c->file_nranks == 1 ? "" : "s", file_batch, t->nranks, cfg->batch_size,
-                c->step > 0 ? "; the interrupted epoch starts again from its beginning" : "");
-    if (!same_layout && c->step > 0) {
+                "%d x %d: %s; dropout streams restart from the seed%s\n", c->file_nranks,
+                c->file_nranks == 1 ? "" : "s", file_batch, t->nranks, cfg->batch_size,
+                same_order ? "the same global batch deals the same samples" : "the data order is re-sharded",
+                c->step <= 0 ? "" : same_order ? "; the interrupted epoch goes on where it stopped"
+                                               : "; the interrupted epoch starts again from its beginning");
+    if (!same_layout && !same_order && c->step > 0) {
         t->start_step = 0;
         memset(t->start_progress, 0, sizeof t->start_progress);
     }
