@@ -100,6 +100,8 @@ typedef struct dtrain_dataset_options {
     int prefetch;             /**< batches read ahead by a thread (2); 0 reads in dtrain_dataset_next() */
     int shuffle;              /**< 1 (default): a new order every epoch, drawn from the seed */
     const char *augment;      /**< NULL, or "flip", "crop[:PAD]", "flip,crop:4" (training batches) */
+    int map_threads;          /**< threads that read and augment a batch (as dtrain --map-threads);
+                                   0 (default): auto, the CPUs the rank has beyond its compute threads */
 } dtrain_dataset_options;
 
 /** Options of dtrain_model_create(); fill with dtrain_model_options_init(). */

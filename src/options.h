@@ -23,13 +23,14 @@ enum dt_progress { DT_PROGRESS_AUTO = 0, DT_PROGRESS_PLAIN = 1, DT_PROGRESS_BAR 
 enum dt_overlap { DT_OVERLAP_AUTO = -1, DT_OVERLAP_OFF = 0, DT_OVERLAP_ON = 1 };
 enum dt_verbose { DT_QUIET = 0, DT_NORMAL = 1, DT_VERBOSE = 2 };
 
-enum { DT_OPTIONS_MAX = 80 }; /* rows the table may have (static_assert in options_table.c) */
+enum { DT_OPTIONS_MAX = 96 }; /* rows the table may have (static_assert in options_table.c) */
 
 struct dt_config {
     char **inputs;          /* HDF5 files (one file, or shard files) */
     const char *synthetic;  /* --synthetic HxWxC:CLASSES[:N] instead of files; NULL */
     const char *augment;    /* --augment flip,crop[:PAD]; NULL */
     int prefetch;           /* --prefetch: batches read ahead by a thread (2); 0 = in the step */
+    int map_threads;        /* --map-threads: threads that read and augment a batch; 0 = auto */
     int cache;              /* --cache: keep read samples in memory */
     long cache_limit_mib;   /* --cache-limit MIB per rank; 0 = the default (data/loader.h) */
     int ninputs;

@@ -19,6 +19,7 @@
 #include "collectives/coll.h"
 #include "collectives/powersgd.h"
 #include "data/augment.h"
+#include "data/pool.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
 #include "nn/model.h"
@@ -101,6 +102,26 @@ static int parse_ckpt_every(const struct dt_option *o, struct dt_config *cfg, co
                        "e.g. 2, 2epoch or 500step, found '%s'", flag, arg);
     cfg->ckpt_every = n;
     cfg->ckpt_every_steps = steps;
+    return DT_OK;
+}
+
+/* auto (0) or a count of threads. */
+static int parse_map_threads(const struct dt_option *o, struct dt_config *cfg, const char *flag, const char *arg,
+                             dt_status *st)
+{
+    (void)o;
+    char *end = NULL;
+    long n = -1;
+    errno = 0;
+    if (!strcmp(arg, "auto")) {
+        cfg->map_threads = 0;
+        return DT_OK;
+    }
+    if (*arg >= '0' && *arg <= '9') n = strtol(arg, &end, 10);
+    if (errno || !end || *end || n < 1 || n > DT_MAP_THREADS_MAX)
+        return dt_fail(st, DT_EUSAGE, "%s: expected auto or a thread count in 1..%d, found '%s'", flag,
+                       DT_MAP_THREADS_MAX, arg);
+    cfg->map_threads = (int)n;
     return DT_OK;
 }
 
@@ -237,6 +258,10 @@ const struct dt_option dt_option_table[] = {
      .arg = "P", .help = "auto (default), data or file: how samples are dealt\nto ranks (file: whole shard files per rank)"},
     {"prefetch", 0, DT_OPT_INT, 0, F(prefetch), I(0, 64), .def = 2, .arg = "N",
      .help = "a thread reads up to N batches ahead of the step\n(default %D); 0 reads each batch in the training loop"},
+    {"map-threads", 0, DT_OPT_CUSTOM, 0, 0, .def_str = "auto", .names = NAMES("auto"), .other = "N",
+     .parse = parse_map_threads, .arg = "N",
+     .help = "threads that read and augment each batch (default\nauto: the cores a rank has beyond its --threads,\n"
+             "at least 1); the batches are the same for any N"},
     {"cache", 0, DT_OPT_FLAG, 0, F(cache), .set = 1,
      .help = "keep the training samples a rank reads in memory:\nlater epochs read them from there"},
     {"cache-limit", 0, DT_OPT_LONG, 0, F(cache_limit_mib), I(1, 1L << 30), .arg = "MIB",

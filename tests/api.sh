@@ -7,6 +7,8 @@
 #    --no-validation`, to the 4 decimals both print: the API's step is
 #    dtrain's step (same init on rank 0 + broadcast, same shard plan, same
 #    loss scaling by 1/global batch), not an approximation of it.
+#    With map_threads 3 (the dataset option): the same losses; with -1:
+#    DTRAIN_EUSAGE (2) on every rank and one message naming map_threads.
 # 2. doc/examples/split_comm on 4 ranks: MPI_COMM_WORLD split in halves, each
 #    half's communicator given to dtrain_init; half 0 also runs its own
 #    collective on that communicator, half 1 trains two models in one
@@ -43,6 +45,24 @@ if [ "$rc" = 0 ] && [ -s "$T/dtrain" ] && cmp -s "$T/dtrain" "$T/loop"; then
   pass "custom_loop -n 2 matches dtrain --model mlp: $(tr '\n' ' ' <"$T/loop")"
 else
   fail "custom_loop -n 2 (exit $rc) vs dtrain --model mlp:"; paste "$T/dtrain" "$T/loop" >&2; cat "$T/loop.err" >&2
+fi
+
+launch 2 "$EX" "$fm" 2 3 >"$T/loop3.out" 2>"$T/loop3.err"
+rc=$?
+sed -n 's|^epoch \([0-9]*\): loss \([0-9.]*\)$|\1 \2|p' "$T/loop3.out" >"$T/loop3"
+if [ "$rc" = 0 ] && [ -s "$T/dtrain" ] && cmp -s "$T/dtrain" "$T/loop3"; then
+  pass "custom_loop -n 2 with map_threads 3 matches dtrain --model mlp"
+else
+  fail "custom_loop -n 2 map_threads 3 (exit $rc):"; paste "$T/dtrain" "$T/loop3" >&2; cat "$T/loop3.err" >&2
+fi
+# shellcheck disable=SC2016
+launch 2 sh -c '"$0" "$1" 2 -1; echo "rank-exit $?"' "$EX" "$fm" >"$T/badmt.out" 2>"$T/badmt.err"
+n2=$(grep -c '^rank-exit 2$' "$T/badmt.out")
+nmsg=$(grep -c "^custom_loop: dtrain_dataset_open: dtrain_dataset: map_threads: expected 0 (auto) or 1 to 64 threads, found -1" "$T/badmt.err")
+if [ "$n2" = 2 ] && [ "$nmsg" = 1 ]; then
+  pass "map_threads -1: both ranks return 2, one message: $(grep '^custom_loop:' "$T/badmt.err")"
+else
+  fail "map_threads -1: $n2 of 2 ranks returned 2, $nmsg messages"; cat "$T/badmt.out" "$T/badmt.err" >&2
 fi
 
 # 2. inside a larger MPI program, on split communicators

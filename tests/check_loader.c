@@ -11,7 +11,9 @@
  * the calling thread with the same result. The loader, threaded or not, with
  * or without the cache and augmentation, from step 0 or mid-epoch, yields
  * exactly the batches of the plan; a file cut short while training gives an
- * error naming it and empty batches from then on. Run at one rank (MPI is
+ * error naming it and empty batches from then on. With --map-threads N
+ * (the pool of data/pool.h) every one of those batches is the same, byte for
+ * byte, for N = 1, 3 and 4, and the pool runs each part once per call. Run at one rank (MPI is
  * needed only because datasets are opened through MPI-IO). */
 #include "config.h"
 
@@ -25,6 +27,7 @@
 #include "data/cache.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/pool.h"
 #include "data/rowmap.h"
 #include "data/shard.h"
 #include "mpi_check.h"
@@ -35,6 +38,7 @@ static const char *kind_name[NKINDS] = {"contig", "chunked", "userblock", "userb
 static const int kind_rows[NKINDS] = {40, 23, 17, 9, 30, 30, 12};
 static char dir[4096];
 static int rank_, nranks_;
+static int map_threads_ = 1; /* the loaders' --map-threads */
 
 static uint8_t pixel(int kind, int64_t r, int j) { return (uint8_t)(kind * 37 + r * 13 + j * 7 + (r * j) % 11); }
 static uint8_t label(int kind, int64_t r) { return (uint8_t)((kind + r * 3) % CLASSES); }
@@ -255,7 +259,8 @@ static void run_loader(int prefetch, size_t cache_bytes, int augment, int policy
     struct dt_shard_plan plan, ref;
     dt_shard_init(&plan, policy, 1, 2, B, 3, per_file);
     dt_shard_init(&ref, policy, 1, 2, B, 3, per_file);
-    struct dt_loader_config lc = {.batch = B, .prefetch = prefetch, .cache_bytes = cache_bytes, .seed = 99};
+    struct dt_loader_config lc = {.batch = B, .prefetch = prefetch, .cache_bytes = cache_bytes, .seed = 99,
+                                  .map_threads = map_threads_};
     if (augment) lc.augment = (struct dt_augment){.flip = 1, .pad = 2};
     struct dt_loader ld;
     char note[1100];
@@ -287,8 +292,8 @@ static void run_loader(int prefetch, size_t cache_bytes, int augment, int policy
                 }
             }
             ck_assert_msg(!memcmp(b->images, want, (size_t)n * ROW) && !memcmp(b->labels, wl, (size_t)n),
-                          "prefetch %d cache %zu augment %d: epoch %d step %lld differs", prefetch, cache_bytes,
-                          augment, e, (long long)s);
+                          "prefetch %d cache %zu augment %d map threads %d: epoch %d step %lld differs", prefetch,
+                          cache_bytes, augment, map_threads_, e, (long long)s);
             if (s % 3 == 0) usleep(200); /* let the thread run ahead now and then */
             dt_loader_ahead(&ld, s + 1);
         }
@@ -319,9 +324,55 @@ START_TEST(loader_cache)
 }
 END_TEST
 
+/* --map-threads: the same batches from 3 and 4 threads (parts of one or
+ * two samples of the 6), read through pread or HDF5, with and without the
+ * cache and augmentation, from step 0 and mid-epoch. */
+START_TEST(loader_map_threads)
+{
+    for (map_threads_ = 3; map_threads_ <= 4; map_threads_++) {
+        run_loader(2, 0, 1, DT_SHARD_DATA, 0);
+        run_loader(0, 0, 1, DT_SHARD_DATA, 2);
+        run_loader(1, 0, 0, DT_SHARD_FILE, 1);
+        run_loader(2, 9 * (ROW + 1), 1, DT_SHARD_DATA, 1);
+        run_loader(0, (size_t)1 << 20, 1, DT_SHARD_FILE, 0);
+    }
+    map_threads_ = 1;
+}
+END_TEST
+
+/* The pool: each of n parts runs exactly once per dt_pool_run, over many
+ * runs, and the caller's thread runs part 0. */
+struct pool_probe {
+    int hits[8];
+    pthread_t caller, ran0;
+};
+
+static void probe_part(void *arg, int k, int parts)
+{
+    struct pool_probe *p = arg;
+    ck_assert_int_lt(k, parts);
+    __atomic_fetch_add(&p->hits[k], 1, __ATOMIC_RELAXED);
+    if (k == 0) p->ran0 = pthread_self();
+}
+
+START_TEST(pool_runs_each_part_once)
+{
+    for (int n = 1; n <= 8; n += 3) {
+        struct dt_pool pool;
+        struct pool_probe p = {.caller = pthread_self()};
+        dt_pool_init(&pool, n);
+        for (int r = 0; r < 2000; r++) dt_pool_run(&pool, probe_part, &p);
+        for (int k = 0; k < n; k++) ck_assert_int_eq(p.hits[k], 2000);
+        for (int k = n; k < 8; k++) ck_assert_int_eq(p.hits[k], 0);
+        ck_assert(pthread_equal(p.ran0, p.caller));
+        dt_pool_free(&pool);
+    }
+}
+END_TEST
+
 /* A file cut short after the table was built: the thread's pread fails, the
  * error names the file, and that batch and all later ones come back empty. */
-START_TEST(loader_read_error)
+static void loader_read_error_body(void)
 {
     char src[4200], path[4300], cmd[9000];
     path_of(CONTIG, src, sizeof src);
@@ -337,7 +388,7 @@ START_TEST(loader_read_error)
     dt_shard_init(&plan, DT_SHARD_DATA, 0, 1, 4, 1, &n);
     dt_shard_epoch(&plan, 1, 0, 0); /* in order: step 5 holds rows 20..23 */
     struct dt_loader ld;
-    struct dt_loader_config lc = {.batch = 4, .prefetch = 2, .seed = 1};
+    struct dt_loader_config lc = {.batch = 4, .prefetch = 2, .seed = 1, .map_threads = map_threads_};
     char note[1100];
     dt_loader_open(&ld, &lc, &ds, &plan, &dt_backend_cpu, note, sizeof note);
     ck_assert(ld.threaded);
@@ -360,6 +411,18 @@ START_TEST(loader_read_error)
     dt_shard_free(&plan);
     dt_dataset_close(&ds);
 }
+
+START_TEST(loader_read_error) { loader_read_error_body(); }
+END_TEST
+
+/* The same, with the reads split over 3 threads: the part that reads past
+ * the end reports it. */
+START_TEST(loader_read_error_map_threads)
+{
+    map_threads_ = 3;
+    loader_read_error_body();
+    map_threads_ = 1;
+}
 END_TEST
 
 int main(int argc, char **argv)
@@ -376,6 +439,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, loader_augment_resume);
     tcase_add_test(tc, loader_cache);
     tcase_add_test(tc, loader_read_error);
+    tcase_add_test(tc, loader_map_threads);
+    tcase_add_test(tc, pool_runs_each_part_once);
+    tcase_add_test(tc, loader_read_error_map_threads);
     suite_add_tcase(s, tc);
     return mpi_check_run(s, rank_);
 }

@@ -48,6 +48,9 @@ expect_fail 2 "--ranks-per-node: 3 is more than the 2 ranks of the job" 2 "$good
 expect_fail 2 "--bucket-mb: expected a number in \[0, 65536\], found -1" 2 "$good" --bucket-mb -1
 expect_fail 2 "--prefetch: expected an integer in \[0, 64\], found -1" 2 "$good" --prefetch -1
 expect_fail 2 "--prefetch: expected an integer, found 'two'" 2 "$good" --prefetch two
+expect_fail 2 "--map-threads: expected auto or a thread count in 1..64, found '0'" 2 "$good" --map-threads 0
+expect_fail 2 "--map-threads: expected auto or a thread count in 1..64, found 'many'" 2 "$good" --map-threads many
+expect_fail 2 "--map-threads: expected auto or a thread count in 1..64, found '65'" 2 "$good" --map-threads 65
 expect_fail 2 "--cache-limit: expected an integer in \[1, .*found 0" 2 "$good" --cache --cache-limit 0
 expect_fail 2 "--cache-limit: expected an integer, found '1G'" 2 "$good" --cache --cache-limit 1G
 expect_fail 2 "--cache-limit: needs --cache" 2 "$good" --cache-limit 64

@@ -1,8 +1,9 @@
 /* custom_loop.c: the seed's custom training loop, written against libdtrain.
  *
- *   mpirun -np 2 custom_loop fashion_mnist.h5 [EPOCHS]
+ *   mpirun -np 2 custom_loop fashion_mnist.h5 [EPOCHS [MAP_THREADS]]
  *
- * An MLP on Fashion-MNIST, Adam, batch 64 per replica, 2 epochs by default.
+ * An MLP on Fashion-MNIST, Adam, batch 64 per replica, 2 epochs by default;
+ * MAP_THREADS is the dataset's map_threads (0, the default: auto).
  * Each replica sums its own per-sample losses; at the epoch's end the sums
  * are reduced over the replicas with SUM and divided by the epoch's samples,
  * which is the TensorFlow tutorial's
@@ -36,7 +37,7 @@ int main(int argc, char **argv)
     int provided, rc;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     if (argc < 2) {
-        fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS]\n");
+        fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS [MAP_THREADS]]\n");
         MPI_Finalize();
         return DTRAIN_EUSAGE;
     }
@@ -55,6 +56,7 @@ int main(int argc, char **argv)
     dtrain_dataset_options dopt;
     dtrain_dataset_options_init(&dopt);
     dopt.shard_policy = "data";
+    dopt.map_threads = argc > 3 ? atoi(argv[3]) : 0;
     if ((rc = dtrain_dataset_open(ctx, files, 1, 64, &dopt, &train)) != DTRAIN_OK) {
         fail(ctx, rc, "dtrain_dataset_open");
         goto out;

@@ -49,6 +49,9 @@ static int check_options(dtrain_context *ctx, const dtrain_dataset_options *o, i
         dt_fail(st, DT_EUSAGE, "dtrain_dataset: shard_policy: expected auto, data or file, found '%s'", p);
     else if (o->prefetch < 0 || o->prefetch > 64)
         dt_fail(st, DT_EUSAGE, "dtrain_dataset: prefetch: expected 0 to 64 batches, found %d", o->prefetch);
+    else if (o->map_threads < 0 || o->map_threads > DT_MAP_THREADS_MAX)
+        dt_fail(st, DT_EUSAGE, "dtrain_dataset: map_threads: expected 0 (auto) or 1 to %d threads, found %d",
+                DT_MAP_THREADS_MAX, o->map_threads);
     else if (o->augment)
         dt_augment_parse(o->augment, aug, st);
     return dt_status_agree(st, ctx->comm);
@@ -66,6 +69,8 @@ static int finish_open(dtrain_dataset *ds, const dtrain_dataset_options *o, cons
     dt_setup_plan(&ds->plan, &ds->data, policy, ctx->rank, ctx->size, ds->batch);
     struct dt_loader_config lc = {.batch = ds->batch, .prefetch = o->prefetch, .augment = *aug,
                                   .seed = ctx->base.seed};
+    char why[96];
+    lc.map_threads = dt_setup_map_threads(o->map_threads, ctx->topo.local_size, ctx->base.threads, why, sizeof why);
     dt_setup_loader(&ds->loader, &lc, &ds->data, &ds->plan, ctx->device.be, ctx->rank == 0 && ctx->base.verbose >= DT_NORMAL,
                     "prefetch", "dtrain_dataset_next");
     ds->loader_open = 1;

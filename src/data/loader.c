@@ -40,14 +40,22 @@ void dt_loader_open(struct dt_loader *ld, const struct dt_loader_config *cfg, st
         ld->slot[k].labels = be->host_alloc(B);
     }
     dt_cache_init(&ld->cache, cfg->cache_bytes, row, ds->split[DT_TRAIN].n);
-    ld->aug_scratch = dt_xmalloc(row);
+    const int parts = cfg->map_threads > 1 ? cfg->map_threads : 1;
+    dt_pool_init(&ld->pool, parts);
+    ld->aug_scratch = dt_xcalloc((size_t)parts, sizeof *ld->aug_scratch);
+    ld->map_scratch = dt_xcalloc((size_t)parts, sizeof *ld->map_scratch);
+    ld->map_st = dt_xcalloc((size_t)parts, sizeof *ld->map_st);
+    ld->map_rc = dt_xcalloc((size_t)parts, sizeof *ld->map_rc);
+    for (int k = 0; k < parts; k++) {
+        ld->aug_scratch[k] = dt_xmalloc(row);
+        ld->map_scratch[k] = dt_xmalloc(dt_rowmap_scratch_bytes(cfg->batch));
+    }
     if (cfg->cache_bytes) { /* misses gather here before they are placed and kept */
         ld->miss_images = dt_xmalloc(row * B);
         ld->miss_labels = dt_xmalloc(B);
     }
     ld->miss_idx = dt_xmalloc(sizeof(int64_t) * B);
     ld->miss_at = dt_xmalloc(sizeof(int) * B);
-    ld->map_scratch = dt_xmalloc(dt_rowmap_scratch_bytes(cfg->batch));
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->cv, NULL);
 }
@@ -55,22 +63,72 @@ void dt_loader_open(struct dt_loader *ld, const struct dt_loader_config *cfg, st
 /* Read samples idx[0..n) into images/labels: generated, by pread() or, in
  * the main thread only, through HDF5. */
 static int read_rows(struct dt_loader *ld, const int64_t *idx, int n, uint8_t *images, uint8_t *labels,
-                     dt_status *st)
+                     void *scratch, dt_status *st)
 {
     if (ld->ds->synthetic) {
         dt_synthetic_rows(ld->ds, idx, n, images, labels);
         return DT_OK;
     }
-    if (ld->threaded) return dt_rowmap_read(&ld->map, idx, n, images, labels, ld->map_scratch, st);
+    if (ld->threaded) return dt_rowmap_read(&ld->map, idx, n, images, labels, scratch, st);
     return dt_dataset_read(ld->ds, DT_TRAIN, idx, n, images, labels, st);
 }
 
-/* Step s of the epoch into b: the plan's samples, from the cache or read,
- * then augmented. The one routine both paths use, so they give the same bytes. */
-static int fill(struct dt_loader *ld, struct dt_batch *b, int64_t s, dt_status *st)
+/* One batch's work for the map threads: rows idx[0..n) read into
+ * images/labels (n = 0: none), then samples aug_idx[0..aug_n) of
+ * aug_images augmented. Part k takes positions [n k / P, n (k + 1) / P) of
+ * each; when both lists are the batch, a part augments the rows it read. */
+struct map_job {
+    struct dt_loader *ld;
+    const int64_t *idx;
+    int n;
+    uint8_t *images, *labels;
+    const int64_t *aug_idx;
+    int aug_n;
+    uint8_t *aug_images;
+};
+
+static void map_part(void *arg, int k, int parts)
 {
+    const struct map_job *j = arg;
+    struct dt_loader *ld = j->ld;
     const struct dt_shape sh = ld->ds->shape;
     const size_t row = dt_shape_size(sh);
+    const int r0 = (int)((int64_t)j->n * k / parts), r1 = (int)((int64_t)j->n * (k + 1) / parts);
+    ld->map_rc[k] = DT_OK;
+    if (r1 > r0)
+        ld->map_rc[k] = read_rows(ld, j->idx + r0, r1 - r0, j->images + (size_t)r0 * row, j->labels + r0,
+                                  ld->map_scratch[k], &ld->map_st[k]);
+    if (ld->map_rc[k] != DT_OK) return;
+    const int a0 = (int)((int64_t)j->aug_n * k / parts), a1 = (int)((int64_t)j->aug_n * (k + 1) / parts);
+    for (int i = a0; i < a1; i++) {
+        int flip, dy, dx;
+        dt_augment_draw(&ld->cfg.augment, ld->cfg.seed, ld->epoch, j->aug_idx[i], &flip, &dy, &dx);
+        dt_augment_image(j->aug_images + (size_t)i * row, sh.h, sh.w, sh.c, flip, dy, dx, ld->aug_scratch[k]);
+    }
+}
+
+/* Run job on the map threads; the first failed part's error (by position). */
+static int map_run(struct dt_loader *ld, struct map_job *job, dt_status *st)
+{
+    if (job->n == 0 && job->aug_n == 0) return DT_OK;
+    dt_pool_run(&ld->pool, map_part, job);
+    for (int k = 0; k < ld->pool.n; k++)
+        if (ld->map_rc[k] != DT_OK) {
+            *st = ld->map_st[k];
+            return st->code;
+        }
+    return DT_OK;
+}
+
+/* Step s of the epoch into b: the plan's samples, from the cache or read,
+ * then augmented. The one routine both paths use, so they give the same
+ * bytes. Rows are read on the map threads where no HDF5 call is needed
+ * (pread, generated); the cache is looked up and filled in this thread. */
+static int fill(struct dt_loader *ld, struct dt_batch *b, int64_t s, dt_status *st)
+{
+    const size_t row = dt_shape_size(ld->ds->shape);
+    const int parallel_reads = ld->ds->synthetic || ld->threaded;
+    const int augment = ld->cfg.augment.flip || ld->cfg.augment.pad;
     b->step = s;
     b->failed = 0;
     b->n = dt_shard_step(ld->plan, s, b->idx, &b->global);
@@ -84,26 +142,30 @@ static int fill(struct dt_loader *ld, struct dt_batch *b, int64_t s, dt_status *
         return dt_fail(st, DT_ERUNTIME, "%s: reading step %lld of epoch %lld: Input/output error "
                        "(injected by DTRAIN_TEST_READ_ERROR)", ld->ds->paths[0], (long long)s + 1,
                        (long long)ld->epoch + 1);
-    if (m == b->n) { /* nothing kept: straight into the slot */
-        if (m && read_rows(ld, b->idx, m, b->images, b->labels, st) != DT_OK) return st->code;
-        for (int i = 0; ld->cache.limit && i < m; i++)
-            dt_cache_put(&ld->cache, b->idx[i], b->images + (size_t)i * row, b->labels[i]);
-    } else if (m) {
-        if (read_rows(ld, ld->miss_idx, m, ld->miss_images, ld->miss_labels, st) != DT_OK) return st->code;
+    struct map_job job = {.ld = ld, .aug_idx = b->idx, .aug_n = augment ? b->n : 0, .aug_images = b->images};
+    if (m == b->n && parallel_reads && !ld->cache.limit) { /* the common case: read and augment in one pass */
+        job.idx = b->idx;
+        job.n = m;
+        job.images = b->images;
+        job.labels = b->labels;
+        return map_run(ld, &job, st);
+    }
+    if (m) { /* misses: straight into the slot when there are no hits, kept as read */
+        const int direct = m == b->n;
+        const int64_t *idx = direct ? b->idx : ld->miss_idx;
+        uint8_t *img = direct ? b->images : ld->miss_images, *lab = direct ? b->labels : ld->miss_labels;
+        struct map_job rd = {.ld = ld, .idx = idx, .n = m, .images = img, .labels = lab};
+        int rc = parallel_reads ? map_run(ld, &rd, st) : read_rows(ld, idx, m, img, lab, ld->map_scratch[0], st);
+        if (rc != DT_OK) return rc;
         for (int j = 0; j < m; j++) {
-            const uint8_t *img = ld->miss_images + (size_t)j * row;
-            memcpy(b->images + (size_t)ld->miss_at[j] * row, img, row);
-            b->labels[ld->miss_at[j]] = ld->miss_labels[j];
-            dt_cache_put(&ld->cache, ld->miss_idx[j], img, ld->miss_labels[j]);
+            if (!direct) {
+                memcpy(b->images + (size_t)ld->miss_at[j] * row, img + (size_t)j * row, row);
+                b->labels[ld->miss_at[j]] = lab[j];
+            }
+            if (ld->cache.limit) dt_cache_put(&ld->cache, idx[j], img + (size_t)j * row, lab[j]);
         }
     }
-    if (ld->cfg.augment.flip || ld->cfg.augment.pad)
-        for (int i = 0; i < b->n; i++) {
-            int flip, dy, dx;
-            dt_augment_draw(&ld->cfg.augment, ld->cfg.seed, ld->epoch, b->idx[i], &flip, &dy, &dx);
-            dt_augment_image(b->images + (size_t)i * row, sh.h, sh.w, sh.c, flip, dy, dx, ld->aug_scratch);
-        }
-    return DT_OK;
+    return map_run(ld, &job, st);
 }
 
 /* After a read error: step s as an empty batch (its global count still the plan's). */
@@ -229,7 +291,14 @@ void dt_loader_close(struct dt_loader *ld)
     free(ld->slot);
     dt_rowmap_close(&ld->map);
     dt_cache_free(&ld->cache);
+    for (int k = 0; k < ld->pool.n; k++) {
+        free(ld->aug_scratch[k]);
+        free(ld->map_scratch[k]);
+    }
+    dt_pool_free(&ld->pool);
     free(ld->aug_scratch);
+    free(ld->map_st);
+    free(ld->map_rc);
     free(ld->miss_images);
     free(ld->miss_labels);
     free(ld->miss_idx);

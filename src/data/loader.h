@@ -9,6 +9,15 @@
  * chunks, ...), the loader reads in the main thread instead, as N = 0 does:
  * step s + 1 is read after step s's forward pass.
  *
+ * --map-threads N: the reads (pread or generated rows) and the augmentation
+ * of a batch are split over N threads (data/pool.h), the reading thread (or
+ * the main thread) being one of them; HDF5 reads stay in one thread. A
+ * sample goes to one thread by its position in the batch, and what happens
+ * to it depends on the sample alone, so the batch is bitwise the same for
+ * every N. Normalisation (uint8 to float, x / 255) is not theirs: it is the
+ * first thing the step does on the device (backend images_to_float), so a
+ * GPU receives a quarter of the bytes.
+ *
  * The one design decision: the thread runs one epoch at a time. It is
  * started with the epoch's order already drawn (dt_shard_epoch) and its
  * first step (s0 > 0 after a mid-epoch resume), and stopped at the epoch's
@@ -31,6 +40,7 @@
 #include "data/augment.h"
 #include "data/cache.h"
 #include "data/dataset_rows.h"
+#include "data/pool.h"
 #include "data/rowmap.h"
 #include "data/shard.h"
 #include "runtime/status.h"
@@ -49,6 +59,7 @@ struct dt_batch {
 struct dt_loader_config {
     int batch;              /* samples per rank per step */
     int prefetch;           /* batches read ahead by the thread; 0: none */
+    int map_threads;        /* threads that read and augment a batch (>= 1) */
     size_t cache_bytes;     /* --cache limit; 0: no cache */
     struct dt_augment augment; /* flip/pad 0: none */
     uint64_t seed;          /* for the augmentation draws */
@@ -65,11 +76,14 @@ struct dt_loader {
     struct dt_cache cache;
     int nslots;             /* prefetch + 1, or 2 */
     struct dt_batch *slot;
-    /* fill()'s scratch: used by one thread at a time */
-    uint8_t *aug_scratch, *miss_images, *miss_labels;
+    struct dt_pool pool;    /* cfg.map_threads parts */
+    /* fill()'s scratch: used by one batch at a time; [part] per map thread */
+    uint8_t **aug_scratch, *miss_images, *miss_labels;
     int64_t *miss_idx;
     int *miss_at;
-    void *map_scratch;
+    void **map_scratch;
+    dt_status *map_st;      /* [part] a read's error */
+    int *map_rc;
     long reads;             /* batches read, for fail_at */
     /* the epoch in progress */
     int64_t epoch, end;     /* steps [.., end) */

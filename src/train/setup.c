@@ -10,9 +10,11 @@
  * is a function of its own that src/api/ calls too, so the library and the
  * program cannot drift apart. A stage returns a user error agreed on by all
  * ranks, or DT_OK. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "config.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -45,6 +47,24 @@ void dt_setup_plan(struct dt_shard_plan *plan, const struct dt_dataset *data, in
     for (int f = 0; f < data->nfiles; f++) per_file[f] = train->file_start[f + 1] - train->file_start[f];
     dt_shard_init(plan, policy, replica, nreplicas, batch, data->nfiles, per_file);
     free(per_file);
+}
+
+int dt_setup_map_threads(int requested, int local_ranks, int compute_threads, char *why, size_t len)
+{
+    why[0] = '\0';
+    if (requested > 0) return requested;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int share = online > 0 ? (int)(online / (local_ranks > 0 ? local_ranks : 1)) : 1, mine = share;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < mine) mine = CPU_COUNT(&set);
+    if (mine < 1) mine = 1;
+    int n = mine - compute_threads;
+    if (n < 1) n = 1;
+    if (n > DT_MAP_THREADS_MAX) n = DT_MAP_THREADS_MAX;
+    snprintf(why, len, "auto: %d CPU%s for this rank (%s), %d for --threads", mine, mine == 1 ? "" : "s",
+             mine < share ? "its affinity mask" : "the node's over its ranks", compute_threads);
+    return n;
 }
 
 void dt_setup_loader(struct dt_loader *ld, const struct dt_loader_config *lc, struct dt_dataset *data,
@@ -293,6 +313,8 @@ static void open_batches(struct dt_trainer *t, dt_status *st)
     if (cfg->augment) dt_augment_parse(cfg->augment, &t->augment, st); /* checked by the options */
     struct dt_loader_config lc = {.batch = cfg->batch_size, .prefetch = cfg->prefetch, .augment = t->augment,
                                   .seed = cfg->seed};
+    lc.map_threads = dt_setup_map_threads(cfg->map_threads, t->coll.topo.local_size, cfg->threads, t->map_why,
+                                          sizeof t->map_why);
     if (cfg->cache) lc.cache_bytes = cfg->cache_limit_mib ? (size_t)cfg->cache_limit_mib << 20 : default_cache_bytes(t);
     lc.fail_at = dt_fault_read_error_at(t->rank);
     dt_setup_loader(&t->loader, &lc, &t->data, &t->plan, t->be, t->rank == 0 && cfg->verbose >= DT_NORMAL, "--prefetch",

@@ -402,6 +402,18 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
     return DT_OK;
 }
 
+/* Rank 0's input pipeline, one summary line: how many read ahead, on how
+ * many threads, and how rows are read. */
+static void report_pipeline(const struct dt_trainer *t, FILE *out)
+{
+    const struct dt_loader *ld = &t->loader;
+    if (t->rank != 0 || t->cfg->verbose < DT_NORMAL) return;
+    const char *how = ld->ds->synthetic ? "generated" : ld->threaded ? "read with pread()" : "read through HDF5";
+    fprintf(out, "  input pipeline       prefetch %d, %d map thread%s%s%s%s, rows %s\n", ld->cfg.prefetch,
+            ld->pool.n, ld->pool.n == 1 ? "" : "s", t->map_why[0] ? " (" : "", t->map_why, t->map_why[0] ? ")" : "",
+            how);
+}
+
 /* Collective: --cache's figures over all ranks, one summary line from rank 0. */
 static void report_cache(struct dt_trainer *t, FILE *out)
 {
@@ -446,6 +458,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         double mine = (double)ru.ru_maxrss / 1024.0, peak = 0.0;
         DT_MPI_CHECK(MPI_Allreduce(&mine, &peak, 1, MPI_DOUBLE, MPI_MAX, t->comm));
         dt_report_summary(&t->report, t->epochs_done - t->start_epoch, peak);
+        report_pipeline(t, out);
         if (t->cfg->cache) report_cache(t, out);
         if (t->cfg->checkpoint_dir) report_checkpoints(t, out);
     }

@@ -76,6 +76,7 @@ struct dt_trainer {
     float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
     int64_t *idx_scratch;           /* [batch]: counting an update's samples ahead */
     struct dt_augment augment;      /* --augment (applied by the loader) */
+    char map_why[96];               /* how --map-threads auto chose; "" when given */
     struct dt_epoch_stats *history; /* [cfg->epochs] */
     MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
     struct dt_watchdog watchdog;    /* --stall-timeout */
@@ -109,6 +110,11 @@ int dt_setup_shard_policy(int policy, int nfiles, int nranks, const char *who, c
 /* Replica `replica`'s shard plan (of nreplicas) over data's training files. */
 void dt_setup_plan(struct dt_shard_plan *plan, const struct dt_dataset *data, int policy, int replica, int nreplicas,
                    int batch);
+/* --map-threads resolved: requested (> 0), or auto (0): the CPUs this rank
+ * may run on (its affinity mask, at most the node's CPUs over its
+ * local_ranks) less its compute_threads, at least 1. why says how auto
+ * chose ("" for a requested count). */
+int dt_setup_map_threads(int requested, int local_ranks, int compute_threads, char *why, size_t len);
 /* The loader of plan's batches (data/loader.h). Where --prefetch's thread
  * cannot read these files, a note to stderr when say, naming the option
  * (flag) and where the batches are read instead (where). */
