@@ -1,6 +1,6 @@
 /* custom_loop.c: the seed's custom training loop, written against libdtrain.
  *
- *   mpirun -np 2 custom_loop fashion_mnist.h5 [EPOCHS]
+ *   mpirun -np 2 custom_loop fashion_mnist.h5 [EPOCHS [LOGDIR]]
  *
  * An MLP on Fashion-MNIST, Adam, batch 64 per replica, 2 epochs by default.
  * Each replica sums its own per-sample losses; at the epoch's end the sums
@@ -14,6 +14,9 @@
  * with the mean taken per sample instead of per batch, so that the figure is
  * the one `dtrain --model mlp` prints for the same settings (its epoch line's
  * loss), and tests/api.sh checks they agree to the printed digits.
+ *
+ * With LOGDIR, TensorBoard histograms of the weights and gradients after
+ * every epoch, into LOGDIR/train (Keras' TensorBoard(histogram_freq=1)).
  *
  * Build: cc custom_loop.c $(pkg-config --cflags --libs dtrain)
  * (or mpicc, which adds MPI's flags). */
@@ -36,11 +39,12 @@ int main(int argc, char **argv)
     int provided, rc;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     if (argc < 2) {
-        fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS]\n");
+        fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS [LOGDIR]]\n");
         MPI_Finalize();
         return DTRAIN_EUSAGE;
     }
     int epochs = argc > 2 ? atoi(argv[2]) : 2;
+    const char *logdir = argc > 3 ? argv[3] : NULL;
 
     dtrain_context *ctx = NULL;
     dtrain_dataset *train = NULL;
@@ -99,6 +103,12 @@ int main(int argc, char **argv)
             goto out;
         }
         if (dtrain_rank(ctx) == 0) printf("epoch %d: loss %.4f\n", epoch + 1, loss / (double)samples);
+        /* TensorBoard(histogram_freq=1): step = epoch, as dtrain numbers its epochs' events */
+        if (logdir && (rc = dtrain_write_histograms(model, logdir, epoch,
+                                                    DTRAIN_HISTOGRAM_WEIGHTS | DTRAIN_HISTOGRAM_GRADS)) != DTRAIN_OK) {
+            fail(ctx, rc, "dtrain_write_histograms");
+            goto out;
+        }
     }
     if (dtrain_dataset_test_size(train) > 0) {
         double val_loss, val_acc;
