@@ -282,6 +282,24 @@ int dtrain_checkpoint_save(dtrain_model *m, const char *dir, int epochs_done, ch
  */
 int dtrain_checkpoint_restore(dtrain_model *m, const char *what, int *epochs_done);
 
+/** What dtrain_write_histograms() writes (bits; the dtrain program's --histograms). */
+enum { DTRAIN_HISTOGRAM_WEIGHTS = 1, DTRAIN_HISTOGRAM_GRADS = 2 };
+/**
+ * TensorBoard histograms, as the dtrain program's --histogram-freq writes
+ * them after an epoch (Keras' TensorBoard(histogram_freq=N) callback)
+ * (**collective**; call it between steps, e.g. after every Nth epoch):
+ * rank 0 appends one histogram per parameter tensor (what has
+ * #DTRAIN_HISTOGRAM_WEIGHTS; tags "conv2d/kernel/histogram", ...) and per
+ * gradient tensor of the last dtrain_apply_gradients() (what has
+ * #DTRAIN_HISTOGRAM_GRADS; "conv2d/kernel_grad/histogram", ...) at `step`
+ * to an event file in logdir/train (opened at the first call, and again
+ * when logdir changes; closed by dtrain_model_free()). Weights are the fp32
+ * parameters whatever the precision. #DTRAIN_EUSAGE for a NULL or empty
+ * logdir or another `what`; an event file that cannot be written fails on
+ * every rank, naming it.
+ */
+int dtrain_write_histograms(dtrain_model *m, const char *logdir, long long step, int what);
+
 /** Free the model (**collective**: its communicators are freed). NULL is accepted. */
 int dtrain_model_free(dtrain_model *m);
 

@@ -243,6 +243,12 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
         return dt_fail(st, DT_EUSAGE, "--lr-min: only with --lr-schedule cosine");
     if (cfg->metrics_every && !cfg->metrics)
         return dt_fail(st, DT_EUSAGE, "--metrics-every: needs --metrics FILE");
+    if (cfg->histogram_freq && !cfg->logdir)
+        return dt_fail(st, DT_EUSAGE, "--histogram-freq: writes TensorBoard histograms; it needs --logdir DIR "
+                       "(TensorBoard output is off)");
+    if (given(cfg, "histograms") && !cfg->histogram_freq)
+        return dt_fail(st, DT_EUSAGE, "--histograms: chooses what --histogram-freq N shows; give --histogram-freq "
+                       "N (N > 0) too");
     if (cfg->cache_limit_mib && !cfg->cache)
         return dt_fail(st, DT_EUSAGE, "--cache-limit: needs --cache");
     if (cfg->sync_bn && cfg->overlap == DT_OVERLAP_ON)

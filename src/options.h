@@ -19,6 +19,7 @@
  * enum dt_shard_policy (data/shard.h), dt_lr_kind (optim/schedule.h),
  * dt_precision (backend.h), dt_compress (collectives/coll.h), dt_nan_policy
  * (strategy/strategy.h), dt_ps_mode and dt_ps_transport (strategy/ps.h). */
+enum dt_histograms { DT_HIST_WEIGHTS = 1, DT_HIST_GRADS = 2 }; /* --histograms: bits */
 enum dt_progress { DT_PROGRESS_AUTO = 0, DT_PROGRESS_PLAIN = 1, DT_PROGRESS_BAR = 2 };
 enum dt_overlap { DT_OVERLAP_AUTO = -1, DT_OVERLAP_OFF = 0, DT_OVERLAP_ON = 1 };
 enum dt_verbose { DT_QUIET = 0, DT_NORMAL = 1, DT_VERBOSE = 2 };
@@ -108,6 +109,8 @@ struct dt_config {
     const char *metrics;    /* .csv or .jsonl; NULL */
     long metrics_every;     /* also a row every N steps; 0 off */
     const char *logdir;     /* TensorBoard event files; NULL */
+    int histogram_freq;     /* TensorBoard histograms every N epochs; 0 off */
+    int histograms;         /* what they show: DT_HIST_WEIGHTS | DT_HIST_GRADS */
     const char *timeline;   /* Chrome trace JSON; NULL */
     int verbose;            /* enum dt_verbose: quiet, normal, verbose = per-step */
     int help, version;      /* print and exit 0 */

@@ -386,6 +386,14 @@ const struct dt_option dt_option_table[] = {
      .help = "also a row every N steps"},
     {"logdir", 0, DT_OPT_STRING, 0, F(logdir), .arg = "DIR",
      .help = "TensorBoard event files in DIR/train, DIR/validation"},
+    {"histogram-freq", 0, DT_OPT_INT, 0, F(histogram_freq), I(0, 1 << 20), .def = 0, .arg = "N",
+     .help = "with --logdir: a histogram of every parameter tensor\n"
+             "after every Nth epoch (default %D: none)"},
+    {"histograms", 0, DT_OPT_CHOICE, 0, F(histograms), .def = DT_HIST_WEIGHTS,
+     .names = NAMES("weights", "grads", "weights,grads"),
+     .values = VALUES(DT_HIST_WEIGHTS, DT_HIST_GRADS, DT_HIST_WEIGHTS | DT_HIST_GRADS), .arg = "LIST",
+     .help = "what --histogram-freq shows: weights (default), grads\n"
+             "(the epoch's last gradient) or weights,grads"},
     {"timeline", 0, DT_OPT_STRING, 0, F(timeline), .arg = "FILE",
      .help = "Chrome trace (Perfetto, chrome://tracing) of every\n"
              "rank's layers, all-reduces, data reads, checkpoints"},

@@ -17,6 +17,8 @@
 #    the SGD model's losses must be finite and falling.
 # 3. A missing input file: every rank returns DTRAIN_EINPUT (3), rank 0's
 #    message names the file, and nothing hangs.
+# 4. custom_loop's dtrain_write_histograms: the same histograms, read by
+#    TensorBoard, as dtrain --histogram-freq 1 --histograms weights,grads.
 #
 # Builds nothing: the examples come from the build (DTRAIN_EXAMPLE and
 # DTRAIN_EXAMPLE_SPLIT override where).
@@ -47,7 +49,7 @@ else
   fail "custom_loop -n 2 (exit $rc) vs dtrain --model mlp:"; paste "$T/dtrain" "$T/loop" >&2; cat "$T/loop.err" >&2
 fi
 
-launch 2 "$EX" "$fm" 2 3 >"$T/loop3.out" 2>"$T/loop3.err"
+launch 2 "$EX" "$fm" 2 map_threads=3 >"$T/loop3.out" 2>"$T/loop3.err"
 rc=$?
 sed -n 's|^epoch \([0-9]*\): loss \([0-9.]*\)$|\1 \2|p' "$T/loop3.out" >"$T/loop3"
 if [ "$rc" = 0 ] && [ -s "$T/dtrain" ] && cmp -s "$T/dtrain" "$T/loop3"; then
@@ -56,7 +58,7 @@ else
   fail "custom_loop -n 2 map_threads 3 (exit $rc):"; paste "$T/dtrain" "$T/loop3" >&2; cat "$T/loop3.err" >&2
 fi
 # shellcheck disable=SC2016
-launch 2 sh -c '"$0" "$1" 2 -1; echo "rank-exit $?"' "$EX" "$fm" >"$T/badmt.out" 2>"$T/badmt.err"
+launch 2 sh -c '"$0" "$1" 2 map_threads=-1; echo "rank-exit $?"' "$EX" "$fm" >"$T/badmt.out" 2>"$T/badmt.err"
 n2=$(grep -c '^rank-exit 2$' "$T/badmt.out")
 nmsg=$(grep -c "^custom_loop: dtrain_dataset_open: dtrain_dataset: map_threads: expected 0 (auto) or 1 to 64 threads, found -1" "$T/badmt.err")
 if [ "$n2" = 2 ] && [ "$nmsg" = 1 ]; then
@@ -78,6 +80,29 @@ if [ "$rc" = 0 ] && grep -q '^split_comm: done$' "$T/split.out" &&
   pass "split_comm -n 4: two halves train side by side; both Adam MLPs match dtrain; SGD $(tr '\n' ' ' <"$T/sgd")"
 else
   fail "split_comm -n 4 (exit $rc):"; cat "$T/split.out" "$T/split.err" >&2
+fi
+
+# 4. dtrain_write_histograms: custom_loop's histograms (weights and gradients
+#    after each epoch) are, as TensorBoard reads them, dtrain's own with
+#    --histogram-freq 1 --histograms weights,grads for the same run.
+venv=${TB_VENV:-$TOP_BUILDDIR/.venv-tensorboard}
+if sh "$TOP_SRCDIR/tests/interop/setup-tensorboard.sh" "$venv" >"$T/tbsetup.log" 2>&1; then
+  launch 2 "$EX" "$fm" 2 logdir="$T/tb-loop" >"$T/hl.out" 2>"$T/hl.err"
+  rc1=$?
+  run_np 2 "$fm" --model mlp --epochs 2 --batch-size 64 --shard-policy data --no-validation --logdir "$T/tb-dtrain" \
+    --histogram-freq 1 --histograms weights,grads
+  "$venv/bin/python" "$TOP_SRCDIR/tests/interop/tb_histograms.py" "$T/tb-loop/train" >"$T/h-loop" 2>&1
+  "$venv/bin/python" "$TOP_SRCDIR/tests/interop/tb_histograms.py" "$T/tb-dtrain/train" >"$T/h-dtrain" 2>&1
+  nh=$(grep -c '^HISTO .* step=[01] ' "$T/h-loop")
+  ng=$(grep -c '^HISTO tag=[^ ]*_grad/histogram ' "$T/h-loop")
+  if [ "$rc1" = 0 ] && [ "$rc" = 0 ] && [ "$nh" -ge 8 ] && [ "$ng" = $((nh / 2)) ] && cmp -s "$T/h-loop" "$T/h-dtrain"; then
+    pass "dtrain_write_histograms: $nh histograms ($ng of gradients) over 2 epochs, the same as dtrain --histogram-freq 1"
+  else
+    fail "dtrain_write_histograms (exit $rc1; dtrain exit $rc; $nh histograms, $ng of gradients):"
+    diff "$T/h-loop" "$T/h-dtrain" >&2; cat "$T/hl.err" "$err" >&2
+  fi
+else
+  echo "SKIP (part): TensorBoard's reader could not be installed (no PyPI?): $(tail -1 "$T/tbsetup.log")"
 fi
 
 # 3. a missing file: DTRAIN_EINPUT on every rank, named, no hang

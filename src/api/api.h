@@ -51,6 +51,8 @@ struct dtrain_model {
     int hist_cap;
     char *model_name, *strategy_name, *optimizer_name, *allreduce_name;
     char last_dir[4096];      /* of the last dtrain_checkpoint_save ("latest") */
+    struct dt_tfevents *hist_w; /* dtrain_write_histograms' event file (rank 0), in hist_dir */
+    char hist_dir[4096];
 };
 
 /* Record st on ctx (its message, or "" for DT_OK) and return its code. */

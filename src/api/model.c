@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "api/api.h"
+#include "metrics/tfevents.h"
 #include "runtime/checks.h"
 #include "train/step.h"
 
@@ -377,6 +378,7 @@ int dtrain_model_free(dtrain_model *m)
 {
     if (!m) return DTRAIN_OK;
     dt_trainer_free(&m->t); /* what the model made: its data and loader are the dataset's, left alone */
+    dt_tfevents_close(m->hist_w);
     m->ds->nusers--;
     m->ctx->nusers--;
     free(m->model_name);
@@ -386,3 +388,39 @@ int dtrain_model_free(dtrain_model *m)
     free(m);
     return DTRAIN_OK;
 }
+
+/* Rank 0's event file in LOGDIR/train, opened at the first call and again
+ * when logdir changes (the previous one closed). */
+static int histogram_writer(dtrain_model *m, const char *logdir, dt_status *st)
+{
+    char dir[4096];
+    st->code = DT_OK;
+    if (m->t.rank != 0 || (m->hist_w && !strcmp(m->hist_dir, logdir))) return DT_OK;
+    dt_tfevents_close(m->hist_w);
+    m->hist_w = NULL;
+    if (snprintf(dir, sizeof dir, "%s/train", logdir) >= (int)sizeof dir)
+        return dt_fail(st, DT_EUSAGE, "dtrain_write_histograms: the logdir name is too long");
+    if (!(m->hist_w = dt_tfevents_open(dir, st))) return st->code;
+    snprintf(m->hist_dir, sizeof m->hist_dir, "%s", logdir);
+    return DT_OK;
+}
+
+int dtrain_write_histograms(dtrain_model *m, const char *logdir, long long step, int what)
+{
+    if (!m) return DTRAIN_EUSAGE;
+    dt_status st = {0};
+    if (!logdir || !*logdir)
+        dt_fail(&st, DT_EUSAGE, "dtrain_write_histograms: logdir is %s; expected a directory", logdir ? "empty" : "NULL");
+    else if (what < 1 || what > (DTRAIN_HISTOGRAM_WEIGHTS | DTRAIN_HISTOGRAM_GRADS))
+        dt_fail(&st, DT_EUSAGE, "dtrain_write_histograms: what is %d; expected DTRAIN_HISTOGRAM_WEIGHTS, "
+                "DTRAIN_HISTOGRAM_GRADS or both", what);
+    else if (m->pending)
+        dt_fail(&st, DT_EUSAGE, "dtrain_write_histograms: a step is in progress; call dtrain_apply_gradients first");
+    else histogram_writer(m, logdir, &st);
+    if (dt_status_agree(&st, m->t.comm) != DT_OK) return dt_api_error(m->ctx, &st);
+    dt_trainer_histograms(&m->t, m->hist_w, what, (int64_t)step, NULL, &st);
+    return dt_api_error(m->ctx, &st);
+}
+
+_Static_assert((int)DTRAIN_HISTOGRAM_WEIGHTS == (int)DT_HIST_WEIGHTS && (int)DTRAIN_HISTOGRAM_GRADS == (int)DT_HIST_GRADS,
+               "libdtrain's histogram bits are --histograms' own");

@@ -101,9 +101,11 @@ static size_t event_bound(size_t k)
 }
 
 /* Event{wall_time, step, file_version} when version is non-NULL, else
- * Event{wall_time, step, summary{value{tag, simple_value}}}. Returns its size. */
+ * Event{wall_time, step, summary{value{tag, simple_value}}}, or with histo
+ * non-NULL summary{value{tag, histo}} (histo: an encoded HistogramProto of
+ * histo_len bytes). Returns its size. */
 static size_t encode_event(unsigned char *p, double wall_time, int64_t step, const char *version,
-                           const char *tag, float value)
+                           const char *tag, float value, const unsigned char *histo, size_t histo_len)
 {
     size_t n = 0;
     uint64_t bits64;
@@ -122,16 +124,20 @@ static size_t encode_event(unsigned char *p, double wall_time, int64_t step, con
         return n + put_bytes(p + n, version, strlen(version));
     }
     size_t k = strlen(tag);
-    size_t value_len = 1 + varint_len(k) + k + 1 + 4;
+    size_t value_len = 1 + varint_len(k) + k + (histo ? 1 + varint_len(histo_len) + histo_len : 1 + 4);
     size_t summary_len = 1 + varint_len(value_len) + value_len;
-    uint32_t bits32;
-    memcpy(&bits32, &value, sizeof bits32);
     p[n++] = KEY(5, WIRE_LEN);
     n += put_varint(p + n, summary_len);
     p[n++] = KEY(1, WIRE_LEN);                /* Summary.value */
     n += put_varint(p + n, value_len);
     p[n++] = KEY(1, WIRE_LEN);                /* Value.tag */
     n += put_bytes(p + n, tag, k);
+    if (histo) {
+        p[n++] = KEY(5, WIRE_LEN);            /* Value.histo */
+        return n + put_bytes(p + n, (const char *)histo, histo_len);
+    }
+    uint32_t bits32;
+    memcpy(&bits32, &value, sizeof bits32);
     p[n++] = KEY(2, WIRE_FIXED32);            /* Value.simple_value */
     put_le(p + n, bits32, 4);
     return n + 4;
@@ -150,10 +156,12 @@ static int reserve(struct dt_tfevents *w, size_t need, dt_status *st)
 }
 
 static int write_event(struct dt_tfevents *w, double wall_time, int64_t step, const char *version,
-                       const char *tag, float value, dt_status *st)
+                       const char *tag, float value, const unsigned char *histo, size_t histo_len,
+                       dt_status *st)
 {
-    if (reserve(w, 12 + event_bound(strlen(version ? version : tag)) + 4, st) != DT_OK) return st->code;
-    size_t n = encode_event(w->buf + 12, wall_time, step, version, tag, value);
+    if (reserve(w, 12 + event_bound(strlen(version ? version : tag)) + 11 + histo_len + 4, st) != DT_OK)
+        return st->code;
+    size_t n = encode_event(w->buf + 12, wall_time, step, version, tag, value, histo, histo_len);
     put_le(w->buf, n, 8);
     put_le(w->buf + 8, dt_crc32c_mask(dt_crc32c(w->buf, 8)), 4);
     put_le(w->buf + 12 + n, dt_crc32c_mask(dt_crc32c(w->buf + 12, n)), 4);
@@ -219,7 +227,7 @@ struct dt_tfevents *dt_tfevents_open(const char *dir, dt_status *st)
         return NULL;
     }
     double wall = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-    if (write_event(w, wall, 0, event_version, NULL, 0.0f, st) != DT_OK ||
+    if (write_event(w, wall, 0, event_version, NULL, 0.0f, NULL, 0, st) != DT_OK ||
         dt_tfevents_flush(w, st) != DT_OK) {
         unlink(w->path);   /* no file a reader would choke on */
         dt_tfevents_close(w);
@@ -231,7 +239,13 @@ struct dt_tfevents *dt_tfevents_open(const char *dir, dt_status *st)
 int dt_tfevents_scalar(struct dt_tfevents *w, const char *tag, float value, int64_t step,
                        double wall_time, dt_status *st)
 {
-    return write_event(w, wall_time, step, NULL, tag, value, st);
+    return write_event(w, wall_time, step, NULL, tag, value, NULL, 0, st);
+}
+
+int dt_tfevents_histo(struct dt_tfevents *w, const char *tag, const void *histo, size_t n, int64_t step,
+                      double wall_time, dt_status *st)
+{
+    return write_event(w, wall_time, step, NULL, tag, 0.0f, histo, n, st);
 }
 
 int dt_tfevents_flush(struct dt_tfevents *w, dt_status *st)

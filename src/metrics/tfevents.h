@@ -16,6 +16,7 @@
  *             | 3: file_version string        | 5: summary Summary
  *   Summary   = 1: value Summary.Value (repeated; we write one)
  *   Value     = 1: tag string | 2: simple_value float (fixed32)
+ *             | 5: histo HistogramProto (metrics/histogram.h encodes it)
  *
  * Fields are written in order and a zero step is left out, as proto3 does, so
  * each record is byte for byte what protobuf would serialize. The first Event
@@ -29,6 +30,9 @@
  *                                  filled (path and strerror) on failure
  *   dt_tfevents_scalar(w, tag, value, step, wall_time, st)
  *                                  append one scalar; DT_OK or st filled
+ *   dt_tfevents_histo(w, tag, histo, n, step, wall_time, st)
+ *                                  append one histogram: histo[0..n) is an
+ *                                  encoded HistogramProto
  *   dt_tfevents_flush(w, st)       fflush, so TensorBoard sees the events now
  *   dt_tfevents_close(w)           flush and close (NULL is fine); call flush
  *                                  first to learn of a write error
@@ -48,6 +52,8 @@ struct dt_tfevents *dt_tfevents_open(const char *dir, dt_status *st);
 /* wall_time: seconds since the epoch (TensorBoard's relative-time axis). */
 int dt_tfevents_scalar(struct dt_tfevents *w, const char *tag, float value, int64_t step,
                        double wall_time, dt_status *st);
+int dt_tfevents_histo(struct dt_tfevents *w, const char *tag, const void *histo, size_t n, int64_t step,
+                      double wall_time, dt_status *st);
 int dt_tfevents_flush(struct dt_tfevents *w, dt_status *st);
 void dt_tfevents_close(struct dt_tfevents *w);
 

@@ -389,6 +389,9 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         }
         t->epochs_done = e + 1;
         dt_report_epoch_end(&t->report, e, es, t->global_step);
+        if (cfg->histogram_freq > 0 && (e + 1) % cfg->histogram_freq == 0 && /* after epochs N, 2N, ... */
+            dt_trainer_histograms(t, t->report.tb_train, cfg->histograms, e, out, st) != DT_OK)
+            return st->code;
         int stop = 0;
         if (epoch_callbacks(t, e, &stop, out, st) != DT_OK) return st->code;
         if (stop) {

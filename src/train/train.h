@@ -122,6 +122,15 @@ void dt_setup_loader(struct dt_loader *ld, const struct dt_loader_config *lc, st
                      const struct dt_shard_plan *plan, const struct dt_backend *be, int say, const char *flag,
                      const char *where);
 
+/* train/histograms.c. Collective: rank 0 writes a TensorBoard histogram of
+ * every parameter tensor (what & DT_HIST_WEIGHTS) and of its gradient from
+ * the last update (what & DT_HIST_GRADS) into w (rank 0's; may be NULL
+ * elsewhere) at step; with out and --verbose, the time it took. A write
+ * error is agreed on by every rank. */
+struct dt_tfevents;
+int dt_trainer_histograms(struct dt_trainer *t, struct dt_tfevents *w, int what, int64_t step, FILE *out,
+                          dt_status *st);
+
 /* train/evaluate.c. Collective: the mean loss and accuracy over all of the
  * test split. */
 void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy);
