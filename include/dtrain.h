@@ -102,6 +102,8 @@ typedef struct dtrain_dataset_options {
     const char *augment;      /**< NULL, or "flip", "crop[:PAD]", "flip,crop:4" (training batches) */
     int map_threads;          /**< threads that read and augment a batch (as dtrain --map-threads);
                                    0 (default): auto, the CPUs the rank has beyond its compute threads */
+    int num_classes;          /**< 0 (default): the files' num_classes, else inferred and checked
+                                   (as dtrain); 2..256: the class count (dtrain --num-classes) */
 } dtrain_dataset_options;
 
 /** Options of dtrain_model_create(); fill with dtrain_model_options_init(). */

@@ -249,6 +249,8 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
     if (given(cfg, "histograms") && !cfg->histogram_freq)
         return dt_fail(st, DT_EUSAGE, "--histograms: chooses what --histogram-freq N shows; give --histogram-freq "
                        "N (N > 0) too");
+    if (cfg->num_classes && cfg->synthetic)
+        return dt_fail(st, DT_EUSAGE, "--num-classes: not used with --synthetic (CLASSES in its value gives the number)");
     if (cfg->cache_limit_mib && !cfg->cache)
         return dt_fail(st, DT_EUSAGE, "--cache-limit: needs --cache");
     if (cfg->sync_bn && cfg->overlap == DT_OVERLAP_ON)

@@ -29,6 +29,7 @@ enum { DT_OPTIONS_MAX = 96 }; /* rows the table may have (static_assert in optio
 struct dt_config {
     char **inputs;          /* HDF5 files (one file, or shard files) */
     const char *synthetic;  /* --synthetic HxWxC:CLASSES[:N] instead of files; NULL */
+    int num_classes;        /* --num-classes: the stated class count; 0 = the file's, or inferred */
     const char *augment;    /* --augment flip,crop[:PAD]; NULL */
     int prefetch;           /* --prefetch: batches read ahead by a thread (2); 0 = in the step */
     int map_threads;        /* --map-threads: threads that read and augment a batch; 0 = auto */

@@ -253,6 +253,10 @@ const struct dt_option dt_option_table[] = {
      .help = "flip, crop[:PAD] or both (flip,crop:4): random per\nepoch and sample, training data only"},
     {"synthetic", 0, DT_OPT_STRING, 0, F(synthetic), .verify = verify_synthetic, .arg = "SPEC",
      .help = "generated data instead of INPUT.h5: HxWxC:CLASSES[:N],\ne.g. 32x32x3:10 (N = 51200 samples by default)"},
+    {"num-classes", 0, DT_OPT_INT, 0, F(num_classes), I(2, 256), .arg = "N",
+     .help = "the class count (default: the files' num_classes,\n"
+             "else the largest label + 1; refused when more than\n"
+             "max(2, 10%) of those classes have no sample)"},
     {"shard-policy", 0, DT_OPT_CHOICE, 0, F(shard_policy), .def = DT_SHARD_AUTO,
      .names = NAMES("auto", "data", "file"), .values = VALUES(DT_SHARD_AUTO, DT_SHARD_DATA, DT_SHARD_FILE),
      .arg = "P", .help = "auto (default), data or file: how samples are dealt\nto ranks (file: whole shard files per rank)"},

@@ -52,6 +52,9 @@ static int check_options(dtrain_context *ctx, const dtrain_dataset_options *o, i
     else if (o->map_threads < 0 || o->map_threads > DT_MAP_THREADS_MAX)
         dt_fail(st, DT_EUSAGE, "dtrain_dataset: map_threads: expected 0 (auto) or 1 to %d threads, found %d",
                 DT_MAP_THREADS_MAX, o->map_threads);
+    else if (o->num_classes && (o->num_classes < 2 || o->num_classes > 256))
+        dt_fail(st, DT_EUSAGE, "dtrain_dataset: num_classes: expected 0 (from the files) or 2 to 256, found %d",
+                o->num_classes);
     else if (o->augment)
         dt_augment_parse(o->augment, aug, st);
     return dt_status_agree(st, ctx->comm);
@@ -116,7 +119,7 @@ int dtrain_dataset_open(dtrain_context *ctx, const char *const *paths, int npath
         ds->paths[i] = strdup(paths[i]);
         if (!ds->paths[i]) DT_DIE("out of memory");
     }
-    if (dt_dataset_open(&ds->data, ds->paths, npaths, ctx->comm, &st) != DT_OK ||
+    if (dt_dataset_open_classes(&ds->data, ds->paths, npaths, opts->num_classes, ctx->comm, &st) != DT_OK ||
         finish_open(ds, opts, &aug, &st) != DT_OK) {
         dataset_free(ds);
         return dt_api_error(ctx, &st);
@@ -136,6 +139,9 @@ int dtrain_dataset_synthetic(dtrain_context *ctx, const char *spec, int batch, c
     *out = NULL;
     dtrain_dataset *ds = dataset_new(ctx, batch, &opts, &def);
     if (!spec) dt_fail(&st, DT_EUSAGE, "dtrain_dataset_synthetic: spec is NULL; expected HxWxC:CLASSES[:N]");
+    else if (opts->num_classes)
+        dt_fail(&st, DT_EUSAGE, "dtrain_dataset_synthetic: num_classes is %d; leave it 0 (CLASSES in the spec gives "
+                "the number)", opts->num_classes);
     else dt_synthetic_parse(spec, &sy, &st);
     if (dt_status_agree(&st, ctx->comm) != DT_OK || check_options(ctx, opts, batch, &ds->policy, &aug, &st) != DT_OK) {
         free(ds);

@@ -14,6 +14,7 @@
 
 #include "runtime/checks.h"
 #include "runtime/h5lock.h"
+#include "data/classes.h"
 #include "data/dataset.h"
 #include "data/shard.h"
 
@@ -135,9 +136,57 @@ static int has_path(hid_t file, const char *group, const char *name)
     return H5Lexists(file, group, H5P_DEFAULT) > 0 && H5Lexists(file, full, H5P_DEFAULT) > 0;
 }
 
+/* What the labels are checked against, and what they were found to be. */
+struct labels_seen {
+    int limit;              /* every label must be below it; 0: the count is inferred */
+    const char *limit_by;   /* "num_classes" (the files' attribute) or "--num-classes" */
+    struct dt_labels l;     /* the values seen over all files and splits (data/classes.h) */
+    const char *max_path;   /* where the largest label first occurs: file, */
+    int max_split;          /* split */
+    unsigned long long max_row; /* and row */
+};
+
+/* Rank 0 reads every label (1 byte a sample), a block at a time: each must
+ * be below the declared count, and all go into the table of values seen. */
+static int check_labels(const char *path, int s, hid_t lbl, hsize_t count, struct labels_seen *ls, dt_status *st)
+{
+    hsize_t blk = count < LABEL_BLOCK ? count : LABEL_BLOCK;
+    uint8_t *lab = dt_xmalloc((size_t)blk);
+    hid_t fsp = H5Dget_space(lbl), msp = H5Screate_simple(1, &blk, NULL);
+    char why[160];
+    int rc = DT_OK;
+    for (hsize_t at = 0; at < count && rc == DT_OK; at += blk) {
+        hsize_t n = count - at < blk ? count - at : blk, zero = 0;
+        H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &at, NULL, &n, NULL);
+        H5Sselect_hyperslab(msp, H5S_SELECT_SET, &zero, NULL, &n, NULL);
+        if (H5Dread(lbl, H5T_NATIVE_UINT8, msp, fsp, H5P_DEFAULT, lab) < 0) {
+            rc = dt_fail(st, DT_EINPUT, "%s: cannot read /%s/labels[%llu..%llu] (%s); the file is damaged", path,
+                         split_name[s], (unsigned long long)at, (unsigned long long)(at + n - 1), h5_why(why));
+            break;
+        }
+        for (hsize_t i = 0; ls->limit > 0 && i < n; i++)
+            if (lab[i] >= ls->limit) {
+                rc = dt_fail(st, DT_EINPUT, "%s: /%s/labels[%llu] = %d, but %s is %d (labels must be 0..%d)", path,
+                             split_name[s], (unsigned long long)(at + i), lab[i], ls->limit_by, ls->limit,
+                             ls->limit - 1);
+                break;
+            }
+        long first_max = dt_labels_add(&ls->l, lab, (size_t)n);
+        if (first_max >= 0) {
+            ls->max_path = path;
+            ls->max_split = s;
+            ls->max_row = (unsigned long long)(at + (hsize_t)first_max);
+        }
+    }
+    H5Sclose(msp);
+    H5Sclose(fsp);
+    free(lab);
+    return rc;
+}
+
 /* Check one split of one file; fill n and merge its shape into m. */
 static int check_split(const char *path, hid_t file, int s, struct meta *m, int *shape_set,
-                       int declared, int64_t *n_out, uint8_t *max_label, dt_status *st)
+                       struct labels_seen *ls, int64_t *n_out, dt_status *st)
 {
     char ipath[32], lpath[32], a[128], b[128];
     hsize_t id[H5S_MAX_RANK], ld[H5S_MAX_RANK];
@@ -201,34 +250,7 @@ static int check_split(const char *path, hid_t file, int s, struct meta *m, int 
         goto out;
     }
     *n_out = (int64_t)id[0];
-    /* Labels are small (1 byte a sample): rank 0 checks them all, a block
-     * at a time. */
-    if (id[0] > 0) {
-        hsize_t blk = id[0] < LABEL_BLOCK ? id[0] : LABEL_BLOCK;
-        uint8_t *lab = dt_xmalloc((size_t)blk);
-        hid_t fsp = H5Dget_space(lbl), msp = H5Screate_simple(1, &blk, NULL);
-        for (hsize_t at = 0; at < id[0] && rc == DT_OK; at += blk) {
-            hsize_t n = id[0] - at < blk ? id[0] - at : blk, zero = 0;
-            H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &at, NULL, &n, NULL);
-            H5Sselect_hyperslab(msp, H5S_SELECT_SET, &zero, NULL, &n, NULL);
-            if (H5Dread(lbl, H5T_NATIVE_UINT8, msp, fsp, H5P_DEFAULT, lab) < 0) {
-                rc = dt_fail(st, DT_EINPUT, "%s: cannot read %s[%llu..%llu] (%s); the file is damaged", path, lpath,
-                             (unsigned long long)at, (unsigned long long)(at + n - 1), h5_why(b));
-                break;
-            }
-            for (hsize_t i = 0; i < n; i++) {
-                if (declared > 0 && lab[i] >= declared) {
-                    rc = dt_fail(st, DT_EINPUT, "%s: %s[%llu] = %d, but num_classes is %d (labels must be 0..%d)",
-                                 path, lpath, (unsigned long long)(at + i), lab[i], declared, declared - 1);
-                    break;
-                }
-                if (lab[i] > *max_label) *max_label = lab[i];
-            }
-        }
-        H5Sclose(msp);
-        H5Sclose(fsp);
-        free(lab);
-    }
+    if (id[0] > 0) rc = check_labels(path, s, lbl, id[0], ls, st);
 out:
     if (img >= 0) H5Dclose(img);
     if (lbl >= 0) H5Dclose(lbl);
@@ -265,10 +287,28 @@ static int read_classes_attr(const char *path, hid_t file, int *classes, dt_stat
     return DT_OK;
 }
 
-static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_status *st)
+/* The class count: --num-classes, else the files' attribute, else the
+ * largest label + 1 if that leaves few classes without a sample. */
+static int decide_classes(const struct labels_seen *ls, int classes, int declared, struct meta *m, dt_status *st)
+{
+    char gap[256];
+    m->classes = classes ? classes : declared;
+    if (m->classes) return DT_OK;
+    if (dt_labels_gap(&ls->l)) {
+        dt_labels_describe_gap(&ls->l, gap, sizeof gap);
+        return dt_fail(st, DT_EINPUT, "%s: /%s/labels[%llu] = %d, and no num_classes attribute: %s; state the count "
+                       "with --num-classes N (or store it in the file: dtrain-prep --classes N)", ls->max_path,
+                       split_name[ls->max_split], ls->max_row, ls->l.max, gap);
+    }
+    m->classes = ls->l.max + 1 < 2 ? 2 : ls->l.max + 1;
+    return DT_OK;
+}
+
+static int validate(struct dt_dataset *ds, int classes, struct meta *m, int64_t *counts, dt_status *st)
 {
     int shape_set = 0, declared = 0, test_files = 0, no_test = -1;
-    uint8_t max_label = 0;
+    struct labels_seen ls = {.limit = classes, .limit_by = "--num-classes"};
+    dt_labels_init(&ls.l);
     memset(m, 0, sizeof *m);
     for (int f = 0; f < ds->nfiles; f++) {
         const char *path = ds->paths[f];
@@ -289,13 +329,21 @@ static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_s
         if (rc == DT_OK && cls > 0) {
             if (declared && cls != declared)
                 rc = dt_fail(st, DT_EINPUT, "%s: num_classes = %d, but %s says %d", path, cls, ds->paths[0], declared);
+            else if (classes && cls != classes)
+                rc = dt_fail(st, DT_EINPUT, "%s: root attribute num_classes is %d, but --num-classes is %d (they must "
+                             "agree: drop --num-classes, or write the file again with dtrain-prep --classes %d)",
+                             path, cls, classes, classes);
             declared = cls;
+            if (!classes) {
+                ls.limit = declared;
+                ls.limit_by = "num_classes";
+            }
         }
         if (rc == DT_OK)
-            rc = check_split(path, file, DT_TRAIN, m, &shape_set, declared, &counts[f], &max_label, st);
+            rc = check_split(path, file, DT_TRAIN, m, &shape_set, &ls, &counts[f], st);
         if (rc == DT_OK && H5Lexists(file, "test", H5P_DEFAULT) > 0) {
             test_files++;
-            rc = check_split(path, file, DT_TEST, m, &shape_set, declared, &counts[ds->nfiles + f], &max_label, st);
+            rc = check_split(path, file, DT_TEST, m, &shape_set, &ls, &counts[ds->nfiles + f], st);
         } else if (no_test < 0) {
             no_test = f;
         }
@@ -308,15 +356,19 @@ static int validate(struct dt_dataset *ds, struct meta *m, int64_t *counts, dt_s
     if (test_files && test_files != ds->nfiles)
         return dt_fail(st, DT_EINPUT, "%s: no /test split, but %d of the %d shard files have one (expected all or none)",
                        ds->paths[no_test], test_files, ds->nfiles);
-    m->classes = declared ? declared : max_label + 1;
-    if (m->classes < 2) m->classes = 2;
     m->has_test = test_files > 0;
-    return DT_OK;
+    return decide_classes(&ls, classes, declared, m, st);
 }
 
 /* ---- opening (all ranks) ------------------------------------------------- */
 
 int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm comm, dt_status *st)
+{
+    return dt_dataset_open_classes(ds, paths, nfiles, 0, comm, st);
+}
+
+int dt_dataset_open_classes(struct dt_dataset *ds, char **paths, int nfiles, int classes, MPI_Comm comm,
+                            dt_status *st)
 {
     struct meta m;
     int rank;
@@ -327,7 +379,7 @@ int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm co
     ds->paths = paths;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our messages, not HDF5's stack */
     st->code = DT_OK;
-    if (rank == 0) validate(ds, &m, counts, st);
+    if (rank == 0) validate(ds, classes, &m, counts, st);
     if (dt_status_agree(st, comm) != DT_OK) {
         free(counts);
         return st->code;

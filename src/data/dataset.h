@@ -22,5 +22,10 @@
 /* Collective over comm: rank 0 validates the files, every rank learns the
  * verdict, then each opens them for its own reads. */
 int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm comm, dt_status *st);
+/* The same with the class count stated (--num-classes; 0: from the files'
+ * num_classes attribute, else inferred from the labels under the rule of
+ * data/classes.h). A stated count the attribute contradicts is refused. */
+int dt_dataset_open_classes(struct dt_dataset *ds, char **paths, int nfiles, int classes, MPI_Comm comm,
+                            dt_status *st);
 
 #endif

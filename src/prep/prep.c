@@ -101,8 +101,11 @@ static void usage(FILE *out)
 "  --test-labels FILE     test labels (optional, needs --test-images)\n"
 "  --limit-train N        keep only the first N training samples\n"
 "  --limit-test N         keep only the first N test samples\n"
-"  --classes N            number of classes (default: largest label + 1);\n"
+"  --classes N            number of classes, stored as num_classes (default:\n"
+"                         largest label + 1, refused when more than\n"
+"                         max(2, 10%%) of those classes have no sample);\n"
 "                         every label must be below N\n"
+"  --num-classes N        the same as --classes N (dtrain's name for it)\n"
 "  --class-names A,B,...  class names, one per class (default for the\n"
 "                         fashion-mnist directory: the Fashion-MNIST names)\n"
 "\n"
@@ -194,6 +197,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"limit-train",  required_argument, NULL, OPT_LIMIT_TRAIN},
         {"limit-test",   required_argument, NULL, OPT_LIMIT_TEST},
         {"classes",      required_argument, NULL, OPT_CLASSES},
+        {"num-classes",  required_argument, NULL, OPT_CLASSES}, /* dtrain's name for it */
         {"class-names",  required_argument, NULL, OPT_CLASS_NAMES},
         {"shards",       required_argument, NULL, OPT_SHARDS},
         {"synthetic",    required_argument, NULL, OPT_SYNTHETIC},
@@ -204,11 +208,11 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"version",      no_argument,       NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int c;
+    int c, li = -1;
 
     memset(o, 0, sizeof *o);
     opterr = 0; /* we print our own messages */
-    while ((c = getopt_long(argc, argv, ":fqhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":fqhV", longopts, &li)) != -1) {
         switch (c) {
         case OPT_SOURCE:       o->source = optarg; break;
         case OPT_TRAIN_IMAGES: o->train_images = optarg; break;
@@ -222,7 +226,8 @@ static void parse_args(int argc, char **argv, struct options *o)
             o->limit_test = parse_count("--limit-test", optarg, 1, UINT32_MAX);
             break;
         case OPT_CLASSES:
-            o->classes = parse_count("--classes", optarg, 1, MAX_CLASSES);
+            o->classes = parse_count(strcmp(longopts[li].name, "classes") ? "--num-classes" : "--classes",
+                                     optarg, 1, MAX_CLASSES);
             break;
         case OPT_CLASS_NAMES:  o->class_names = optarg; break;
         case OPT_SHARDS:

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/classes.h"
 #include "prep/prep.h"
 #include "runtime/rng.h"
 
@@ -119,40 +120,50 @@ static void load_split(struct split *s, long limit, const char *limit_flag)
     }
 }
 
-/* Largest label in the whole file (not just the kept part), so --limit-*
- * never changes num_classes. Returns -1 with *INDEX set if one is >= LIMIT. */
-static int max_label(const struct split *s, int limit, size_t *index)
+/* The first label >= LIMIT in the whole file, or -1 (SIZE_MAX: none). */
+static size_t first_out_of_range(const struct split *s, int limit)
 {
-    int m = 0;
-
-    for (size_t i = 0; i < s->labels.count; i++) {
-        int v = s->labels.data[i];
-        if (v >= limit) {
-            *index = i;
-            return -1;
-        }
-        if (v > m)
-            m = v;
-    }
-    return m;
+    for (size_t i = 0; i < s->labels.count; i++)
+        if (s->labels.data[i] >= limit)
+            return i;
+    return SIZE_MAX;
 }
 
+/* --classes, else the largest label + 1 under dtrain's rule (data/classes.h).
+ * Labels are counted in the whole files (not just the kept part), so
+ * --limit-* never changes num_classes. */
 static void set_classes(struct dataset *d, const struct options *o)
 {
-    const struct split *splits[2] = {&d->train, &d->test};
-    int limit = o->classes > 0 ? (int)o->classes : MAX_CLASSES, m = 0;
+    const struct split *splits[2] = {&d->train, &d->test}, *max_in = NULL;
+    int limit = o->classes > 0 ? (int)o->classes : MAX_CLASSES;
+    struct dt_labels seen;
+    size_t max_at = 0;
+    char gap[256];
 
+    dt_labels_init(&seen);
     for (int k = 0; k < 1 + d->has_test; k++) {
-        size_t bad = 0;
-        int mk = max_label(splits[k], limit, &bad);
-        if (mk < 0)
+        size_t bad = first_out_of_range(splits[k], limit);
+        if (bad != SIZE_MAX)
             die(EXIT_DATA, "%s: label %d at index %zu is out of range for --classes %d "
                 "(expected 0..%d)", splits[k]->labels_path, splits[k]->labels.data[bad],
                 bad, limit, limit - 1);
-        if (mk > m)
-            m = mk;
+        long at = dt_labels_add(&seen, splits[k]->labels.data, splits[k]->labels.count);
+        if (at >= 0) {
+            max_in = splits[k];
+            max_at = (size_t)at;
+        }
     }
-    d->num_classes = o->classes > 0 ? (int)o->classes : m + 1;
+    if (o->classes > 0) {
+        d->num_classes = (int)o->classes;
+        return;
+    }
+    if (dt_labels_gap(&seen)) {
+        dt_labels_describe_gap(&seen, gap, sizeof gap);
+        die(EXIT_DATA, "%s: label %d at index %zu, and no --classes: %s; state the count with "
+            "--classes N (also spelled --num-classes N), which is stored as num_classes",
+            max_in->labels_path, seen.max, max_at, gap);
+    }
+    d->num_classes = seen.max + 1;
 }
 
 /* --class-names, else the Fashion-MNIST names when the training images live

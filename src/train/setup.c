@@ -203,7 +203,7 @@ static int open_data(struct dt_trainer *t, dt_status *st)
         dt_synthetic_parse(cfg->synthetic, &sy, st); /* checked by the options already */
         dt_dataset_open_synthetic(&t->data, &sy, cfg->seed);
     }
-    else if (dt_dataset_open(&t->data, cfg->inputs, cfg->ninputs, t->comm, st) != DT_OK)
+    else if (dt_dataset_open_classes(&t->data, cfg->inputs, cfg->ninputs, cfg->num_classes, t->comm, st) != DT_OK)
         return st->code;
     t->policy = dt_setup_shard_policy(cfg->shard_policy, t->data.nfiles, t->nranks, "", "--shard-policy", st);
     return dt_status_agree(st, t->comm);

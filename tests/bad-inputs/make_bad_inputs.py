@@ -49,6 +49,19 @@ def write(path, train=None, test=None, num_classes=K, attrs=None):
             f.attrs[k] = v
 
 
+def without(*missing):
+    """N labels cycling over 0..K-1 except the missing values."""
+    keep = np.array([k for k in range(K) if k not in missing], np.uint8)
+    return keep[np.arange(N) % len(keep)]
+
+
+def idx(path, a):
+    """An IDX file of uint8 (type 0x08) of a's shape, as dtrain-prep reads."""
+    with open(path, "wb") as fp:
+        fp.write(bytes([0, 0, 0x08, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape))
+        fp.write(np.ascontiguousarray(a, np.uint8).tobytes())
+
+
 def sparse(name, shape):
     """A chunked dataset whose dims claim shape but no chunk is written."""
     def make(g):
@@ -92,6 +105,22 @@ def main():
     write(p("label-255.h5"), train={"labels": np.where(np.arange(N) == 7, 255, labels()).astype(np.uint8)})
     write(p("test-label-out.h5"), test={"labels": np.where(np.arange(N) == 3, 10, labels()).astype(np.uint8)})
     write(p("num-classes-missing.h5"), num_classes=None)        # accepted: inferred from the labels
+    # issue 23's file: labels 0..9 and one stray 200, no num_classes (refused
+    # unless --num-classes says 201); 8 of 10 classes (accepted: 2 may be
+    # missing), 7 of 10 (refused), and 7 in /train with 3 more only in /test.
+    write(p("stray-200.h5"), num_classes=None,
+          train={"labels": np.where(np.arange(N) == 17, 200, labels()).astype(np.uint8)})
+    write(p("stray-200-declared.h5"),
+          train={"labels": np.where(np.arange(N) == 17, 200, labels()).astype(np.uint8)})
+    write(p("two-missing.h5"), num_classes=None, train={"labels": without(3, 7)}, test={"labels": without(3, 7)})
+    write(p("three-missing.h5"), num_classes=None, train={"labels": without(2, 5, 8)},
+          test={"labels": without(2, 5, 8)})
+    write(p("only-in-test.h5"), num_classes=None, train={"labels": without(7, 8, 9)})
+    # The same stray 200 as IDX files for dtrain-prep.
+    stray = np.where(np.arange(N) == 17, 200, labels()).astype(np.uint8)
+    idx(p("stray-200-images.idx"), images()[..., 0])
+    idx(p("stray-200-labels.idx"), stray)
+    idx(p("two-missing-labels.idx"), without(3, 7))
     write(p("num-classes-zero.h5"), num_classes=0)
     write(p("num-classes-300.h5"), num_classes=300)
     write(p("num-classes-string.h5"), num_classes=None, attrs={"num_classes": "ten"})
