@@ -74,6 +74,12 @@ bad 3 "$B/not-hdf5.h5: not an HDF5 file (expected a dataset written by dtrain-pr
 bad 3 "$B/empty.h5: not an HDF5 file" "$B/empty.h5"
 bad 3 "$B/label-255.h5: /train/labels\[7\] = 255, but num_classes is 10 (labels must be 0..9)" "$B/label-255.h5"
 bad 3 "$B/test-label-out.h5: /test/labels\[3\] = 10, but num_classes is 10" "$B/test-label-out.h5"
+# class counts (issue 23): an inferred count with a gap, a stated one a label exceeds, two that disagree
+bad 3 "$B/stray-200.h5: /train/labels\[17\] = 200, and no num_classes attribute: the largest label is 200, but only 11 distinct labels .* state the count with --num-classes N" "$B/stray-200.h5"
+bad 3 "$B/stray-200.h5: /train/labels\[17\] = 200, but --num-classes is 10 (labels must be 0..9)" "$B/stray-200.h5" --num-classes 10
+bad 3 "$B/stray-200-declared.h5: /train/labels\[17\] = 200, but num_classes is 10 (labels must be 0..9)" "$B/stray-200-declared.h5"
+bad 3 "$B/stray-200-declared.h5: root attribute num_classes is 10, but --num-classes is 201 (they must agree" "$B/stray-200-declared.h5" --num-classes 201
+bad 3 "$B/three-missing.h5: /train/labels\[6\] = 9, .* only 7 distinct labels .* leaves 3 without a sample (at most 2 may be missing)" "$B/three-missing.h5"
 bad 3 "$B/num-classes-zero.h5: root attribute num_classes is 0; expected one integer in \[2, 256\]" "$B/num-classes-zero.h5"
 bad 3 "$B/num-classes-300.h5: root attribute num_classes is 300; expected one integer in \[2, 256\] (labels are uint8)" "$B/num-classes-300.h5"
 bad 3 "$B/num-classes-string.h5: root attribute num_classes is strings; expected one integer" "$B/num-classes-string.h5"
@@ -124,8 +130,9 @@ else
   fail "--model mlp --resume latest: codes $(cat "$CODES")"; cat "$T/e" >&2; diff "$T/ck.before" "$T/ck.after" >&2
 fi
 
-# --- accepted, not errors: num_classes absent (inferred), an empty /test ---
-for ok in num-classes-missing zero-test; do
+# --- accepted, not errors: num_classes absent (inferred, 2 classes missing, or 3
+# missing in /train that /test has), an empty /test ---
+for ok in num-classes-missing two-missing only-in-test zero-test; do
   run_np 2 "$B/$ok.h5" $small
   [ "$rc" = 0 ] && grep -q '^Epoch 2/2' "$out" && pass "$ok.h5 is accepted and trains" || { fail "$ok.h5: rc=$rc"; cat "$err" >&2; }
 done
