@@ -12,7 +12,9 @@
 # as IDX files, leaves no output, and with --num-classes 201 (its alias of
 # --classes) writes num_classes 201, which dtrain then trains on; a file
 # missing two classes is accepted. --num-classes out of range or with
-# --synthetic is a usage error (exit 2).
+# --synthetic is a usage error (exit 2). libdtrain's
+# dtrain_dataset_options.num_classes, through doc/examples/custom_loop's
+# num_classes=N argument: the same refusal, a 201-way MLP, 1 refused.
 . "$TOP_SRCDIR/tests/common.sh"
 if ! /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
   echo "SKIP: /usr/bin/python3 cannot import h5py (Debian package python3-h5py)"; exit 77
@@ -80,6 +82,19 @@ prep --train-labels "$B/two-missing-labels.idx" "$T/p10.h5"
 run_np 2 "$T/p201.h5" $small --no-validation
 [ "$rc" = 0 ] && grep -q 'model cnn (249673 parameters)' "$out" && pass "dtrain on dtrain-prep's 201-class file: 249673 parameters" ||
   { fail "dtrain on $T/p201.h5: rc=$rc"; head -3 "$out" "$err" >&2; }
+
+# ---- libdtrain: dtrain_dataset_options.num_classes (doc/examples/custom_loop's num_classes=N) ----
+EX=${DTRAIN_EXAMPLE:-$TOP_BUILDDIR/doc/examples/custom_loop}
+launch 1 "$EX" "$B/stray-200.h5" 1 >"$T/ao" 2>"$T/ae"; arc=$?
+[ "$arc" = 3 ] && grep -q "stray-200.h5: /train/labels\[17\] = 200, and no num_classes attribute: the largest label is 200, but only 11 distinct" "$T/ae" &&
+  pass "libdtrain: the stray 200 is DTRAIN_EINPUT" || { fail "libdtrain on the stray 200: rc=$arc"; cat "$T/ae" >&2; }
+launch 1 "$EX" "$B/stray-200.h5" 1 num_classes=201 >"$T/ao" 2>"$T/ae"; arc=$?
+# the MLP: 784x128 + 128, then 128x201 + 201
+[ "$arc" = 0 ] && grep -q "model mlp (126409 parameters)" "$T/ao" &&
+  pass "libdtrain: num_classes 201 builds a 201-way MLP" || { fail "libdtrain num_classes 201: rc=$arc"; cat "$T/ao" "$T/ae" >&2; }
+launch 1 "$EX" "$B/stray-200.h5" 1 num_classes=1 >"$T/ao" 2>"$T/ae"; arc=$?
+[ "$arc" = 2 ] && grep -q "num_classes: expected 0 (from the files) or 2 to 256, found 1" "$T/ae" &&
+  pass "libdtrain: num_classes 1 is DTRAIN_EUSAGE" || { fail "libdtrain num_classes 1: rc=$arc"; cat "$T/ae" >&2; }
 
 rm -rf "$T"
 finish

@@ -1,10 +1,10 @@
 /* custom_loop.c: the seed's custom training loop, written against libdtrain.
  *
- *   mpirun -np 2 custom_loop fashion_mnist.h5 [EPOCHS] [map_threads=N] [logdir=DIR]
+ *   mpirun -np 2 custom_loop fashion_mnist.h5 [EPOCHS] [map_threads=N] [num_classes=N] [logdir=DIR]
  *
  * An MLP on Fashion-MNIST, Adam, batch 64 per replica, 2 epochs by default.
  * NAME=VALUE arguments set the dataset option of that name (map_threads: 0,
- * the default, is auto) or ask for histograms (logdir, below).
+ * the default, is auto; num_classes: 0, the default, is the file's count) or ask for histograms (logdir, below).
  * Each replica sums its own per-sample losses; at the epoch's end the sums
  * are reduced over the replicas with SUM and divided by the epoch's samples,
  * which is the TensorFlow tutorial's
@@ -42,17 +42,18 @@ int main(int argc, char **argv)
     int provided, rc;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     if (argc < 2) {
-        fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS] [map_threads=N] [logdir=DIR]\n");
+        fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS] [map_threads=N] [num_classes=N] [logdir=DIR]\n");
         MPI_Finalize();
         return DTRAIN_EUSAGE;
     }
-    int epochs = argc > 2 ? atoi(argv[2]) : 2, map_threads = 0;
+    int epochs = argc > 2 ? atoi(argv[2]) : 2, map_threads = 0, num_classes = 0;
     const char *logdir = NULL;
     for (int i = 3; i < argc; i++) {
         if (!strncmp(argv[i], "map_threads=", 12)) map_threads = atoi(argv[i] + 12);
+        else if (!strncmp(argv[i], "num_classes=", 12)) num_classes = atoi(argv[i] + 12);
         else if (!strncmp(argv[i], "logdir=", 7)) logdir = argv[i] + 7;
         else {
-            fprintf(stderr, "custom_loop: unknown argument '%s' (expected map_threads=N or logdir=DIR)\n", argv[i]);
+            fprintf(stderr, "custom_loop: unknown argument '%s' (expected map_threads=N, num_classes=N or logdir=DIR)\n", argv[i]);
             MPI_Finalize();
             return DTRAIN_EUSAGE;
         }
@@ -72,6 +73,7 @@ int main(int argc, char **argv)
     dtrain_dataset_options_init(&dopt);
     dopt.shard_policy = "data";
     dopt.map_threads = map_threads;
+    dopt.num_classes = num_classes;
     if ((rc = dtrain_dataset_open(ctx, files, 1, 64, &dopt, &train)) != DTRAIN_OK) {
         fail(ctx, rc, "dtrain_dataset_open");
         goto out;
