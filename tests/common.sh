@@ -46,6 +46,15 @@ finish() {
   exit 0
 }
 
+# bad_inputs_corpus DIR: tests/bad-inputs/make_bad_inputs.py's files in DIR;
+# skips the test (exit 77) where /usr/bin/python3 has no h5py.
+bad_inputs_corpus() {
+  if ! /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+    echo "SKIP: /usr/bin/python3 cannot import h5py (Debian package python3-h5py)"; exit 77
+  fi
+  /usr/bin/python3 "$TOP_SRCDIR/tests/bad-inputs/make_bad_inputs.py" "$1" || { echo "make_bad_inputs.py failed"; exit 99; }
+}
+
 # A small Fashion-MNIST file shared by the tests (made once per build).
 fm_small() {
   f=$TEST_TMP/fm-small.h5
