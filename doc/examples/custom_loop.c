@@ -4,7 +4,8 @@
  *
  * An MLP on Fashion-MNIST, Adam, batch 64 per replica, 2 epochs by default.
  * NAME=VALUE arguments set the dataset option of that name (map_threads: 0,
- * the default, is auto; num_classes: 0, the default, is the file's count) or ask for histograms (logdir, below).
+ * the default, is auto; num_classes: 0, the default, is the file's count)
+ * or ask for histograms (logdir, below).
  * Each replica sums its own per-sample losses; at the epoch's end the sums
  * are reduced over the replicas with SUM and divided by the epoch's samples,
  * which is the TensorFlow tutorial's
