@@ -9,7 +9,10 @@
 #             is the map stage's work;
 #   cold      the MLP with --augment flip,crop on a generated file several
 #             times larger than the page cache the run may use: every epoch
-#             reads from the disk, and the map threads keep N reads in flight.
+#             reads from the disk, and the map threads keep N reads in flight;
+#   io        the same file and augmentation with a model that costs almost
+#             nothing (4x4 average pooling, then one dense layer): the run is
+#             bound by its reads, which shows what the map stage can give.
 #
 # The design decision a reader must know: "larger than the page cache" is
 # made, not hoped for. Each cold run is started inside a memory cgroup (v1 or
@@ -24,7 +27,7 @@
 #
 # Usage: bench/map-threads.sh [--build DIR] [--threads N] [--pairs P]
 #            [--epochs E] [--steps S] [--cold SPEC] [--page-cache MIB]
-#            [--only resnet20|cold] [--dir DIR] [--out CSV]
+#            [--only W[,W]] [--dir DIR] [--out CSV]
 set -euo pipefail
 
 prog=map-threads.sh
@@ -46,6 +49,8 @@ Workloads:
             from disk: the run's page cache is capped at --page-cache MiB by a
             memory cgroup (root only), and the file is dropped from the cache
             before each run
+  io        as cold, with a model that costs almost nothing ([avgpool] 4x4,
+            [dense] classes): bound by its reads
 
 Options:
   --build DIR        directory holding dtrain and dtrain-prep (default: $repo/build)
@@ -57,7 +62,7 @@ Options:
   --cold SPEC        HxWxC:CLASSES:N of the cold file (default: 64x64x3:10:350000,
                      4.0 GiB)
   --page-cache MIB   the cold runs' memory cgroup limit (default: 512)
-  --only W           run only workload W (resnet20 or cold)
+  --only W[,W]       run only these workloads (resnet20, cold, io)
   --dir DIR          where the generated files are made and kept (default: a
                      scratch directory under \$TMPDIR, removed at the end)
   --out CSV          raw numbers, one row per quoted epoch (default: none); every
@@ -95,11 +100,12 @@ positive --epochs "$epochs"
 [[ -z $steps ]] || positive --steps "$steps"
 positive --page-cache "$cache_mib"
 [[ $cold =~ ^[0-9]+x[0-9]+x[0-9]+:[0-9]+:[0-9]+$ ]] || die "--cold: expected HxWxC:CLASSES:N, found '$cold'"
-case $only in
-    "") workloads=(resnet20 cold) ;;
-    resnet20 | cold) workloads=("$only") ;;
-    *) die "--only: expected resnet20 or cold, found '$only'" ;;
-esac
+workloads=(resnet20 cold io)
+if [[ -n $only ]]; then
+    [[ $only =~ ^(resnet20|cold|io)(,(resnet20|cold|io))*$ ]] ||
+        die "--only: expected a comma list of resnet20, cold and io, found '$only'"
+    IFS=, read -r -a workloads <<<"$only"
+fi
 
 dtrain=$build/dtrain prep=$build/dtrain-prep
 [[ -x $dtrain ]] || die "no dtrain executable at $dtrain (build it, or point --build at the build directory)"
@@ -127,7 +133,7 @@ make_cgroup() {
     done
     die "--page-cache: cannot make a memory cgroup (needs root and a writable /sys/fs/cgroup, v1 or v2); try --only resnet20"
 }
-[[ " ${workloads[*]} " != *" cold "* ]] || make_cgroup
+[[ " ${workloads[*]} " != *" cold "* && " ${workloads[*]} " != *" io "* ]] || make_cgroup
 
 bench_launcher
 mpi_flags+=(-np 1 --bind-to none)
@@ -154,9 +160,12 @@ if [[ -n $out ]]; then
 fi
 
 declare -A file=([resnet20]=$dir/resnet20-32x32x3.h5 [cold]=$dir/cold-${cold//[:x]/-}.h5)
-declare -A spec=([resnet20]=32x32x3:10:20000 [cold]=$cold)
-declare -A model=([resnet20]=$repo/inputs/resnet20.cfg [cold]=mlp)
-declare -A nsteps=([resnet20]=${steps:-40} [cold]=${steps:-150})
+file[io]=${file[cold]}
+declare -A spec=([resnet20]=32x32x3:10:20000 [cold]=$cold [io]=$cold)
+declare -A model=([resnet20]=$repo/inputs/resnet20.cfg [cold]=mlp [io]=$dir/pool-dense.cfg)
+declare -A nsteps=([resnet20]=${steps:-40} [cold]=${steps:-150} [io]=${steps:-150})
+printf '# io: almost no compute, so the run is bound by its reads\n[avgpool]\nsize = 4\nstride = 4\n\n[dense]\nunits = classes\n' \
+    >"${model[io]}"
 for w in "${workloads[@]}"; do
     if [[ ! -s ${file[$w]} ]]; then
         say "making the $w file ${spec[$w]}"
@@ -176,7 +185,7 @@ meta=(
 for w in "${workloads[@]}"; do
     mib=$(($(stat -c %s "${file[$w]}") / 1048576))
     what="$w: ${spec[$w]} ($mib MiB), model $(basename "${model[$w]}"), --augment flip,crop, batch 64, ${nsteps[$w]} steps"
-    [[ $w != cold ]] || what+="; page cache capped at $cache_mib MiB (cgroup $limit_file), the file dropped before each run"
+    [[ $w == resnet20 ]] || what+="; page cache capped at $cache_mib MiB (cgroup $limit_file), the file dropped before each run"
     meta+=("$what")
 done
 meta+=("runs: $pairs pair(s) per workload of $epochs-epoch runs, epoch $epochs quoted")
@@ -195,7 +204,7 @@ run() {
     local cmd=("$mpirun" "${mpi_flags[@]}" "$dtrain" "${file[$w]}" --model "${model[$w]}" --map-threads "$n"
         --epochs "$epochs" --steps-per-epoch "${nsteps[$w]}" --batch-size 64 --augment flip,crop
         --no-validation --threads 1 --metrics "$metrics")
-    if [[ $w == cold ]]; then
+    if [[ $w != resnet20 ]]; then
         dd if="${file[$w]}" iflag=nocache count=0 status=none
         (echo "$BASHPID" >"$cgroup/cgroup.procs" && exec "${cmd[@]}") >"$one" 2>&1 </dev/null || rc=$?
     else

@@ -8,7 +8,7 @@
 #   (map threads 1 and 2) and a report row with numbers in every column;
 # - cold at a toy size, where a memory cgroup can be made here (root, a
 #   writable /sys/fs/cgroup): the same, with the cgroup named in the header
-#   and removed afterwards. Elsewhere a visible note says it was not run.
+#   and removed afterwards; and io, on the same file. Elsewhere a visible note says it was not run.
 . "$TOP_SRCDIR/tests/common.sh"
 B=$TOP_SRCDIR/bench
 T=$TEST_TMP/bench_map.$$
@@ -29,7 +29,7 @@ refused() { # MESSAGE ARGS...: exit 2 and exactly one stderr line, MESSAGE
   fi
 }
 refused "--threads: expected 2 to 64 map threads to compare with 1, found '1'" --threads 1
-refused "--only: expected resnet20 or cold, found 'all'" --only all
+refused "--only: expected a comma list of resnet20, cold and io, found 'all'" --only all
 refused "--cold: expected HxWxC:CLASSES:N, found '64x64'" --cold 64x64
 refused "--pairs: expected a positive whole number, found '0'" --pairs 0
 
@@ -61,6 +61,7 @@ if [ -n "$probe" ]; then
   else
     fail "cold: header or cgroup left behind"; ls -d "$probe"/dtrain-map-threads.* >&2; cat "$out" >&2
   fi
+  toy io --cold 16x16x3:10:4000 --page-cache 256
 else
   echo "note: no memory cgroup can be made here (not root, or /sys/fs/cgroup read-only): the cold workload is not run"
 fi
