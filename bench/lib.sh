@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh,
-# gpu-throughput.sh, monitoring-overhead.sh, multinode.sh, precision.sh,
-# prefetch.sh and resnet.sh, which set prog, repo and data first).
+# gpu-throughput.sh, map-threads.sh, monitoring-overhead.sh, multinode.sh,
+# precision.sh, prefetch.sh and resnet.sh, which set prog, repo and data first).
 #
 # die MSG / say MSG            MSG on stderr after "$prog: "; die exits 2 (usage)
 # positive FLAG VALUE          die unless VALUE is a whole number >= 1
@@ -22,6 +22,7 @@
 # stats <<<"x y z"             numbers on stdin (one a line, or separated by
 #                              blanks) -> "min median max"; nothing for none
 # median <<<"x y z"            the same numbers -> their median; nothing for none
+# bench_epoch_row, bench_no_figures, pair_median, pair_ratio: below
 # bench_precisions LIST        sets precisions (array) from a comma list of
 #                              fp32 and bf16 (--precision), or dies
 # ratios A B / ratio_row TEXT A B   per-round ratios A/B from the caller's
@@ -124,6 +125,49 @@ bench_precisions() { # LIST
         [[ " ${precisions[*]} " != *" $p "* ]] || die "--precision: '$p' is listed twice in '$1'"
         precisions+=("$p")
     done
+}
+
+# bench_epoch_row METRICS E    "steps seconds samples_per_s data_ms data_share"
+#                              of epoch E's row in dtrain's --metrics CSV
+#                              (columns by name; share = data_ms x steps /
+#                              the epoch's milliseconds); nothing if absent
+bench_epoch_row() {
+    [[ -s $1 ]] || return 0
+    awk -F, -v e="$2" '
+        NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["kind"] == "epoch" && $c["epoch"] == e {
+            st = $c["step"]; s = $c["seconds"]; d = $c["data_ms"]
+            printf "%s %s %s %s %.6f\n", st, s, $c["samples_per_s"], d, (s > 0 ? d * st / (1000 * s) : 0)
+        }' "$1"
+}
+
+# bench_no_figures WHAT RC LOG E   counts a run in failures and says why it
+#                              gave no figures, with LOG's last lines
+bench_no_figures() {
+    failures=$((failures + 1))
+    say "$1: exited with $2 or wrote no epoch $4 row; its last lines:"
+    tail -n 10 "$3" | sed 's/^/    /' >&2
+}
+
+# pair_median NAME KEY A        the median over pairs 1..$pairs of array NAME's
+#                              "KEY p A" figures; nothing for none
+# pair_ratio NAME KEY A B       sets ratio to the median over the pairs of
+#                              NAME["KEY p B"] / NAME["KEY p A"] where both
+#                              exist ("" for none), nratios to how many did
+pair_median() {
+    local -n arr=$1
+    local p
+    for ((p = 1; p <= pairs; p++)); do echo "${arr["$2 $p $3"]:-}"; done | grep . | median || true
+}
+pair_ratio() {
+    local -n arr=$1
+    local p a b r=()
+    for ((p = 1; p <= pairs; p++)); do
+        a=${arr["$2 $p $3"]:-} b=${arr["$2 $p $4"]:-}
+        [[ -n $a && -n $b ]] && r+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
+    done
+    nratios=${#r[@]} ratio=""
+    ((nratios == 0)) || ratio=$(printf '%s\n' "${r[@]}" | median)
 }
 
 # sps and repeats come from the sourcing script.

@@ -212,18 +212,9 @@ run() {
     fi
     [[ $log == /dev/null ]] || { echo "==== $w pair $pair --map-threads $n (exit $rc)"; cat "$one"; } >>"$log"
     quoted=""
-    if ((rc == 0)) && [[ -s $metrics ]]; then
-        quoted=$(awk -F, -v e="$epochs" '
-            NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-            $c["kind"] == "epoch" && $c["epoch"] == e {
-                st = $c["step"]; s = $c["seconds"]; d = $c["data_ms"]
-                printf "%s %s %s %s %.6f\n", st, s, $c["samples_per_s"], d, (s > 0 ? d * st / (1000 * s) : 0)
-            }' "$metrics")
-    fi
+    ((rc != 0)) || quoted=$(bench_epoch_row "$metrics" "$epochs")
     if [[ -z $quoted ]]; then
-        failures=$((failures + 1))
-        say "$w pair $pair --map-threads $n: exited with $rc or wrote no epoch $epochs row; its last lines:"
-        tail -n 10 "$one" | sed 's/^/    /' >&2
+        bench_no_figures "$w pair $pair --map-threads $n" "$rc" "$one" "$epochs"
         return 1
     fi
     [[ -z $out ]] || awk -v w="$w" -v p="$pair" -v n="$n" -v e="$epochs" -v OFS=, \
@@ -253,11 +244,6 @@ done
 
 # ---- Report -----------------------------------------------------------------------------
 pct() { [[ -z $1 ]] && echo - || awk -v x="$1" 'BEGIN { printf "%.2f%%", 100 * x }'; }
-# med NAME W N: the median over the pairs of array NAME's figures for workload W at N threads
-med() {
-    local -n a=$1
-    for ((p = 1; p <= pairs; p++)); do echo "${a["$2 $p $3"]:-}"; done | grep . | median || true
-}
 printf '# %s\n' "${meta[@]}"
 echo "#"
 echo "# medians over the pairs of the last epoch; data wait = data_ms / step time;"
@@ -265,18 +251,12 @@ echo "# speed ratio = samples/s at $nthreads threads / at 1, the median of the p
 printf '%-10s %14s %14s %12s %12s %12s %8s\n' workload "data wait 1" "data wait $nthreads" "samples/s 1" \
     "samples/s $nthreads" "speed ratio" pairs
 for w in "${workloads[@]}"; do
-    ratios=()
-    for ((p = 1; p <= pairs; p++)); do
-        a=${sps["$w $p 1"]:-} b=${sps["$w $p $nthreads"]:-}
-        [[ -n $a && -n $b ]] && ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
-    done
-    r=""
-    ((${#ratios[@]} == 0)) || r=$(printf '%s\n' "${ratios[@]}" | median)
-    s1=$(med sps "$w" 1) sn=$(med sps "$w" "$nthreads")
+    pair_ratio sps "$w" 1 "$nthreads"
+    s1=$(pair_median sps "$w" 1) sn=$(pair_median sps "$w" "$nthreads")
     [[ -z $s1 ]] || s1=$(printf '%.0f' "$s1")
     [[ -z $sn ]] || sn=$(printf '%.0f' "$sn")
-    printf '%-10s %14s %14s %12s %12s %12s %8s\n' "$w" "$(pct "$(med share "$w" 1)")" \
-        "$(pct "$(med share "$w" "$nthreads")")" "${s1:--}" "${sn:--}" "${r:--}" "${#ratios[@]}/$pairs"
+    printf '%-10s %14s %14s %12s %12s %12s %8s\n' "$w" "$(pct "$(pair_median share "$w" 1)")" \
+        "$(pct "$(pair_median share "$w" "$nthreads")")" "${s1:--}" "${sn:--}" "${ratio:--}" "$nratios/$pairs"
 done
 
 if ((failures)); then

@@ -139,18 +139,9 @@ run() {
         --batch-size 64 --augment flip,crop --no-validation --threads 1 --metrics "$metrics" >"$file" 2>&1 </dev/null || rc=$?
     [[ $log == /dev/null ]] || { echo "==== $ds pair $pair prefetch $pf (exit $rc)"; cat "$file"; } >>"$log"
     quoted=""
-    if ((rc == 0)) && [[ -s $metrics ]]; then
-        quoted=$(awk -F, -v e="$epochs" '
-            NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-            $c["kind"] == "epoch" && $c["epoch"] == e {
-                st = $c["step"]; s = $c["seconds"]; d = $c["data_ms"]
-                printf "%s %s %s %s %.6f\n", st, s, $c["samples_per_s"], d, (s > 0 ? d * st / (1000 * s) : 0)
-            }' "$metrics")
-    fi
+    ((rc != 0)) || quoted=$(bench_epoch_row "$metrics" "$epochs")
     if [[ -z $quoted ]]; then
-        failures=$((failures + 1))
-        say "$ds pair $pair --prefetch $pf: exited with $rc or wrote no epoch $epochs row; its last lines:"
-        tail -n 10 "$file" | sed 's/^/    /' >&2
+        bench_no_figures "$ds pair $pair --prefetch $pf" "$rc" "$file" "$epochs"
         return 1
     fi
     [[ -z $out ]] || awk -v d="$ds" -v p="$pair" -v f="$pf" -v e="$epochs" -v OFS=, \
@@ -184,21 +175,13 @@ echo "#"
 echo "# medians over the pairs of the last epoch; data wait = data_ms / step time; ratio = prefetch 2 / prefetch 0, median of the per-pair ratios"
 printf '%-14s %16s %16s %12s %12s %12s %10s\n' dataset "data wait p=0" "data wait p=2" "samples/s 0" "samples/s 2" "speed ratio" "pairs"
 for ds in fashion-mnist synthetic; do
-    w0=$(for ((p = 1; p <= pairs; p++)); do echo "${share["$ds $p 0"]:-}"; done | grep . | median || true)
-    w2=$(for ((p = 1; p <= pairs; p++)); do echo "${share["$ds $p 2"]:-}"; done | grep . | median || true)
-    s0=$(for ((p = 1; p <= pairs; p++)); do echo "${sps["$ds $p 0"]:-}"; done | grep . | median || true)
-    s2=$(for ((p = 1; p <= pairs; p++)); do echo "${sps["$ds $p 2"]:-}"; done | grep . | median || true)
-    ratios=()
-    for ((p = 1; p <= pairs; p++)); do
-        a=${sps["$ds $p 0"]:-} b=${sps["$ds $p 2"]:-}
-        [[ -n $a && -n $b ]] && ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
-    done
-    r=""
-    ((${#ratios[@]} == 0)) || r=$(printf '%s\n' "${ratios[@]}" | median)
+    w0=$(pair_median share "$ds" 0) w2=$(pair_median share "$ds" 2)
+    s0=$(pair_median sps "$ds" 0) s2=$(pair_median sps "$ds" 2)
+    pair_ratio sps "$ds" 0 2
     [[ -z $s0 ]] || s0=$(printf '%.0f' "$s0")
     [[ -z $s2 ]] || s2=$(printf '%.0f' "$s2")
     printf '%-14s %16s %16s %12s %12s %12s %10s\n' "$ds" "$(pct "$w0")" "$(pct "$w2")" "${s0:--}" "${s2:--}" \
-        "${r:--}" "${#ratios[@]}/$pairs"
+        "${ratio:--}" "$nratios/$pairs"
 done
 
 if ((failures)); then

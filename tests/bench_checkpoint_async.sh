@@ -16,16 +16,7 @@ out=$T/out err=$T/err
 MPIRUN=$MPIEXEC MPIRUN_FLAGS=$MPIEXEC_FLAGS
 export MPIRUN MPIRUN_FLAGS
 
-refused() { # MESSAGE ARGS...: exit 2 and exactly one stderr line, MESSAGE
-  msg=$1; shift
-  bash "$B/checkpoint-async.sh" --build "$TOP_BUILDDIR" "$@" >"$out" 2>"$err"
-  rc=$?
-  if [ "$rc" = 2 ] && [ "$(wc -l <"$err")" = 1 ] && grep -qF -- "checkpoint-async.sh: $msg" "$err"; then
-    pass "checkpoint-async.sh $* -> 2: $(cat "$err")"
-  else
-    fail "checkpoint-async.sh $*: rc=$rc, expected 2 and '$msg'"; cat "$err" >&2
-  fi
-}
+refused() { bench_refused checkpoint-async.sh "$@"; } # MESSAGE ARGS...
 refused "--every 6: expected fewer than --steps (6)" --steps 6 --every 6
 refused "--precision: expected fp32 or bf16, found 'fp16'" --precision fp16
 refused "--model $T/none.cfg: no such readable file" --model "$T/none.cfg"

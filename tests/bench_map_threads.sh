@@ -18,16 +18,7 @@ out=$T/out err=$T/err
 MPIRUN=$MPIEXEC MPIRUN_FLAGS=$MPIEXEC_FLAGS
 export MPIRUN MPIRUN_FLAGS
 
-refused() { # MESSAGE ARGS...: exit 2 and exactly one stderr line, MESSAGE
-  msg=$1; shift
-  bash "$B/map-threads.sh" --build "$TOP_BUILDDIR" "$@" >"$out" 2>"$err"
-  rc=$?
-  if [ "$rc" = 2 ] && [ "$(wc -l <"$err")" = 1 ] && grep -qF -- "map-threads.sh: $msg" "$err"; then
-    pass "map-threads.sh $* -> 2: $(cat "$err")"
-  else
-    fail "map-threads.sh $*: rc=$rc, expected 2 and '$msg'"; cat "$err" >&2
-  fi
-}
+refused() { bench_refused map-threads.sh "$@"; } # MESSAGE ARGS...
 refused "--threads: expected 2 to 64 map threads to compare with 1, found '1'" --threads 1
 refused "--only: expected a comma list of resnet20, cold and io, found 'all'" --only all
 refused "--cold: expected HxWxC:CLASSES:N, found '64x64'" --cold 64x64

@@ -40,6 +40,20 @@ expect_fail() {
   pass "$what -> $code: $(grep '^dtrain: error: ' "$err")"
 }
 
+# bench_refused SCRIPT MESSAGE ARGS...: bench/SCRIPT --build (this build) ARGS
+# exits 2 with exactly one stderr line, "SCRIPT: MESSAGE" (the drivers' usage
+# errors). $T is the calling test's scratch directory.
+bench_refused() {
+  script=$1; msg=$2; shift 2
+  bash "$TOP_SRCDIR/bench/$script" --build "$TOP_BUILDDIR" "$@" >"$T/refused.out" 2>"$T/refused.err"
+  rc=$?
+  if [ "$rc" = 2 ] && [ "$(wc -l <"$T/refused.err")" = 1 ] && grep -qF -- "$script: $msg" "$T/refused.err"; then
+    pass "$script $* -> 2: $(cat "$T/refused.err")"
+  else
+    fail "$script $*: rc=$rc, expected 2 and '$msg'"; cat "$T/refused.err" >&2
+  fi
+}
+
 finish() {
   rm -f "$TEST_TMP/out.$$" "$TEST_TMP/err.$$"
   if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
