@@ -128,6 +128,12 @@ static void print_layout(const struct dt_trainer *tr, int nranks)
     if (strcmp(tr->coll.algo->name, "mpi") != 0 && nranks > 1)
         snprintf(pieces, sizeof pieces, ", ring pieces %g KiB x %d", (double)tr->coll.cfg.chunk_bytes / 1024.0,
                  tr->coll.cfg.ring_depth);
+    if (dt_strategy_shards_params(s)) { /* fsdp: no all-reduce, buckets of its own */
+        printf("layout: %s; strategy fsdp, %d bucket%s of >= %.2f MiB (whole layers): all-gathered before their "
+               "layers run, the next one prefetched, reduce-scattered after backward\n", layout, dt_fsdp_buckets(s),
+               dt_fsdp_buckets(s) == 1 ? "" : "s", cfg.bucket_mb);
+        return;
+    }
     printf("layout: %s; strategy %s, all-reduce %s%s%s, %d bucket%s of >= %.2f MiB, %s%s\n", layout, s->ops->name,
            tr->coll.algo->name, how, compress, s->reducer.nbuckets, s->reducer.nbuckets == 1 ? "" : "s",
            cfg.bucket_mb, s->reducer.overlap ? "overlapped with backward" : "after backward", pieces);

@@ -260,6 +260,9 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
         return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
     if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
+    if (cfg->strategy && !strcmp(cfg->strategy, "fsdp") && !strcmp(cfg->device, "cuda"))
+        return dt_fail(st, DT_EUSAGE, "--strategy fsdp: runs on the CPU only so far (its buckets are gathered with "
+                       "MPI into host memory); with --device cuda use mirrored, multi-worker or auto");
     if (cfg->cuda_graphs && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--cuda-graphs: records the step on a GPU; it needs --device cuda (device is %s)",
                        cfg->device);

@@ -303,7 +303,8 @@ const struct dt_option dt_option_table[] = {
      .help = "auto (default: mirrored on one node, multi-worker on\n"
              "several), mirrored, multi-worker, central-storage\n"
              "(one copy of parameters and optimizer per node), or\n"
-             "sharded (ZeRO-1: each rank keeps 1/N of the optimizer),\nor parameter-server"},
+             "sharded (ZeRO-1: each rank keeps 1/N of the optimizer),\n"
+             "fsdp (ZeRO-3: 1/N of parameters, gradients and\noptimizer), or parameter-server"},
     {"num-ps", 0, DT_OPT_INT, 0, F(num_ps), I(1, 1 << 20), .def = 1, .arg = "K",
      .help = "parameter-server: ranks 0..K-1 are servers (default %D)"},
     {"ps-mode", 0, DT_OPT_CHOICE, 0, F(ps_mode), .def = PS_ASYNC, .names = NAMES("async", "ssp", "sync"),

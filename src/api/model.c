@@ -78,6 +78,10 @@ static void fill_config(dtrain_model *m, const dtrain_model_options *o, dt_statu
         dt_fail(st, DT_EUSAGE, "dtrain_model_create: strategy parameter-server: its workers do not step together, "
                 "which a custom loop's collective steps assume; use the dtrain program for it, or a synchronous "
                 "strategy (auto, mirrored, multi-worker, sharded, central-storage)");
+    else if (!strcmp(cfg->strategy, "fsdp"))
+        dt_fail(st, DT_EUSAGE, "dtrain_model_create: strategy fsdp: not offered to custom loops yet (its parameters "
+                "live in no whole block, which dtrain_model_get_parameters and the callers' own code expect); use "
+                "the dtrain program for it, or sharded (ZeRO-1)");
     else if (o->overlap != DT_OVERLAP_OFF && o->overlap != DT_OVERLAP_ON) /* dtrain's auto is not offered */
         dt_fail(st, DT_EUSAGE, "dtrain_model_create: overlap: expected 0 or 1, found %d", o->overlap);
     else if (!o->nan_policy || dt_options_set(cfg, "nan-policy", o->nan_policy, "dtrain_model_create", st) == DT_OK)

@@ -210,8 +210,10 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     m->max_n = max_n > 0 ? max_n : 1;
     m->act_type = be->act_type();
     m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
-    m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
-    be->zero(m->grads, sizeof(float) * m->nparams);
+    if (!m->sharded) { /* a sharded model's gradients are its strategy's, bucket by bucket */
+        m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+        be->zero(m->grads, sizeof(float) * m->nparams);
+    }
     m->buffers = be->alloc(sizeof(float) * (m->nbuffers ? m->nbuffers : 1));
     for (int i = 0; i < m->nlayers; i++) m->layers[i].buffers = m->buffers + m->layers[i].buffer_offset;
     m->act = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act);
@@ -266,8 +268,8 @@ void dt_model_free(struct dt_model *m)
             if (m->act_alias[i] == i) m->be->free(m->act[i]); /* an alias is freed with its owner */
             if (m->dact[i] && m->dact_alias[i] == i) m->be->free(m->dact[i]);
         }
-        if (!m->params_borrowed) m->be->free(m->params);
-        if (!m->grads_borrowed) m->be->free(m->grads);
+        if (!m->params_borrowed && m->params) m->be->free(m->params);
+        if (!m->grads_borrowed && m->grads) m->be->free(m->grads);
         m->be->free(m->buffers);
     }
     free(m->act);
@@ -282,11 +284,14 @@ void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
 {
     struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng, .act = m->act,
                        .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
+    const struct dt_param_hook *h = m->hook;
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
+        const float *p = h ? h->at(h->arg, i, 0, NULL) : m->params + l->param_offset;
         DT_TL_BEGIN(tl0);
-        l->ops->forward(l, &c, m->act[i + 1], m->act[i], m->params + l->param_offset);
+        l->ops->forward(l, &c, m->act[i + 1], m->act[i], p);
         DT_TL_END2(tl0, DT_TL_COMPUTE, "forward", l->name, NULL);
+        if (h) h->after(h->arg, i, 0);
     }
 }
 
@@ -301,17 +306,20 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
 {
     struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng, .act = m->act,
                        .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
+    const struct dt_param_hook *h = m->hook;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct dt_layer *l = &m->layers[i];
+        float *g = m->grads ? m->grads + l->param_offset : NULL;
+        const float *p = h ? h->at(h->arg, i, 1, &g) : m->params + l->param_offset;
         DT_TL_BEGIN(tl0);
-        l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1],
-                         m->params + l->param_offset, m->grads + l->param_offset);
+        l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1], p, g);
         /* act[i] also fed adds and routes further on: their output gradients
          * (final by now: backward ran past them) join its gradient. */
         for (int k = i; k < m->nlayers && m->dact[i] && n > 0; k++)
             if (m->layers[k].src == i)
                 m->be->act_add(m->dact[i], m->dact[k + 1], dt_shape_size(m->layers[i - 1].out) * (size_t)n);
         DT_TL_END2(tl0, DT_TL_COMPUTE, "backward", l->name, NULL);
+        if (h) h->after(h->arg, i, 1);
         if (done && l->nparams) done(ctx, l->param_offset);
     }
 }

@@ -14,6 +14,18 @@
 #include "nn/layer.h"
 #include "nn/loss.h"
 
+/* Where a layer's parameters are when the model holds no whole block
+ * (--strategy fsdp: ZeRO-3 keeps 1/P of them per rank and gathers a bucket
+ * just before its layers run). Called for every layer, in the order the
+ * layers run: at(layer, backward, &grads) before it (the parameters, and in
+ * backward where its gradients go; NULL for a layer without parameters),
+ * after(layer, backward) once it has run. */
+struct dt_param_hook {
+    const float *(*at)(void *arg, int layer, int backward, float **grads);
+    void (*after)(void *arg, int layer, int backward);
+    void *arg;
+};
+
 struct dt_model {
     char name[32];
     const struct dt_backend *be;
@@ -26,6 +38,9 @@ struct dt_model {
     int params_borrowed; /* params belongs to someone else (a node-shared window) */
     float *grads;    /* [nparams], device: d(loss)/d(params) of the last backward */
     int grads_borrowed; /* grads belongs to someone else (a shared window) */
+    int sharded;     /* set before dt_model_create: no gradient block (grads NULL), and
+                        after placement no parameter block either: hook says where they are */
+    const struct dt_param_hook *hook; /* NULL: params and grads hold every layer's */
     int max_n;       /* largest batch the buffers hold */
     int act_type;    /* element type of act and dact (the backend's act_type at create) */
     dt_act **act;    /* [nlayers+1][max_n * shape] */

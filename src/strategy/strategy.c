@@ -31,6 +31,7 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     else if (strcmp(name, "mirrored") == 0) s->ops = &dt_strategy_mirrored;
     else if (strcmp(name, "multi-worker") == 0) s->ops = &dt_strategy_multi_worker;
     else if (strcmp(name, "sharded") == 0) s->ops = &dt_strategy_sharded;
+    else if (strcmp(name, "fsdp") == 0) s->ops = &dt_strategy_fsdp;
     else if (strcmp(name, "central-storage") == 0) s->ops = &dt_strategy_central_storage;
     else if (strcmp(name, "parameter-server") == 0) s->ops = &dt_strategy_parameter_server;
     else if (strcmp(name, "tpu") == 0)
@@ -38,7 +39,7 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
                        "are not MPI jobs); use --strategy multi-worker (or auto) for synchronous training "
                        "across nodes, or sharded to split the optimizer state");
     else
-        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded or parameter-server, found '%s'", name);
+        return dt_fail(st, DT_EUSAGE, "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded, fsdp or parameter-server, found '%s'", name);
     /* What only the all-reduce strategies do (they are the ones that keep
      * the whole reduced gradient on every rank, on the device or not). */
     int allreduce = s->ops == &dt_strategy_mirrored || s->ops == &dt_strategy_multi_worker;
@@ -75,3 +76,15 @@ size_t dt_strategy_optimizer_bytes(const struct dt_strategy *s)
     int slots = (s->optim.slot[0] != NULL) + (s->optim.slot[1] != NULL);
     return (size_t)slots * s->optim.n * sizeof(float);
 }
+
+void dt_strategy_get_block(struct dt_strategy *s, int grads, float *host, int root)
+{
+    if (s->ops && s->ops->gather_block) {
+        s->ops->gather_block(s, grads, host, root);
+        return;
+    }
+    const float *src = grads ? s->model->grads : s->model->params;
+    if (src && (root < 0 || root == s->coll->topo.rank)) s->be->download(host, src, sizeof(float) * s->model->nparams);
+}
+
+int dt_strategy_shards_params(const struct dt_strategy *s) { return s->ops && s->ops->gather_block; }

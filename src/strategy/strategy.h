@@ -45,6 +45,13 @@ struct dt_strategy_ops {
      * no steps of its own: this is where it works, serving the replicas'. */
     void (*epoch_end)(struct dt_strategy *s, long steps);
     void (*teardown)(struct dt_strategy *s);
+    /* Optional, collective (a strategy that keeps no whole parameter block:
+     * fsdp): the whole fp32 block of parameters (grads: of the last update's
+     * gradients) into host on rank root, or every rank when root < 0. */
+    void (*gather_block)(struct dt_strategy *s, int grads, float *host, int root);
+    /* Optional (the same strategies): host holds the whole block on every
+     * rank; the parameters become it. */
+    void (*load_block)(struct dt_strategy *s, const float *host);
 };
 
 struct dt_strategy {
@@ -88,7 +95,19 @@ enum dt_nan_policy { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
 int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n);
 
 extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
-    dt_strategy_central_storage, dt_strategy_parameter_server;
+    dt_strategy_central_storage, dt_strategy_parameter_server, dt_strategy_fsdp;
+/* fsdp: the most bytes of gathered parameters it ever held, and (into
+ * two_largest) its two largest buckets' bytes, the bound it keeps to. */
+size_t dt_fsdp_held_peak(const struct dt_strategy *s, size_t *two_largest);
+/* fsdp: how many buckets the layers were grouped into. */
+int dt_fsdp_buckets(const struct dt_strategy *s);
+/* Collective where the strategy has gather_block (fsdp), local otherwise:
+ * the whole fp32 parameter block (grads: the gradient block) into host, on
+ * rank root or on every rank when root < 0 (host may be NULL elsewhere). A
+ * gradient block that is nowhere (grads and no such op) leaves host as it is. */
+void dt_strategy_get_block(struct dt_strategy *s, int grads, float *host, int root);
+/* Whether the parameters live in no whole block on any rank (fsdp). */
+int dt_strategy_shards_params(const struct dt_strategy *s);
 /* Updates the parameter server applied on this rank (0 elsewhere). */
 long dt_ps_applied(const struct dt_strategy *s);
 /* The parameter server's transport ("one-sided", "two-sided"), or "". */

@@ -62,7 +62,8 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
 {
     size_t np = t->model.nparams, nb = t->model.nbuffers;
     float *host = dt_xmalloc(sizeof(float) * (np + nb + 1));
-    t->be->download(host, t->model.params, sizeof(float) * np);
+    if (dt_strategy_shards_params(&t->strategy)) np = 0; /* one copy of each, nothing to diverge */
+    else t->be->download(host, t->model.params, sizeof(float) * np);
     t->be->download(host + np, t->model.buffers, sizeof(float) * nb);
     uint64_t h = dt_fnv1a64(host, sizeof(float) * (np + nb), 0); /* the values' bits */
     free(host);
@@ -107,4 +108,13 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
     if (t->rank == 0)
         fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB\n",
                 lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
+    if (dt_strategy_shards_params(&t->strategy)) { /* fsdp: what it holds beside the optimizer */
+        size_t two = 0, peak = dt_fsdp_held_peak(&t->strategy, &two);
+        double most = (double)peak, shard = (double)t->strategy.shard_len * 2.0 * sizeof(float);
+        MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm);
+        if (t->rank == 0)
+            fprintf(out, "fsdp: rank 0's shard of parameters and gradients %.2f MiB; gathered parameters held at "
+                    "most %.0f bytes on any rank (the two largest buckets: %zu bytes; the model: %zu)\n",
+                    shard / 1048576.0, most, two, t->model.nparams * sizeof(float));
+    }
 }

@@ -88,15 +88,16 @@ int dt_trainer_histograms(struct dt_trainer *t, struct dt_tfevents *w, int what,
                           dt_status *st)
 {
     st->code = DT_OK;
-    if (t->rank == 0 && w) {
-        const struct dt_model *m = &t->model;
-        double t0 = MPI_Wtime();
-        float *p = dt_xmalloc(sizeof(float) * (2 * m->nparams + 1)), *g = NULL;
-        t->be->download(p, m->params, sizeof(float) * m->nparams);
-        if ((what & DT_HIST_GRADS) && m->grads) {
-            g = p + m->nparams;
-            t->be->download(g, m->grads, sizeof(float) * m->nparams);
-        }
+    const struct dt_model *m = &t->model;
+    const int gathers = dt_strategy_shards_params(&t->strategy); /* fsdp: every rank takes part */
+    float *p = t->rank == 0 && w ? dt_xmalloc(sizeof(float) * (2 * m->nparams + 1)) : NULL, *g = NULL;
+    double t0 = MPI_Wtime();
+    if (gathers || p) dt_strategy_get_block(&t->strategy, 0, p, 0);
+    if ((what & DT_HIST_GRADS) && (gathers || (p && m->grads))) {
+        g = p ? p + m->nparams : NULL;
+        dt_strategy_get_block(&t->strategy, 1, g, 0);
+    }
+    if (p) {
         int count = 0;
         write_all(m, w, p, g, what, step, &count, st);
         free(p);

@@ -25,6 +25,7 @@
 #include "runtime/consistency.h"
 #include "runtime/fault.h"
 #include "runtime/rma.h"
+#include "strategy/memplan.h"
 #include "train/train.h"
 
 /* ---- shared with libdtrain -------------------------------------------------- */
@@ -140,10 +141,34 @@ static void sync_bn_reduce(void *arg, double *buf, int n)
     DT_TL_END(tl0, DT_TL_COMM, "sync-bn", NULL);
 }
 
+/* --strategy fsdp: rank 0's initial parameters go out segment by segment,
+ * each rank's into its place in its own block, whose other pages are never
+ * touched (so never resident) before fsdp.c keeps the segment and frees the
+ * block; the buffers are broadcast whole. The block is host memory: fsdp
+ * runs on the CPU only. */
+static void scatter_segments(struct dt_trainer *t)
+{
+    struct dt_model *m = &t->model;
+    int *counts = dt_xcalloc((size_t)t->nranks, sizeof(int)), *displs = dt_xcalloc((size_t)t->nranks, sizeof(int));
+    for (int r = 0; r < t->nranks; r++) {
+        size_t off, len;
+        dt_segment(m->nparams, t->nranks, r, &off, &len);
+        counts[r] = (int)len;
+        displs[r] = (int)off;
+    }
+    float *mine = m->params + displs[t->rank];
+    DT_MPI_CHECK(MPI_Scatterv(m->params, counts, displs, MPI_FLOAT, t->rank == 0 ? MPI_IN_PLACE : (void *)mine,
+                              counts[t->rank], MPI_FLOAT, 0, t->comm));
+    DT_MPI_CHECK(MPI_Bcast(m->buffers, (int)m->nbuffers, MPI_FLOAT, 0, t->comm));
+    free(counts);
+    free(displs);
+}
+
 void dt_trainer_create_model(struct dt_trainer *t)
 {
     const struct dt_config *cfg = t->cfg;
     struct dt_model *m = &t->model;
+    m->sharded = cfg->strategy && !strcmp(cfg->strategy, "fsdp"); /* its gradients are the strategy's */
     dt_model_create(m, t->be, cfg->batch_size);
     if (cfg->sync_bn) { /* batchnorm sums its statistics over the replicas */
         DT_MPI_CHECK(MPI_Comm_dup(t->comm, &t->bn_comm));
@@ -151,6 +176,11 @@ void dt_trainer_create_model(struct dt_trainer *t)
         m->reduce_arg = t;
     }
     if (t->rank == 0) dt_model_init_params(m, cfg->seed);
+    if (m->sharded) { /* fsdp, on the CPU: rank r needs segment r of the block only (fsdp.c) */
+        scatter_segments(t);
+        dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
+        return;
+    }
     /* Through host memory (they may live on a GPU): the parameters, then the
      * buffers (batchnorm's moving statistics: zeros and ones). */
     float *host = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
@@ -171,7 +201,7 @@ void dt_trainer_alloc_step(struct dt_trainer *t)
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
     t->idx_scratch = dt_xmalloc(sizeof(int64_t) * B);
-    if (t->cfg->grad_accum > 1) t->accum = t->be->alloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
+    if (t->cfg->grad_accum > 1 && !t->model.sharded) t->accum = t->be->alloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
 }
 
 /* ---- dt_trainer_init's own stages ------------------------------------------- */
@@ -378,6 +408,44 @@ static void start_ckpt_writer(struct dt_trainer *t)
                 "written synchronously\n", dt_mpi_thread_level_name(level));
 }
 
+/* MemAvailable of this node, in bytes; 0 where unknown. */
+static double node_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    double kib = 0.0;
+    if (!f) return 0.0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024.0;
+}
+
+/* Before anything big is allocated: the strategy's plan (strategy/memplan.h)
+ * for this node's ranks against the memory the node has available. The
+ * plan leaves out MPI's and the libraries' own memory, so a run it refuses
+ * cannot fit; one it lets through may still not. Agreed on. */
+static int check_memory(struct dt_trainer *t, dt_status *st)
+{
+    const struct dt_config *cfg = t->cfg;
+    const int slots = !strcmp(cfg->optimizer, "adam") ? 2 : cfg->momentum != 0.0f ? 1 : 0;
+    const int local = t->coll.topo.local_size > 0 ? t->coll.topo.local_size : 1;
+    const size_t act = dt_act_size(t->be->act_type());
+    struct dt_mem_plan p, fs;
+    dt_mem_plan(&t->model, cfg->strategy, slots, t->nranks, local, cfg->bucket_mb, cfg->batch_size, act, &p);
+    dt_mem_plan(&t->model, "fsdp", slots, t->nranks, local, cfg->bucket_mb, cfg->batch_size, act, &fs);
+    const double need = dt_mem_plan_total(&p) * local, avail = node_available(), G = 1073741824.0;
+    st->code = DT_OK;
+    if (avail > 0 && need > avail)
+        dt_fail(st, DT_EUSAGE, "--strategy %s: model %s (%zu parameters) needs about %.1f GiB per rank (parameters "
+                "%.2f, gradients %.2f, optimizer slots %.2f, activations %.2f), %.1f GiB for this node's %d rank%s, "
+                "and the node has %.1f GiB available; --strategy fsdp keeps 1/%d of the parameters, gradients and "
+                "slots on each rank (about %.1f GiB a rank)", cfg->strategy, t->model.name, t->model.nparams,
+                dt_mem_plan_total(&p) / G, p.params / G, p.grads / G, p.slots / G, p.activations / G, need / G,
+                local, local == 1 ? "" : "s", avail / G, t->nranks, dt_mem_plan_total(&fs) / G);
+    return dt_status_agree(st, t->comm);
+}
+
 int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm comm, dt_status *st)
 {
     memset(t, 0, sizeof *t);
@@ -385,7 +453,7 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     st->code = DT_OK;
     if (open_ranks(t, comm, st) != DT_OK || open_data(t, st) != DT_OK) return st->code;
     if (dt_trainer_build_model(t, &t->data, "before the first collective of training", st) != DT_OK) return st->code;
-    if (open_history(t, st) != DT_OK) return st->code;
+    if (open_history(t, st) != DT_OK || check_memory(t, st) != DT_OK) return st->code;
     dt_trainer_create_model(t);
     if (resume_params(t, st) != DT_OK || create_strategy(t, st) != DT_OK) return st->code;
     if (cfg->checkpoint_dir) dt_signals_install();

@@ -304,7 +304,7 @@ struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, i
     snap->layers = layer_table(m, &c->nlayers);
     c->layers = snap->layers;
     c->params = snap->params;
-    t->be->download(c->params, m->params, sizeof(float) * m->nparams);
+    dt_strategy_get_block(&t->strategy, 0, c->params, -1); /* gathered, under fsdp */
     t->be->download(c->params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
     c->slots[0] = snap->slots[0];
     c->slots[1] = snap->slots[1];
@@ -345,6 +345,10 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
 static void place_params(struct dt_trainer *t, const float *host)
 {
     struct dt_model *m = &t->model;
+    if (t->strategy.ops && t->strategy.ops->load_block) { /* fsdp: each rank takes its part */
+        t->strategy.ops->load_block(&t->strategy, host);
+        return;
+    }
     if (!m->params_borrowed || t->coll.topo.local_rank == 0)
         t->be->upload(m->params, host, sizeof(float) * m->nparams);
     if (m->params_borrowed) DT_MPI_CHECK(MPI_Barrier(t->coll.topo.node));
@@ -485,7 +489,13 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
         free(layers);
         return dt_status_agree(st, t->comm);
     }
-    t->be->upload(m->params, c.params, sizeof(float) * m->nparams); /* the model's own block, before placement */
+    if (m->sharded) { /* fsdp keeps this rank's segment only: the rest of the block stays untouched */
+        size_t off, len;
+        dt_segment(m->nparams, t->nranks, t->rank, &off, &len);
+        memcpy(m->params + off, c.params + off, sizeof(float) * len);
+    } else {
+        t->be->upload(m->params, c.params, sizeof(float) * m->nparams); /* the model's own block, before placement */
+    }
     t->be->upload(m->buffers, c.params + m->nparams, sizeof(float) * m->nbuffers);
     t->start_epoch = c.epoch;
     t->start_step = c.step;

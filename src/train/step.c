@@ -140,6 +140,7 @@ static struct dt_loss_result forward_loss(struct dt_trainer *t, struct dt_epoch_
 static void accumulate(struct dt_trainer *t, int n, int graphed, int first)
 {
     if (!graphed) dt_model_backward(&t->model, n, &t->dropout_rng);
+    if (t->model.sharded) return; /* fsdp sums the micro-batches in its shards */
     if (first) t->be->copy(t->accum, t->model.grads, sizeof(float) * t->model.nparams);
     else t->be->accumulate(t->accum, t->model.grads, t->model.nparams);
 }
@@ -175,7 +176,7 @@ static void backward_reduce(struct dt_trainer *t, int n, int graphed, int first,
         dt_model_backward_notify(&t->model, n, &t->dropout_rng, grads_ready, s);
     else {
         if (!graphed) dt_model_backward(&t->model, n, &t->dropout_rng);
-        t->be->accumulate(t->model.grads, t->accum, t->model.nparams);
+        if (!t->model.sharded) t->be->accumulate(t->model.grads, t->accum, t->model.nparams);
         grads_ready(s, 0); /* the whole block is final */
     }
 }
@@ -225,9 +226,10 @@ static int nan_abort(struct dt_trainer *t, int epoch, int64_t s, float local_los
 {
     struct dt_model *m = &t->model;
     float *g = dt_xmalloc(sizeof(float) * (m->nparams + 1));
-    t->be->download(g, m->grads, sizeof(float) * m->nparams);
+    size_t ng = m->grads ? m->nparams : 0; /* fsdp: no whole block here, no layer named */
+    if (ng) t->be->download(g, m->grads, sizeof(float) * m->nparams);
     long mine[2] = {!isfinite(local_loss), -1};
-    for (size_t i = 0; i < m->nparams && mine[1] < 0; i++)
+    for (size_t i = 0; i < ng && mine[1] < 0; i++)
         if (!isfinite(g[i])) mine[1] = (long)i;
     free(g);
     long *all = dt_xcalloc(2 * (size_t)t->nranks, sizeof(long));

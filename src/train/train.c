@@ -256,9 +256,9 @@ static double monitored(const struct dt_epoch_stats *es, const char *name)
 static int export_keras(struct dt_trainer *t, const char *path, dt_status *st)
 {
     st->code = DT_OK;
+    float *host = t->rank == 0 ? dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1)) : NULL;
+    dt_strategy_get_block(&t->strategy, 0, host, 0); /* gathered on rank 0, under fsdp */
     if (t->rank == 0) {
-        float *host = dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1));
-        t->be->download(host, t->model.params, sizeof(float) * t->model.nparams);
         t->be->download(host + t->model.nparams, t->model.buffers, sizeof(float) * t->model.nbuffers);
         dt_keras_export(path, &t->model, host, host + t->model.nparams, st);
         free(host);
@@ -296,7 +296,7 @@ static int early_stopping(struct dt_trainer *t, int e, double v, int *stop, dt_s
     if (cfg->patience < 0) return DT_OK;
     if (dt_monitor_update(&t->stopper, e, v) && cfg->restore_best) {
         if (!t->best_params) t->best_params = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
-        t->be->download(t->best_params, m->params, sizeof(float) * m->nparams);
+        dt_strategy_get_block(&t->strategy, 0, t->best_params, -1);
         t->be->download(t->best_params + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
         if (cfg->checkpoint_dir && snprintf(best, sizeof best, "%s/best", cfg->checkpoint_dir) < (int)sizeof best &&
             dt_trainer_save(t, best, 1, e + 1, 0, zero, NULL, 0, st) != DT_OK)

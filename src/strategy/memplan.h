@@ -1,0 +1,45 @@
+/* memplan.h: the bytes a rank holds under each strategy, before anything is
+ * allocated: the memory check at start, and dtrain-predict's report.
+ *
+ * Per rank, with P parameters (fp32), N ranks, Q of them on the node and s
+ * optimizer slots a parameter (Adam 2, SGD with momentum 1, plain SGD 0):
+ *   mirrored, multi-worker:
+ *                      parameters 4P, gradients 4P, slots 4sP
+ *   parameter-server:  a worker's parameters 4P and gradients 4P
+ *   central-storage:   parameters and slots once per node (4P/Q + 4sP/Q a
+ *                      rank), gradients 4P
+ *   sharded (ZeRO-1):  parameters 4P, gradients 4P, slots 4sP/N
+ *   fsdp (ZeRO-3):     parameters 4P/N, gradients 4P/N, slots 4sP/N, and
+ *                      two buckets of gathered parameters and two of
+ *                      gradients (its largest bucket, four times)
+ * plus activations: every layer's output and its gradient at the batch.
+ * With Adam that is ZeRO's 16P per rank for data parallelism and 16P/N for
+ * stage 3. The one design decision: fsdp's buckets come from
+ * dt_fsdp_group, the rule strategy/fsdp.c itself groups layers by, so the
+ * plan and the run cannot disagree on them. */
+#ifndef DT_MEMPLAN_H
+#define DT_MEMPLAN_H
+
+#include <stddef.h>
+
+#include "nn/model.h"
+
+struct dt_mem_plan {
+    double params, grads, slots; /* bytes per rank */
+    double gathered;             /* fsdp's gathered buckets (parameters and gradients) */
+    double activations;
+};
+
+/* fsdp's buckets: whole layers in order, a new bucket once one holds
+ * bucket_mb MiB (0: one bucket); of_layer[i] (when not NULL, [nlayers])
+ * receives layer i's bucket or -1 (no parameters). Returns the count; the
+ * largest bucket's floats into *largest when not NULL. */
+int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, size_t *largest);
+/* The plan for strategy (a --strategy name; auto counts as mirrored) on
+ * nranks ranks, local of them on this node, slots optimizer slots, batch
+ * samples of act_size-byte activations. */
+void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int nranks, int local, double bucket_mb,
+                 int batch, size_t act_size, struct dt_mem_plan *p);
+double dt_mem_plan_total(const struct dt_mem_plan *p);
+
+#endif
