@@ -46,7 +46,7 @@ run() { # LABEL NP ARGS...
     sps=$(grep '^Epoch ' "$log" | tail -n +2 | sed 's/.* - \([0-9]*\) samples\/s.*/\1/' | sort -n |
           awk '{v[NR] = $1} END {print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : "-"}')
     acc=$(grep '^Epoch ' "$log" | tail -1 | sed 's/.*val_accuracy: \([0-9.]*\).*/\1/')
-    mem=$(sed -n 's/^memory per rank: peak RSS \([0-9.]*\)-\([0-9.]*\) MiB, PSS \([0-9.]*\)-\([0-9.]*\) MiB, optimizer state \([0-9.]*\)-\([0-9.]*\) MiB/\1 \2 \3 \4 \5 \6/p' "$log")
+    mem=$(sed -n 's/^memory per rank: peak RSS \([0-9.]*\)-\([0-9.]*\) MiB, PSS \([0-9.]*\)-\([0-9.]*\) MiB, optimizer state \([0-9.]*\)-\([0-9.]*\) MiB.*/\1 \2 \3 \4 \5 \6/p' "$log")
     read -r r0 r1 p0 p1 o0 o1 <<<"$mem"
     printf '%-34s %4s %10s %8s %22s %22s %14s\n' "$label" "$np" "$sps" "$acc" "$r0-$r1" "$p0-$p1" "$o0-$o1"
     [[ -z $out ]] || echo "$label,$np,$sps,$acc,$r0,$r1,$p0,$p1,$o0,$o1" >>"$out"

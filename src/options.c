@@ -260,6 +260,8 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
         return dt_fail(st, DT_EUSAGE, "--min-delta: needs --early-stopping PATIENCE");
     if (cfg->gpus_per_node && strcmp(cfg->device, "cuda") != 0)
         return dt_fail(st, DT_EUSAGE, "--gpus-per-node: only meaningful with --device cuda (device is %s)", cfg->device);
+    if (cfg->fsdp_node && (!cfg->strategy || strcmp(cfg->strategy, "fsdp") != 0))
+        return dt_fail(st, DT_EUSAGE, "--fsdp-shard node: only with --strategy fsdp");
     if (cfg->strategy && !strcmp(cfg->strategy, "fsdp") && !strcmp(cfg->device, "cuda"))
         return dt_fail(st, DT_EUSAGE, "--strategy fsdp: runs on the CPU only so far (its buckets are gathered with "
                        "MPI into host memory); with --device cuda use mirrored, multi-worker or auto");

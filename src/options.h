@@ -76,6 +76,7 @@ struct dt_config {
     int ps_mode;            /* enum dt_ps_mode (strategy/ps.h) */
     int staleness;          /* ssp: steps a worker may run ahead of the slowest (2) */
     int ps_transport;       /* enum dt_ps_transport (strategy/ps.h) */
+    int fsdp_node;          /* --fsdp-shard node: shard inside each node, replicate across nodes (HSDP) */
     const char *allreduce;  /* auto | mpi | ring | hier */
     const char *allreduce_table; /* auto's table file; NULL = built in */
     int ring_chunk_kb;      /* ring and hier: pipeline piece; 0 = by layout (collectives/coll.h) */

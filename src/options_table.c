@@ -305,6 +305,9 @@ const struct dt_option dt_option_table[] = {
              "(one copy of parameters and optimizer per node), or\n"
              "sharded (ZeRO-1: each rank keeps 1/N of the optimizer),\n"
              "fsdp (ZeRO-3: 1/N of parameters, gradients and\noptimizer), or parameter-server"},
+    {"fsdp-shard", 0, DT_OPT_CHOICE, 0, F(fsdp_node), .def = 0, .names = NAMES("world", "node"), .values = VALUES(0, 1),
+     .arg = "S", .help = "fsdp: shard over all ranks (world, default), or\ninside each node and replicate across nodes\n"
+                         "(node: HSDP; gathers stay on the node)"},
     {"num-ps", 0, DT_OPT_INT, 0, F(num_ps), I(1, 1 << 20), .def = 1, .arg = "K",
      .help = "parameter-server: ranks 0..K-1 are servers (default %D)"},
     {"ps-mode", 0, DT_OPT_CHOICE, 0, F(ps_mode), .def = PS_ASYNC, .names = NAMES("async", "ssp", "sync"),

@@ -16,8 +16,11 @@
 #   mirrored's. fsdp's checkpoint holds the parameters mirrored's does at the
 #   same step (/model, h5diff, 1e-5).
 # - --export-keras from fsdp equals mirrored's (h5diff, 1e-5).
-# - Refused: --device cuda, a loss scale; libdtrain's model_create (api.sh
-#   checks the others).
+# - --fsdp-shard node (HSDP) at 4 ranks as 2 emulated nodes of 2: the
+#   multi-worker strategy's losses within 1e-4.
+# - The memory check at start (the node's memory claimed to be 1 MB): the
+#   plan's message for mirrored, pointing to fsdp, and for fsdp itself.
+# - Refused: --device cuda, a loss scale, --fsdp-shard without fsdp.
 . "$TOP_SRCDIR/tests/common.sh"
 fm=$(fm_small) || exit $?
 T=$TEST_TMP/fsdp.$$
@@ -113,6 +116,20 @@ else
   fail "--export-keras: rc=$rc1/$rc"; head "$T/kd.out" >&2
 fi
 
+# HSDP: shards inside each of 2 emulated nodes, replicas across them.
+losses mw4 4 --strategy multi-worker --ranks-per-node 2 --batch-size 16 --dropout 0
+losses hs4 4 --strategy fsdp --fsdp-shard node --ranks-per-node 2 --batch-size 16 --bucket-mb 0.1 --dropout 0
+agree mw4 hs4 50 "--fsdp-shard node, 2 emulated nodes x 2 ranks: HSDP against multi-worker"
+
+# The memory check at start, with the node's available memory claimed small.
+export DTRAIN_TEST_MEM_AVAILABLE=1000000
+expect_fail 2 "--strategy mirrored: model cnn (225034 parameters) needs about 0.0 GiB per rank (parameters 0.00, gradients 0.00, optimizer slots 0.01, activations 0.0[0-9]), 0.0 GiB for this node's 2 ranks, and the node has 0.0 GiB available; --strategy fsdp keeps 1/2 of the parameters" \
+  2 "$fm" --strategy mirrored
+expect_fail 2 "--strategy fsdp: model cnn .*gathered buckets .* fewer ranks per node, more nodes, or a smaller --batch-size" \
+  2 "$fm" --strategy fsdp
+unset DTRAIN_TEST_MEM_AVAILABLE
+
+expect_fail 2 "--fsdp-shard node: only with --strategy fsdp" 2 "$fm" --fsdp-shard node
 expect_fail 2 "--strategy fsdp: runs on the CPU only so far" 2 "$fm" --strategy fsdp --device cuda
 expect_fail 2 "--loss-scale: only the mirrored and multi-worker strategies apply a loss scale (strategy fsdp)" 2 "$fm" \
   --strategy fsdp --loss-scale 128

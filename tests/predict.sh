@@ -26,6 +26,37 @@ if [ "$rc" = 0 ] && grep -q '^model cnn: 225034 parameters' "$T/cnn" && [ "$rows
   pass "cnn on hdr200-cpu: 225034 parameters, 9 rows (3 algorithms x 3 bucket sizes), 1..1024 nodes"
 else fail "cnn table (rc=$rc, $rows rows)"; cat "$T/cnn" >&2; fi
 
+# The memory table (strategy/memplan.h): wide-mlp.cfg's 456263690 parameters
+# at 4 ranks a node. mirrored: 4 + 4 + 8 bytes a parameter on every rank;
+# fsdp: the same over the ranks, plus 4 x its largest bucket (the first
+# layer: 62919680 parameters) gathered; sharded: the slots over the ranks.
+mem() { # STRATEGY NODES: GiB per rank, from the table's row
+  "$P" --model "$TOP_SRCDIR/inputs/wide-mlp.cfg" --input 64x64x3:10 --ranks-per-node 4 --batch 16 --memory \
+    --strategy "$1" --nodes "$2" 2>&1 | sed -n 's/^ *[0-9]* nodes*, *[0-9]* ranks: .* = \([0-9.]*\) (.*/\1/p'
+}
+G=1073741824
+P4=$((456263690 * 4))
+want_m=$(awk -v p="$P4" -v g="$G" 'BEGIN { printf "%.3f", (4 * p) / g }')  # + activations (0.010)
+want_f=$(awk -v p="$P4" -v g="$G" 'BEGIN { printf "%.3f", (4 * p / 8 + 4 * 62919680 * 4) / g }')
+got_m=$(mem mirrored 1) got_f=$(mem fsdp 2) got_s=$(mem sharded 1)
+if awk -v a="$got_m" -v b="$want_m" -v c="$got_f" -v d="$want_f" -v s="$got_s" \
+   'BEGIN { exit !(a - b > 0.005 && a - b < 0.02 && c - d > 0.005 && c - d < 0.02 && s < a && s > c) }'; then
+  pass "--memory: wide-mlp.cfg mirrored $got_m GiB a rank (16P = $want_m + activations), fsdp at 8 ranks $got_f (16P/8 + 4 buckets = $want_f + activations), sharded between ($got_s)"
+else
+  fail "--memory: mirrored $got_m (want $want_m + activations), fsdp $got_f (want $want_f + activations), sharded $got_s"
+fi
+"$P" --model cnn --compute-ms 20 --nodes 8 --algorithms ring --bucket-mb 1 >"$T/dp" 2>&1
+"$P" --model cnn --compute-ms 20 --nodes 8 --algorithms ring --bucket-mb 1 --strategy fsdp >"$T/fs" 2>&1
+e_dp=$(sed -n 's/^ring .*1M *\([0-9.]*\) .*/\1/p' "$T/dp") e_fs=$(sed -n 's/^ring .*1M *\([0-9.]*\) .*/\1/p' "$T/fs")
+if [ -n "$e_dp" ] && [ -n "$e_fs" ] && awk -v a="$e_dp" -v b="$e_fs" 'BEGIN { exit !(b < a) }' &&
+   grep -q 'strategy fsdp, buckets all-gathered and reduce-scattered' "$T/fs" && grep -q '^memory per rank under fsdp' "$T/fs"; then
+  pass "--strategy fsdp: 8 nodes of cnn at $e_fs efficiency against data parallelism's $e_dp (1.5x the bytes), and its memory table"
+else
+  fail "--strategy fsdp: efficiency $e_fs against $e_dp"; cat "$T/fs" >&2
+fi
+expect_p 2 "--strategy: expected mirrored, sharded or fsdp, found 'zero3'" --strategy zero3
+expect_p 2 "--optimizer: expected adam or sgd, found 'lamb'" --optimizer lamb
+
 "$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --compute-ms 120 --cluster dgx-h100 --bucket-mb 0,4 \
   --algorithms hier,ring --csv "$T/r.csv" >"$T/res" 2>&1; rc=$?
 n=$(($(wc -l <"$T/r.csv") - 1))

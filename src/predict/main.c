@@ -26,6 +26,28 @@
 #include "predict/grad.h"
 #include "predict/predict.h"
 #include "runtime/status.h"
+#include "strategy/memplan.h"
+
+/* Bytes per rank under o->strategy at each node count (strategy/memplan.h). */
+static void print_memory(const struct opts *o, const struct dt_model *m, const struct dt_cluster *c)
+{
+    const double G = 1073741824.0;
+    const int fsdp = !strcmp(o->strategy, "fsdp");
+    printf("\nmemory per rank under %s (%s, fp32, batch %d), GiB: parameters + gradients + optimizer slots%s + "
+           "activations = per rank (per node of %d ranks)\n", o->strategy, o->slots ? "adam" : "sgd", o->batch,
+           fsdp ? " + gathered buckets" : "", c->ranks_per_node);
+    for (int i = 0; i < o->nnodes; i++) {
+        struct dt_mem_plan p;
+        int ranks = o->nodes[i] * c->ranks_per_node;
+        char gathered[32] = "";
+        dt_mem_plan(m, o->strategy, o->slots, ranks, c->ranks_per_node, o->nbucket ? o->bucket_mb[0] : 1.0, o->batch,
+                    sizeof(float), &p);
+        if (fsdp) snprintf(gathered, sizeof gathered, " + %.3f", p.gathered / G);
+        printf("  %5d node%s, %6d ranks: %.3f + %.3f + %.3f%s + %.3f = %.3f (%.2f)\n", o->nodes[i],
+               o->nodes[i] == 1 ? " " : "s", ranks, p.params / G, p.grads / G, p.slots / G, gathered,
+               p.activations / G, dt_mem_plan_total(&p) / G, dt_mem_plan_total(&p) * c->ranks_per_node / G);
+    }
+}
 
 
 static void usage(FILE *f)
@@ -60,6 +82,15 @@ static void usage(FILE *f)
         "      --bucket-mb LIST    gradient bucket sizes in MiB (default 1,4,16;\n"
         "                          0 = one bucket for the whole gradient)\n"
         "      --no-overlap        buckets reduced after backward (default: during)\n"
+        "      --strategy S        mirrored (default: data parallelism, as multi-worker),\n"
+        "                          sharded (ZeRO-1: reduce-scatter and all-gather after\n"
+        "                          backward) or fsdp (ZeRO-3: each bucket all-gathered in\n"
+        "                          forward and backward and reduce-scattered, 1.5x an\n"
+        "                          all-reduce's bytes); also sizes the memory table\n"
+        "      --optimizer O       adam (default: 2 slots a parameter) or sgd (none),\n"
+        "                          for the memory table\n"
+        "      --memory            only the memory table: bytes per rank under\n"
+        "                          --strategy at each node count (no compute time needed)\n"
         "      --grad-compression C  none (default), fp16 or bf16 (half the bytes), or\n"
         "                          powersgd:R (two thin factors per kernel, dtrain's rule)\n"
         "      --compress-gflops G PowerSGD's arithmetic rate (default 10 GFLOP/s)\n"
@@ -169,6 +200,12 @@ static int run(struct opts *o, dt_status *st)
         return st->code;
     }
     if (o->metrics && read_metrics(o->metrics, &o->compute_ms, &o->data_ms, st) != DT_OK) return st->code;
+    if (o->memory_only) {
+        printf("model %s: %zu parameters\n", m.name, m.nparams);
+        print_memory(o, &m, &c);
+        dt_model_free(&m);
+        return DT_OK;
+    }
     if (!(o->compute_ms > 0.0) && !o->compare) {
         dt_model_free(&m);
         return dt_fail(st, DT_EUSAGE, "give the compute time per step: --compute-ms T or --metrics FILE.csv");
@@ -185,8 +222,10 @@ static int run(struct opts *o, dt_status *st)
            c.name, c.ranks_per_node, c.alpha_intra * 1e6, 1e-9 / c.beta_intra, c.alpha_inter * 1e6,
            1e-9 / c.beta_inter, c.about);
     if (o->compute_ms > 0.0) {
-        printf("compute %.2f ms per step (forward %.0f%%), data wait %.2f ms; buckets %s\n", o->compute_ms,
-               100.0 * o->fwd_frac, o->data_ms, o->overlap ? "reduced during backward" : "after backward");
+        printf("compute %.2f ms per step (forward %.0f%%), data wait %.2f ms; strategy %s, buckets %s\n",
+               o->compute_ms, 100.0 * o->fwd_frac, o->data_ms, o->strategy,
+               !strcmp(o->strategy, "fsdp") ? "all-gathered and reduce-scattered beside the compute"
+               : !strcmp(o->strategy, "sharded") || !o->overlap ? "after backward" : "reduced during backward");
         if (csv)
             fprintf(csv, "model,cluster,algorithm,bucket_mb,overlap,nodes,ranks_per_node,ranks,comm_ms,exposed_ms,"
                     "step_ms,samples_per_s,efficiency\n");
@@ -200,11 +239,16 @@ static int run(struct opts *o, dt_status *st)
             for (int bi = 0; bi < o->nbucket; bi++) {
                 int algo = o->algos[ai];
                 int nb = dt_cm_buckets(&m, o->bucket_mb[bi], &o->x, bytes, bytes2, cpu, ready);
+                /* fsdp moves each bucket three times (two all-gathers, one reduce-scatter) where an all-reduce
+                 * is a reduce-scatter and an all-gather: 1.5x its bytes, still behind the compute. */
+                for (int k = 0; k < nb && !strcmp(o->strategy, "fsdp"); k++) bytes[k] *= 1.5;
                 double cs = o->compute_ms * 1e-3;
                 struct dt_cm_step s = {.forward_s = o->fwd_frac * cs, .backward_s = (1.0 - o->fwd_frac) * cs,
                                        .data_s = o->data_ms * 1e-3, .nbuckets = nb, .bucket_bytes = bytes,
                                        .bucket_ready = ready, .bucket_bytes2 = bytes2, .bucket_cpu = cpu,
-                                       .overlap = o->overlap, .half = o->x.half};
+                                       /* ZeRO-1 reduces after backward */
+                                       .overlap = o->overlap && strcmp(o->strategy, "sharded") != 0,
+                                       .half = o->x.half};
                 double one = cs + s.data_s;
                 int limit = 0;
                 printf("%-5s %6.3g%s", dt_cm_algo_name(algo), o->bucket_mb[bi], o->bucket_mb[bi] > 0 ? "M" : "all");
@@ -225,6 +269,7 @@ static int run(struct opts *o, dt_status *st)
             }
     }
     if (csv) fclose(csv);
+    if (o->compute_ms > 0.0) print_memory(o, &m, &c);
     int rc = o->compare ? dt_predict_compare(o, &m, &c, st) : DT_OK;
     dt_model_free(&m);
     return rc;
@@ -232,7 +277,7 @@ static int run(struct opts *o, dt_status *st)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.model = "cnn", .input = NULL, .cluster = "hdr200-cpu", .batch = 64, .overlap = 1, .x = {.psgd_gflops = 10},
+    struct opts o = {.strategy = "mirrored", .slots = 2, .model = "cnn", .input = NULL, .cluster = "hdr200-cpu", .batch = 64, .overlap = 1, .x = {.psgd_gflops = 10},
                      .fwd_frac = 1.0 / 3.0, .threshold = 0.9};
     dt_status st = {0};
     static const struct option longopts[] = {
@@ -246,6 +291,8 @@ int main(int argc, char **argv)
         {"threshold", required_argument, 0, 'T'},   {"csv", required_argument, 0, 'S'},
         {"compare", required_argument, 0, 'P'},     {"help", no_argument, 0, 'h'},
         {"fit", required_argument, 0, 'f'},         {"compress-gflops", required_argument, 0, 'g'},         {"fit-out", required_argument, 0, 'o'},
+        {"strategy", required_argument, 0, 's'},   {"optimizer", required_argument, 0, 'z'},
+        {"memory", no_argument, 0, 'y'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int opt, rc = DT_OK;
     double v[MAXN];
@@ -298,6 +345,17 @@ int main(int argc, char **argv)
         case 'f': o.fit = optarg; break;
         case 'g': rc = parse_number("--compress-gflops", optarg, 1e-3, 1e6, &o.x.psgd_gflops, &st); break;
         case 'o': o.fit_out = optarg; break;
+        case 's':
+            if (strcmp(optarg, "mirrored") && strcmp(optarg, "sharded") && strcmp(optarg, "fsdp"))
+                rc = dt_fail(&st, DT_EUSAGE, "--strategy: expected mirrored, sharded or fsdp, found '%s'", optarg);
+            o.strategy = optarg;
+            break;
+        case 'z':
+            if (strcmp(optarg, "adam") && strcmp(optarg, "sgd"))
+                rc = dt_fail(&st, DT_EUSAGE, "--optimizer: expected adam or sgd, found '%s'", optarg);
+            o.slots = !strcmp(optarg, "adam") ? 2 : 0;
+            break;
+        case 'y': o.memory_only = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("dtrain-predict %s\n", PACKAGE_VERSION); return 0;
         case ':': rc = dt_fail(&st, DT_EUSAGE, "%s: needs a value", argv[optind - 1]); break;

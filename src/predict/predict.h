@@ -13,6 +13,9 @@
 struct opts {
     const char *model, *input, *cluster, *metrics, *compare, *csv, *fit, *fit_out;
     int batch, q, overlap, nbucket, nnodes, algos[DT_CM_NALGOS], nalgo, cluster_given;
+    const char *strategy;    /* --strategy: mirrored (default), sharded or fsdp */
+    int slots;               /* --optimizer: adam 2, sgd 0 (optimizer slots a parameter) */
+    int memory_only;         /* --memory: the memory table alone */
     struct dt_cm_compress x; /* --grad-compression */
     double compute_ms, data_ms, fwd_frac, threshold;
     double bucket_mb[MAXN];

@@ -96,3 +96,9 @@ void dt_fault_slow_allreduce(const char *algo)
     for (int i = 0; i < fault.nslow; i++)
         if (!strcmp(fault.slow_name[i], algo)) usleep((useconds_t)(fault.slow_ms[i] * 1000));
 }
+
+double dt_fault_mem_available(void)
+{
+    const char *s = getenv("DTRAIN_TEST_MEM_AVAILABLE");
+    return s && *s ? atof(s) : -1.0;
+}

@@ -16,7 +16,9 @@
  *   DTRAIN_TEST_SLOW_ALLREDUCE="ring:30,mpi:5"  every all-reduce call with
  *                                     that configured algorithm (--allreduce
  *                                     NAME; auto is its own name) sleeps that
- *                                     many ms first (--autotune's tests) */
+ *                                     many ms first (--autotune's tests)
+ *   DTRAIN_TEST_MEM_AVAILABLE=BYTES   the node's available memory, as the
+ *                                     memory check at start sees it */
 #ifndef DT_FAULT_H
 #define DT_FAULT_H
 
@@ -34,5 +36,7 @@ void dt_fault_ckpt_crash_point(void);
 long dt_fault_timeline_cap(void);
 /* Called before each all-reduce with the configured algorithm's name. */
 void dt_fault_slow_allreduce(const char *algo);
+/* The node's available memory the tests claim, in bytes; -1 for none. */
+double dt_fault_mem_available(void);
 
 #endif

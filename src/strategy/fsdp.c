@@ -52,10 +52,22 @@ struct fsdp {
     MPI_Request preq[2], greq[2];
     size_t held, held_peak;    /* bytes of gathered parameters in the buffers now, and at most */
     struct dt_param_hook hook;
-    MPI_Comm comm;
-    int rank;
+    MPI_Comm comm;             /* the shards' ranks: all, or the node's (--fsdp-shard node) */
+    MPI_Comm cross;            /* HSDP: the same shard on the other nodes; MPI_COMM_NULL otherwise */
+    int rank, nshards;         /* this rank's shard, of how many */
     size_t shard_len;
 };
+
+void dt_fsdp_segment(int node, const struct dt_topo *t, size_t n, int rank, size_t *off, size_t *len)
+{
+    if (!node) {
+        dt_segment(n, t->size, rank, off, len);
+        return;
+    }
+    int index = 0; /* rank's place among its node's ranks */
+    for (int r = 0; r < rank; r++) index += t->node_of[r] == t->node_of[rank];
+    dt_segment(n, t->node_size[t->node_of[rank]], index, off, len);
+}
 
 /* ---- buckets ---------------------------------------------------------------- */
 
@@ -83,7 +95,7 @@ static void make_buckets(struct dt_strategy *s, struct fsdp *z, int nranks)
         b->displs = dt_xcalloc((size_t)nranks, sizeof(int));
         for (int r = 0; r < nranks; r++) {
             size_t off, len;
-            dt_segment(m->nparams, nranks, r, &off, &len);
+            dt_segment(m->nparams, nranks, r, &off, &len); /* shard r of the node, or of all */
             size_t lo = off > b->off ? off : b->off, hi = off + len < b->off + b->len ? off + len : b->off + b->len;
             b->counts[r] = hi > lo ? (int)(hi - lo) : 0;
             b->displs[r] = hi > lo ? (int)(lo - b->off) : 0;
@@ -210,12 +222,18 @@ static int fsdp_setup(struct dt_strategy *s, dt_status *st)
     struct dt_model *m = s->model;
     if (m->nparams > (size_t)INT_MAX)
         return dt_fail(st, DT_EUSAGE, "--strategy fsdp: %zu parameters exceed MPI's int counts", m->nparams);
+    const int node = s->cfg->fsdp_node;
+    if (node && !t->uniform)
+        return dt_fail(st, DT_EUSAGE, "--fsdp-shard node: the nodes hold %d to %d ranks; sharding inside each node "
+                       "needs the same count on every node (or use --fsdp-shard world)", t->min_local, t->max_local);
     struct fsdp *z = dt_xcalloc(1, sizeof *z);
     s->priv = z;
-    z->comm = t->world;
-    z->rank = t->rank;
-    dt_segment(m->nparams, t->size, t->rank, &s->shard_off, &s->shard_len);
-    make_buckets(s, z, t->size);
+    z->comm = node ? t->node : t->world;
+    z->cross = node && t->nnodes > 1 ? t->cross : MPI_COMM_NULL;
+    z->rank = node ? t->local_rank : t->rank;
+    z->nshards = node ? t->local_size : t->size;
+    dt_fsdp_segment(node, t, m->nparams, t->rank, &s->shard_off, &s->shard_len);
+    make_buckets(s, z, z->nshards);
     const size_t sl = s->shard_len ? s->shard_len : 1;
     z->shard = dt_xmalloc(sizeof(float) * sl);
     z->grad = dt_xcalloc(sl, sizeof(float));
@@ -247,8 +265,13 @@ static void fsdp_finish(struct dt_strategy *s, float *stats)
     DT_TL_BEGIN(tl_rs);
     for (int k = 0; k < 2; k++) land(z, k);
     DT_TL_END(tl_rs, DT_TL_COMM, "fsdp reduce-scatter wait", NULL);
+    if (z->cross != MPI_COMM_NULL) { /* HSDP: the other nodes' sums of the same shard */
+        DT_TL_BEGIN(tl_x);
+        DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, z->grad, (int)s->shard_len, MPI_FLOAT, MPI_SUM, z->cross));
+        DT_TL_END(tl_x, DT_TL_COMM, "fsdp all-reduce across nodes", NULL);
+    }
     int ok = s->be->unscale_check(z->grad, s->shard_len, 1.0f); /* each rank sees its shard: combined */
-    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, z->comm));
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->coll->topo.world));
     s->nonfinite = !ok;
     if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
     DT_TL_BEGIN(tl0);
@@ -256,27 +279,38 @@ static void fsdp_finish(struct dt_strategy *s, float *stats)
     DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);
     memset(z->rs_seen, 0, sizeof(int) * (size_t)z->nb);
     for (int k = 0; k < 2; k++) release(z, k); /* the next forward gathers the new values */
-    DT_MPI_CHECK(MPI_Allreduce(s->stats, stats, DT_STATS, MPI_FLOAT, MPI_SUM, z->comm));
+    DT_MPI_CHECK(MPI_Allreduce(s->stats, stats, DT_STATS, MPI_FLOAT, MPI_SUM, s->coll->topo.world));
 }
 
 /* The whole block of parameters (or of this update's gradients) into host:
  * on rank root, or on every rank when root < 0. */
+/* The whole block of parameters (or of this update's gradients) into host:
+ * on rank root, or on every rank when root < 0. Under --fsdp-shard node the
+ * node's shards make the whole block: root's node gathers, the others have
+ * nothing to do. */
 static void fsdp_gather_block(struct dt_strategy *s, int grads, float *host, int root)
 {
     struct fsdp *z = s->priv;
     const struct dt_topo *t = &s->coll->topo;
-    int *counts = dt_xcalloc((size_t)t->size, sizeof(int)), *displs = dt_xcalloc((size_t)t->size, sizeof(int));
-    for (int r = 0; r < t->size; r++) {
+    const int node = s->cfg->fsdp_node;
+    if (node && root >= 0 && t->node_of[root] != t->node_index) return;
+    int *counts = dt_xcalloc((size_t)z->nshards, sizeof(int)), *displs = dt_xcalloc((size_t)z->nshards, sizeof(int));
+    for (int r = 0; r < z->nshards; r++) {
         size_t off, len;
-        dt_segment(s->model->nparams, t->size, r, &off, &len);
+        dt_segment(s->model->nparams, z->nshards, r, &off, &len);
         counts[r] = (int)len;
         displs[r] = (int)off;
+    }
+    int at = root; /* root's index in z->comm */
+    if (node && root >= 0) {
+        at = 0;
+        for (int r = 0; r < root; r++) at += t->node_of[r] == t->node_of[root];
     }
     const float *mine = grads ? z->grad : z->shard;
     if (root < 0)
         DT_MPI_CHECK(MPI_Allgatherv(mine, (int)s->shard_len, MPI_FLOAT, host, counts, displs, MPI_FLOAT, z->comm));
     else
-        DT_MPI_CHECK(MPI_Gatherv(mine, (int)s->shard_len, MPI_FLOAT, host, counts, displs, MPI_FLOAT, root, z->comm));
+        DT_MPI_CHECK(MPI_Gatherv(mine, (int)s->shard_len, MPI_FLOAT, host, counts, displs, MPI_FLOAT, at, z->comm));
     free(counts);
     free(displs);
 }

@@ -99,6 +99,10 @@ extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_work
 /* fsdp: the most bytes of gathered parameters it ever held, and (into
  * two_largest) its two largest buckets' bytes, the bound it keeps to. */
 size_t dt_fsdp_held_peak(const struct dt_strategy *s, size_t *two_largest);
+/* fsdp: the segment [*off, *off + *len) of an n-parameter block that rank
+ * keeps: one of all ranks', or with node (--fsdp-shard node) one of its
+ * node's ranks'. */
+void dt_fsdp_segment(int node, const struct dt_topo *t, size_t n, int rank, size_t *off, size_t *len);
 /* fsdp: how many buckets the layers were grouped into. */
 int dt_fsdp_buckets(const struct dt_strategy *s);
 /* Collective where the strategy has gather_block (fsdp), local otherwise:

@@ -102,12 +102,13 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
     getrusage(RUSAGE_SELF, &ru);
     double mine[3] = {(double)ru.ru_maxrss / 1024.0, pss_kib() / 1024.0,
                       (double)dt_strategy_optimizer_bytes(&t->strategy) / 1048576.0};
-    double lo[3], hi[3];
+    double lo[3], hi[3], sum = 0.0;
     MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, t->comm);
     MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, t->comm);
+    MPI_Allreduce(mine, &sum, 1, MPI_DOUBLE, MPI_SUM, t->comm);
     if (t->rank == 0)
-        fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB\n",
-                lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
+        fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB; "
+                "the ranks' peak RSS added up: %.1f MiB\n", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], sum);
     if (dt_strategy_shards_params(&t->strategy)) { /* fsdp: what it holds beside the optimizer */
         size_t two = 0, peak = dt_fsdp_held_peak(&t->strategy, &two);
         double most = (double)peak, shard = (double)t->strategy.shard_len * 2.0 * sizeof(float);

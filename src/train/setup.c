@@ -150,9 +150,9 @@ static void scatter_segments(struct dt_trainer *t)
 {
     struct dt_model *m = &t->model;
     int *counts = dt_xcalloc((size_t)t->nranks, sizeof(int)), *displs = dt_xcalloc((size_t)t->nranks, sizeof(int));
-    for (int r = 0; r < t->nranks; r++) {
+    for (int r = 0; r < t->nranks; r++) { /* under --fsdp-shard node the segments repeat on every node */
         size_t off, len;
-        dt_segment(m->nparams, t->nranks, r, &off, &len);
+        dt_fsdp_segment(t->cfg->fsdp_node, &t->coll.topo, m->nparams, r, &off, &len);
         counts[r] = (int)len;
         displs[r] = (int)off;
     }
@@ -411,6 +411,7 @@ static void start_ckpt_writer(struct dt_trainer *t)
 /* MemAvailable of this node, in bytes; 0 where unknown. */
 static double node_available(void)
 {
+    if (dt_fault_mem_available() >= 0) return dt_fault_mem_available(); /* tests */
     FILE *f = fopen("/proc/meminfo", "r");
     char line[128];
     double kib = 0.0;
@@ -432,17 +433,27 @@ static int check_memory(struct dt_trainer *t, dt_status *st)
     const int local = t->coll.topo.local_size > 0 ? t->coll.topo.local_size : 1;
     const size_t act = dt_act_size(t->be->act_type());
     struct dt_mem_plan p, fs;
-    dt_mem_plan(&t->model, cfg->strategy, slots, t->nranks, local, cfg->bucket_mb, cfg->batch_size, act, &p);
-    dt_mem_plan(&t->model, "fsdp", slots, t->nranks, local, cfg->bucket_mb, cfg->batch_size, act, &fs);
+    const int shards = cfg->fsdp_node ? local : t->nranks; /* fsdp's: the node's ranks, or all */
+    const int fsdp = cfg->strategy && !strcmp(cfg->strategy, "fsdp");
+    dt_mem_plan(&t->model, cfg->strategy, slots, fsdp ? shards : t->nranks, local, cfg->bucket_mb, cfg->batch_size,
+                act, &p);
+    dt_mem_plan(&t->model, "fsdp", slots, shards, local, cfg->bucket_mb, cfg->batch_size, act, &fs);
     const double need = dt_mem_plan_total(&p) * local, avail = node_available(), G = 1073741824.0;
+    char hint[160], gathered[48] = "";
+    if (fsdp) snprintf(gathered, sizeof gathered, ", gathered buckets %.2f", p.gathered / G);
+    if (fsdp)
+        snprintf(hint, sizeof hint, "fewer ranks per node, more nodes%s, or a smaller --batch-size",
+                 cfg->fsdp_node ? " (or --fsdp-shard world)" : "");
+    else
+        snprintf(hint, sizeof hint, "--strategy fsdp keeps 1/%d of the parameters, gradients and slots on each rank "
+                 "(about %.1f GiB a rank)", shards, dt_mem_plan_total(&fs) / G);
     st->code = DT_OK;
     if (avail > 0 && need > avail)
         dt_fail(st, DT_EUSAGE, "--strategy %s: model %s (%zu parameters) needs about %.1f GiB per rank (parameters "
-                "%.2f, gradients %.2f, optimizer slots %.2f, activations %.2f), %.1f GiB for this node's %d rank%s, "
-                "and the node has %.1f GiB available; --strategy fsdp keeps 1/%d of the parameters, gradients and "
-                "slots on each rank (about %.1f GiB a rank)", cfg->strategy, t->model.name, t->model.nparams,
-                dt_mem_plan_total(&p) / G, p.params / G, p.grads / G, p.slots / G, p.activations / G, need / G,
-                local, local == 1 ? "" : "s", avail / G, t->nranks, dt_mem_plan_total(&fs) / G);
+                "%.2f, gradients %.2f, optimizer slots %.2f%s, activations %.2f), %.1f GiB for this node's %d rank%s, "
+                "and the node has %.1f GiB available; %s", cfg->strategy, t->model.name, t->model.nparams,
+                dt_mem_plan_total(&p) / G, p.params / G, p.grads / G, p.slots / G, gathered, p.activations / G,
+                need / G, local, local == 1 ? "" : "s", avail / G, hint);
     return dt_status_agree(st, t->comm);
 }
 

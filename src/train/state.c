@@ -491,7 +491,7 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
     }
     if (m->sharded) { /* fsdp keeps this rank's segment only: the rest of the block stays untouched */
         size_t off, len;
-        dt_segment(m->nparams, t->nranks, t->rank, &off, &len);
+        dt_fsdp_segment(t->cfg->fsdp_node, &t->coll.topo, m->nparams, t->rank, &off, &len);
         memcpy(m->params + off, c.params + off, sizeof(float) * len);
     } else {
         t->be->upload(m->params, c.params, sizeof(float) * m->nparams); /* the model's own block, before placement */
