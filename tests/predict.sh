@@ -32,7 +32,7 @@ else fail "cnn table (rc=$rc, $rows rows)"; cat "$T/cnn" >&2; fi
 # layer: 62919680 parameters) gathered; sharded: the slots over the ranks.
 mem() { # STRATEGY NODES: GiB per rank, from the table's row
   "$P" --model "$TOP_SRCDIR/inputs/wide-mlp.cfg" --input 64x64x3:10 --ranks-per-node 4 --batch 16 --memory \
-    --strategy "$1" --nodes "$2" 2>&1 | sed -n 's/^ *[0-9]* nodes*, *[0-9]* ranks: .* = \([0-9.]*\) (.*/\1/p'
+    --strategy "$1" --nodes "$2" 2>&1 | sed -n 's/^ *[0-9]* nodes* *, *[0-9]* ranks: .* = \([0-9.]*\) (.*/\1/p'
 }
 G=1073741824
 P4=$((456263690 * 4))
