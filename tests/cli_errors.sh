@@ -29,7 +29,7 @@ expect_fail 2 "--threads: expected an integer in \[1, 1024\], found 0" 2 "$good"
 expect_fail 2 "--shard-policy: expected auto, data or file, found 'rows'" 2 "$good" --shard-policy rows
 expect_fail 2 "--shard-policy file: 1 shard file for 2 ranks" 2 "$good" --shard-policy file
 expect_fail 2 "--allreduce: expected auto, mpi, ring or hier, found 'tree'" 2 "$good" --allreduce tree
-expect_fail 2 "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded or parameter-server, found 'horovod'" 2 "$good" --strategy horovod
+expect_fail 2 "--strategy: expected auto, mirrored, multi-worker, central-storage, sharded, fsdp or parameter-server, found 'horovod'" 2 "$good" --strategy horovod
 expect_fail 2 "--strategy tpu: TPUStrategy has no counterpart on MPI clusters" 2 "$good" --strategy tpu
 expect_fail 2 "--num-ps 2: the parameter server needs at least one worker besides its 2 server ranks, and the job has 2 ranks" \
   2 "$good" --strategy parameter-server --num-ps 2
