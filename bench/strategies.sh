@@ -55,6 +55,7 @@ run mirrored 2 --strategy mirrored
 run "multi-worker (2 nodes x 1)" 2 --strategy multi-worker --ranks-per-node 1
 run central-storage 2 --strategy central-storage
 run sharded 2 --strategy sharded
+run fsdp 2 --strategy fsdp
 run "parameter-server async" 3 --strategy parameter-server --ps-mode async
 run "parameter-server ssp (S=2)" 3 --strategy parameter-server --ps-mode ssp --staleness 2
 run "parameter-server sync" 3 --strategy parameter-server --ps-mode sync
