@@ -41,11 +41,8 @@ Options:
   --batch B        --batch-size per rank (default: 32)
   --out CSV        raw numbers, one row per run (default: none)
   -h, --help       show this help
-
-Environment:
-  MPIRUN          launcher (default: mpirun)
-  MPIRUN_FLAGS    extra launcher flags, e.g. "--mca pml ob1 --mca btl self,vader"
 EOF
+    bench_usage_env
 }
 
 # shellcheck source=bench/lib.sh

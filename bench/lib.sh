@@ -127,6 +127,16 @@ bench_precisions() { # LIST
     done
 }
 
+# bench_usage_env              the Environment part of a driver's --help
+bench_usage_env() {
+    cat <<'EOF'
+
+Environment:
+  MPIRUN          launcher (default: mpirun)
+  MPIRUN_FLAGS    extra launcher flags, e.g. "--mca pml ob1 --mca btl self,vader"
+EOF
+}
+
 # bench_epoch_row METRICS E    "steps seconds samples_per_s data_ms data_share"
 #                              of epoch E's row in dtrain's --metrics CSV
 #                              (columns by name; share = data_ms x steps /

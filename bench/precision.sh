@@ -39,11 +39,8 @@ Options:
   --out CSV         raw numbers, one row per epoch of every run (default: none);
                     every run's output goes to the same name ending .log
   -h, --help        show this help
-
-Environment:
-  MPIRUN          launcher (default: mpirun)
-  MPIRUN_FLAGS    extra launcher flags, e.g. "--mca pml ob1 --mca btl self,vader"
 EOF
+    bench_usage_env
 }
 
 # shellcheck source=bench/lib.sh

@@ -54,6 +54,20 @@ bench_refused() {
   fi
 }
 
+# loss_worst A B: the largest relative difference between the numbers of
+# files $T/A and $T/B (one a line, e.g. a run's step losses).
+loss_worst() { paste "$T/$1" "$T/$2" | awk '{d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > m) m = r} END {printf "%.3g", m + 0}'; }
+# loss_agree A B N WHAT: $T/A and $T/B hold N numbers each, within $tol relative.
+loss_agree() {
+  w=$(loss_worst "$1" "$2")
+  if [ "$(wc -l <"$T/$1")" = "$3" ] && [ "$(wc -l <"$T/$2")" = "$3" ] && awk "BEGIN{exit !($w <= $tol)}"; then
+    pass "$4: $3 updates, worst relative loss difference $w (tol $tol)"
+  else
+    fail "$4: worst relative difference $w (tol $tol), $(wc -l <"$T/$1")/$(wc -l <"$T/$2") of $3 updates"
+    paste "$T/$1" "$T/$2" | awk 'NR % 10 == 1' >&2
+  fi
+}
+
 finish() {
   rm -f "$TEST_TMP/out.$$" "$TEST_TMP/err.$$"
   if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi

@@ -35,16 +35,8 @@ losses() { # NAME NP ARGS...: the step losses of a run into $T/NAME, its stdout 
   cp "$out" "$T/$name.out"
   grep '^step ' "$out" | sed 's/.*loss: \([0-9.]*\).*/\1/' >"$T/$name"
 }
-worst() { paste "$T/$1" "$T/$2" | awk '{d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > m) m = r} END {printf "%.3g", m + 0}'; }
-agree() { # A B N WHAT: N step losses each, within tol
-  w=$(worst "$1" "$2")
-  if [ "$(wc -l <"$T/$1")" = "$3" ] && [ "$(wc -l <"$T/$2")" = "$3" ] && awk "BEGIN{exit !($w <= $tol)}"; then
-    pass "$4: $3 updates, worst relative loss difference $w (tol $tol)"
-  else
-    fail "$4: worst relative difference $w (tol $tol), $(wc -l <"$T/$1")/$(wc -l <"$T/$2") of $3 updates"
-    paste "$T/$1" "$T/$2" | awk 'NR % 10 == 1' >&2
-  fi
-}
+worst() { loss_worst "$@"; }
+agree() { loss_agree "$@"; } # A B N WHAT
 
 losses mir 2 --strategy mirrored --dropout 0
 losses fs 2 --strategy fsdp --bucket-mb 0.1 --dropout 0
