@@ -128,6 +128,16 @@ static void print_layout(const struct dt_trainer *tr, int nranks)
     if (strcmp(tr->coll.algo->name, "mpi") != 0 && nranks > 1)
         snprintf(pieces, sizeof pieces, ", ring pieces %g KiB x %d", (double)tr->coll.cfg.chunk_bytes / 1024.0,
                  tr->coll.cfg.ring_depth);
+    if (tr->pipe.on) {
+        char cut[256];
+        const int B = cfg.batch_size, M = tr->pipe.M;
+        dt_pipe_describe(tr, cut, sizeof cut);
+        printf("layout: %s; strategy pipeline: %d stages x %d replica%s, layers %s (%s), %d micro-batch%s of %d%s, "
+               "1F1B; each stage's gradients all-reduced over its replicas\n", layout, tr->pipe.P, s->nreplicas,
+               s->nreplicas == 1 ? "" : "s", cut, tr->pipe.marked ? "[stage] lines" : "balanced by measured layer times",
+               M, M == 1 ? "" : "es", B / M + (B % M != 0), B % M ? " at most" : "");
+        return;
+    }
     if (dt_strategy_shards_params(s)) { /* fsdp: no all-reduce, buckets of its own */
         printf("layout: %s; strategy fsdp, %d bucket%s of >= %.2f MiB (whole layers): all-gathered before their "
                "layers run, the next one prefetched, reduce-scattered after backward\n", layout, dt_fsdp_buckets(s),
@@ -143,8 +153,9 @@ static void print_layout(const struct dt_trainer *tr, int nranks)
 static void print_setup(const struct dt_trainer *tr, int nranks)
 {
     const struct dt_split *test = &tr->data.split[DT_TEST];
+    const int replicas = tr->pipe.on ? tr->strategy.nreplicas : nranks; /* a pipeline's replicas span P ranks */
     printf("dtrain %s: %d replica%s x batch %d = global batch %d; model %s (%zu parameters); %lld training "
-           "samples%s\n", PACKAGE_VERSION, nranks, nranks == 1 ? "" : "s", cfg.batch_size, cfg.batch_size * nranks,
+           "samples%s\n", PACKAGE_VERSION, replicas, replicas == 1 ? "" : "s", cfg.batch_size, cfg.batch_size * replicas,
            cfg.model, tr->model.nparams, (long long)tr->data.split[DT_TRAIN].n,
            !test->present || !cfg.validation ? ""
            : test->n > 0 ? ", validating on /test" : "; /test is empty, so there is no validation");

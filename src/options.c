@@ -209,9 +209,38 @@ static int check_value(const struct dt_option *o, const struct dt_config *cfg, c
     return DT_OK;
 }
 
+/* --pipeline-stages and what it cannot run with (the rank count and the
+ * model are checked when they are known: train/pipeline.c). */
+static int check_pipeline(const struct dt_config *cfg, dt_status *st)
+{
+    const char *strategy = cfg->strategy ? cfg->strategy : "auto";
+    if (given(cfg, "micro-batches") && cfg->pipeline_stages < 2)
+        return dt_fail(st, DT_EUSAGE, "--micro-batches: splits a batch between pipeline stages; give "
+                       "--pipeline-stages P (P > 1) too (--grad-accum K sums K batches without stages)");
+    if (cfg->pipeline_stages < 2) return DT_OK;
+    if (strcmp(strategy, "auto") && strcmp(strategy, "mirrored") && strcmp(strategy, "multi-worker"))
+        return dt_fail(st, DT_EUSAGE, "--pipeline-stages %d with --strategy %s: a pipeline's stages all-reduce their "
+                       "gradients over their replicas (data parallelism inside each stage); use --strategy auto, "
+                       "mirrored or multi-worker with it, or no stages", cfg->pipeline_stages, strategy);
+    if (cfg->grad_accum > 1)
+        return dt_fail(st, DT_EUSAGE, "--grad-accum %d with --pipeline-stages: a pipelined batch is already summed "
+                       "over its micro-batches; use --micro-batches M (and a K times larger --batch-size)", cfg->grad_accum);
+    if (cfg->sync_bn)
+        return dt_fail(st, DT_EUSAGE, "--sync-bn with --pipeline-stages: batch normalization under a pipeline uses "
+                       "each micro-batch's own statistics; drop --sync-bn");
+    if (!strcmp(cfg->device, "cuda"))
+        return dt_fail(st, DT_EUSAGE, "--pipeline-stages: runs on the CPU only so far (activations pass between "
+                       "stages through host memory); with --device cuda use data parallelism");
+    if (cfg->micro_batches > cfg->batch_size)
+        return dt_fail(st, DT_EUSAGE, "--micro-batches %d: more micro-batches than the %d samples of a batch "
+                       "(--batch-size)", cfg->micro_batches, cfg->batch_size);
+    return DT_OK;
+}
+
 /* The options that only mean something together with others. */
 static int check_combinations(const struct dt_config *cfg, dt_status *st)
 {
+    if (check_pipeline(cfg, st) != DT_OK) return st->code;
     const char *ckpt_flag = NULL; /* a checkpoint option given without --checkpoint-dir */
     if (given(cfg, "momentum") && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
         return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);

@@ -43,6 +43,8 @@ struct dt_config {
     const char *optimizer;  /* adam | sgd */
     float momentum;         /* sgd */
     int grad_accum;         /* micro-batches per update: 1 */
+    int pipeline_stages;    /* --pipeline-stages P: 1 = no pipeline */
+    int micro_batches;      /* --micro-batches M: a pipelined batch's parts */
     int sync_bn;            /* --sync-bn: batchnorm statistics over all replicas */
     int nan_policy;         /* enum dt_nan_policy (strategy/strategy.h) */
     double stall_timeout;   /* --stall-timeout: seconds in a collective before the job ends (300; 0 off) */

@@ -308,6 +308,11 @@ const struct dt_option dt_option_table[] = {
     {"fsdp-shard", 0, DT_OPT_CHOICE, 0, F(fsdp_node), .def = 0, .names = NAMES("world", "node"), .values = VALUES(0, 1),
      .arg = "S", .help = "fsdp: shard over all ranks (world, default), or\ninside each node and replicate across nodes\n"
                          "(node: HSDP; gathers stay on the node)"},
+    {"pipeline-stages", 0, DT_OPT_INT, 0, F(pipeline_stages), I(1, 256), .def = 1, .arg = "P",
+     .help = "cut the model into P stages at layer boundaries\n(by [stage] lines in the model file, or by measured\n"
+             "layer times): ranks form a P x D mesh, D = ranks/P\nreplicas of the pipeline (default %D: none)"},
+    {"micro-batches", 0, DT_OPT_INT, 0, F(micro_batches), I(1, 1 << 16), .def = 4, .arg = "M",
+     .help = "with --pipeline-stages: each batch goes through the\nstages as M micro-batches, 1F1B (default %D)"},
     {"num-ps", 0, DT_OPT_INT, 0, F(num_ps), I(1, 1 << 20), .def = 1, .arg = "K",
      .help = "parameter-server: ranks 0..K-1 are servers (default %D)"},
     {"ps-mode", 0, DT_OPT_CHOICE, 0, F(ps_mode), .def = PS_ASYNC, .names = NAMES("async", "ssp", "sync"),

@@ -33,6 +33,7 @@ struct dt_layer_spec {
     int from;           /* add, route: the output of the layer `from` places back (-1 = the
                            previous layer's, which is also this layer's input) */
     struct dt_shape shape; /* reshape: the output shape */
+    int stage;          /* 1: a pipeline stage starts at this layer (a [stage] line before it) */
 };
 
 struct dt_layer;

@@ -204,12 +204,27 @@ int dt_model_is_file(const char *name)
     return strchr(name, '/') != NULL || (n > 4 && !strcmp(name + n - 4, ".cfg"));
 }
 
+/* A stage's activations (lo > 0): its input act[lo] is a buffer of its own,
+ * where the previous stage's output arrives, and an alias that reached back
+ * before lo (through a route of act[lo]) now means that buffer. */
+static void rebase_aliases(struct dt_model *m)
+{
+    for (int i = m->lo; i <= m->hi; i++) {
+        if (m->act_alias[i] < m->lo) m->act_alias[i] = m->lo;
+        if (m->dact_alias[i] < m->lo) m->dact_alias[i] = m->lo;
+    }
+    m->act_alias[m->lo] = m->dact_alias[m->lo] = m->lo;
+}
+
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
 {
     m->be = be;
     m->max_n = max_n > 0 ? max_n : 1;
     m->act_type = be->act_type();
-    m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
+    if (m->hi <= 0 || m->hi > m->nlayers) m->hi = m->nlayers;
+    if (m->lo < 0 || m->lo > m->hi) m->lo = 0;
+    if (m->lo > 0) rebase_aliases(m);
+    if (!m->hook) m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1)); /* a hook says where they are */
     if (!m->sharded) { /* a sharded model's gradients are its strategy's, bucket by bucket */
         m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
         be->zero(m->grads, sizeof(float) * m->nparams);
@@ -218,19 +233,28 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     for (int i = 0; i < m->nlayers; i++) m->layers[i].buffers = m->buffers + m->layers[i].buffer_offset;
     m->act = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act);
     m->dact = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact);
-    for (int i = 0; i <= m->nlayers; i++) {
+    for (int i = m->lo; i <= m->hi; i++) {
         struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
         size_t bytes = dt_act_size(m->act_type) * dt_shape_size(s) * (size_t)m->max_n;
         if (m->act_alias[i] == i) m->act[i] = be->alloc(bytes);
         if (i > 0 && m->dact_alias[i] == i) m->dact[i] = be->alloc(bytes);
         m->act_bytes += (m->act_alias[i] == i) * bytes + (i > 0 && m->dact_alias[i] == i) * bytes;
     }
-    for (int i = 0; i <= m->nlayers; i++) { /* aliases point at their owners */
+    for (int i = m->lo; i <= m->hi; i++) { /* aliases point at their owners */
         m->act[i] = m->act[m->act_alias[i]];
         if (i > 0) m->dact[i] = m->dact[m->dact_alias[i]];
     }
-    for (int i = 0; i < m->nlayers; i++)
+    for (int i = m->lo; i < m->hi; i++)
         if (m->layers[i].ops->create) m->layers[i].ops->create(&m->layers[i], be, m->max_n);
+}
+
+int dt_model_can_cut(const struct dt_model *m, int c)
+{
+    if (c <= 0 || c >= m->nlayers) return 0;
+    if (m->layers[c - 1].fold_add || m->layers[c].folded) return 0;
+    for (int j = c; j < m->nlayers; j++)
+        if (m->layers[j].src >= 0 && m->layers[j].src < c) return 0;
+    return 1;
 }
 
 void dt_model_init_params(struct dt_model *m, uint64_t seed)
@@ -258,13 +282,15 @@ void dt_model_free(struct dt_model *m)
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
         if (!l->ops) continue; /* building stopped before this layer */
-        /* Without a backend (built, never initialised) destroy still frees what
-         * setup allocated, e.g. batchnorm's statistics buffers. */
-        if (l->ops->destroy) l->ops->destroy(l, m->be);
+        /* Without a backend (built, never initialised, or another pipeline
+         * stage's layer) destroy still frees what setup allocated, e.g.
+         * batchnorm's statistics buffers. */
+        const int created = m->be && i >= m->lo && i < m->hi;
+        if (l->ops->destroy) l->ops->destroy(l, created ? m->be : NULL);
         else free(l->state);
     }
     if (m->be) {
-        for (int i = 0; i <= m->nlayers; i++) {
+        for (int i = m->lo; i <= m->hi; i++) {
             if (m->act_alias[i] == i) m->be->free(m->act[i]); /* an alias is freed with its owner */
             if (m->dact[i] && m->dact_alias[i] == i) m->be->free(m->dact[i]);
         }
@@ -285,7 +311,7 @@ void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
     struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng, .act = m->act,
                        .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
     const struct dt_param_hook *h = m->hook;
-    for (int i = 0; i < m->nlayers; i++) {
+    for (int i = m->lo; i < m->hi; i++) {
         struct dt_layer *l = &m->layers[i];
         const float *p = h ? h->at(h->arg, i, 0, NULL) : m->params + l->param_offset;
         DT_TL_BEGIN(tl0);
@@ -307,7 +333,7 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
     struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng, .act = m->act,
                        .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
     const struct dt_param_hook *h = m->hook;
-    for (int i = m->nlayers - 1; i >= 0; i--) {
+    for (int i = m->hi - 1; i >= m->lo; i--) {
         struct dt_layer *l = &m->layers[i];
         float *g = m->grads ? m->grads + l->param_offset : NULL;
         const float *p = h ? h->at(h->arg, i, 1, &g) : m->params + l->param_offset;
@@ -315,7 +341,7 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
         l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1], p, g);
         /* act[i] also fed adds and routes further on: their output gradients
          * (final by now: backward ran past them) join its gradient. */
-        for (int k = i; k < m->nlayers && m->dact[i] && n > 0; k++)
+        for (int k = i; k < m->hi && m->dact[i] && n > 0; k++)
             if (m->layers[k].src == i)
                 m->be->act_add(m->dact[i], m->dact[k + 1], dt_shape_size(m->layers[i - 1].out) * (size_t)n);
         DT_TL_END2(tl0, DT_TL_COMPUTE, "backward", l->name, NULL);
@@ -326,7 +352,7 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
 
 void dt_model_notify_all(const struct dt_model *m, void (*done)(void *ctx, size_t offset), void *ctx)
 {
-    for (int i = m->nlayers - 1; i >= 0; i--)
+    for (int i = m->hi - 1; i >= m->lo; i--)
         if (m->layers[i].nparams) done(ctx, m->layers[i].param_offset);
 }
 

@@ -41,6 +41,9 @@ struct dt_model {
     int sharded;     /* set before dt_model_create: no gradient block (grads NULL), and
                         after placement no parameter block either: hook says where they are */
     const struct dt_param_hook *hook; /* NULL: params and grads hold every layer's */
+    int lo, hi;      /* the layers this rank runs, [lo, hi): a pipeline stage (set before
+                        dt_model_create; hi 0: all). Activations exist for act[lo..hi] only,
+                        and dact[lo] too when lo > 0 (the gradient the previous stage gets) */
     int max_n;       /* largest batch the buffers hold */
     int act_type;    /* element type of act and dact (the backend's act_type at create) */
     dt_act **act;    /* [nlayers+1][max_n * shape] */
@@ -93,8 +96,12 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
 void dt_model_init_params(struct dt_model *m, uint64_t seed);
 void dt_model_free(struct dt_model *m);
 
-/* act[0] must hold the batch. */
+/* act[lo] must hold the batch (act[0]) or the previous stage's output. */
 void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng);
+/* Whether a pipeline stage may start at layer c (0 < c < nlayers): no layer
+ * from c on reads an output before c (an add's or route's from), and no
+ * fold joins layers c-1 and c. */
+int dt_model_can_cut(const struct dt_model *m, int c);
 /* Loss of the last forward; with grad_scale != 0 also fills dact[nlayers]. */
 struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, int n,
                                     float grad_scale);

@@ -150,7 +150,7 @@ static int set_value(const char *path, int line, const char *key, const char *va
 /* A "[name]" line (s, trimmed): the section before it is complete, and a
  * new layer starts as specs[*nl]. */
 static int open_section(const char *path, int line, char *s, const struct section **sec, unsigned *set,
-                        int *sec_line, struct dt_layer_spec *specs, int *nl, dt_status *st)
+                        int *sec_line, struct dt_layer_spec *specs, int *nl, int *stage, dt_status *st)
 {
     char *close = strchr(s, ']');
     if (!close || *trim(close + 1)) return dt_fail(st, DT_EUSAGE, "%s:%d: expected [section], found '%s'", path, line, s);
@@ -158,13 +158,22 @@ static int open_section(const char *path, int line, char *s, const struct sectio
     char *name = trim(s + 1);
     if (*sec && finish_layer(path, *sec_line, *sec, *set, st) != DT_OK) return st->code;
     *sec = NULL;
+    if (!strcmp(name, "stage")) { /* a pipeline stage starts at the next layer */
+        if (*nl == 0)
+            return dt_fail(st, DT_EUSAGE, "%s:%d: [stage] before the first layer (the first stage starts there "
+                           "anyway; [stage] goes between layers)", path, line);
+        if (*stage) return dt_fail(st, DT_EUSAGE, "%s:%d: [stage] twice with no layer between", path, line);
+        *stage = line;
+        return DT_OK;
+    }
     for (int i = 0; i < NSECTIONS; i++)
         if (!strcmp(name, sections[i].name)) *sec = &sections[i];
     if (!*sec)
         return dt_fail(st, DT_EUSAGE, "%s:%d: unknown section [%s] (expected conv2d, maxpool, avgpool, global_avgpool, "
                        "dense, relu, dropout, batchnorm, add, route, flatten or reshape)", path, line, name);
     if (*nl == DT_MAX_LAYERS) return dt_fail(st, DT_EUSAGE, "%s:%d: more than %d layers", path, line, DT_MAX_LAYERS);
-    specs[*nl] = (struct dt_layer_spec){.type = (*sec)->name};
+    specs[*nl] = (struct dt_layer_spec){.type = (*sec)->name, .stage = *stage != 0};
+    *stage = 0;
     if (!strcmp((*sec)->name, "maxpool") || !strcmp((*sec)->name, "avgpool")) specs[*nl].kernel = 2;
     (*nl)++;
     *set = 0;
@@ -187,6 +196,7 @@ static int key_line(const char *path, int line, char *s, const struct section *s
                     struct dt_layer_spec *specs, int nl, int classes, dt_status *st)
 {
     char *eq = strchr(s, '=');
+    if (!sec && nl > 0) return dt_fail(st, DT_EUSAGE, "%s:%d: '%s' after [stage], which takes no keys", path, line, s);
     if (!sec) return dt_fail(st, DT_EUSAGE, "%s:%d: '%s' before any [section]", path, line, s);
     if (!eq) return dt_fail(st, DT_EUSAGE, "%s:%d: expected key = value, found '%s'", path, line, s);
     *eq = '\0';
@@ -206,7 +216,7 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
     FILE *f = fopen(path, "r");
     if (!f) return dt_fail(st, DT_EUSAGE, "--model %s: cannot open it: %s", path, strerror(errno));
     char buf[512];
-    int line = 0, nl = 0, rc = DT_OK, sec_line = 0;
+    int line = 0, nl = 0, rc = DT_OK, sec_line = 0, stage = 0;
     const struct section *sec = NULL;
     unsigned set = 0;
     while (rc == DT_OK && fgets(buf, sizeof buf, f)) {
@@ -215,11 +225,13 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
         char *hash = strchr(buf, '#');
         if (hash) *hash = '\0';
         char *s = trim(buf);
-        if (*s == '[') rc = open_section(path, line, s, &sec, &set, &sec_line, specs, &nl, st);
+        if (*s == '[') rc = open_section(path, line, s, &sec, &set, &sec_line, specs, &nl, &stage, st);
         else if (*s) rc = key_line(path, line, s, sec, &set, specs, nl, classes, st);
     }
     fclose(f);
     if (rc == DT_OK && sec) rc = finish_layer(path, sec_line, sec, set, st);
+    if (rc == DT_OK && stage)
+        rc = dt_fail(st, DT_EUSAGE, "%s:%d: [stage] after the last layer (a stage needs a layer of its own)", path, stage);
     if (rc == DT_OK && nl == 0) rc = dt_fail(st, DT_EUSAGE, "%s: no layers (expected [conv2d], [dense], ... sections)", path);
     *n = nl;
     return rc;

@@ -16,6 +16,8 @@
  *   [route]       from = -k: continue from the output k layers back (a branch)
  *   [flatten]
  *   [reshape]     shape = HxWxC
+ *   [stage]       no keys, not a layer: a pipeline stage starts at the next
+ *                 layer (--pipeline-stages; train/pipeline.h)
  *
  * Errors name the file and line: an unknown section or key, a bad value, a
  * missing required key. Shapes are checked when the model is built against

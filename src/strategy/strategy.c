@@ -26,7 +26,9 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     s->nreplicas = coll->topo.size;
     s->lockstep = 1;
 
-    if (strcmp(name, "auto") == 0)
+    if (cfg->pipeline_stages > 1) /* train/pipeline.c refused the other strategies' names */
+        s->ops = &dt_strategy_pipeline;
+    else if (strcmp(name, "auto") == 0)
         s->ops = coll->topo.nnodes > 1 ? &dt_strategy_multi_worker : &dt_strategy_mirrored;
     else if (strcmp(name, "mirrored") == 0) s->ops = &dt_strategy_mirrored;
     else if (strcmp(name, "multi-worker") == 0) s->ops = &dt_strategy_multi_worker;

@@ -95,7 +95,7 @@ enum dt_nan_policy { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
 int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n);
 
 extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
-    dt_strategy_central_storage, dt_strategy_parameter_server, dt_strategy_fsdp;
+    dt_strategy_central_storage, dt_strategy_parameter_server, dt_strategy_fsdp, dt_strategy_pipeline;
 /* fsdp: the most bytes of gathered parameters it ever held, and (into
  * two_largest) its two largest buckets' bytes, the bound it keeps to. */
 size_t dt_fsdp_held_peak(const struct dt_strategy *s, size_t *two_largest);

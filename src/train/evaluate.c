@@ -22,20 +22,28 @@ int dt_trainer_evaluate_slice(struct dt_trainer *t, struct dt_dataset *data, str
                               double sums[3], dt_status *st)
 {
     const struct dt_split *sp = &data->split[DT_TEST];
-    /* Contiguous near-equal slices of the test split, one per rank. */
-    int64_t q = sp->n / t->nranks, rem = sp->n % t->nranks;
-    int64_t begin = t->rank * q + (t->rank < rem ? t->rank : rem), end = begin + q + (t->rank < rem);
+    /* Contiguous near-equal slices of the test split, one per rank (a
+     * pipeline: per replica, its stages passing each batch along). */
+    const int pipe = t->pipe.on, slices = pipe ? t->strategy.nreplicas : t->nranks;
+    const int me = pipe ? t->strategy.replica : t->rank;
+    const int counts = !pipe || t->rank / slices == t->pipe.P - 1; /* the last stage has the loss */
+    int64_t q = sp->n / slices, rem = sp->n % slices;
+    int64_t begin = me * q + (me < rem ? me : rem), end = begin + q + (me < rem);
     st->code = DT_OK;
     for (int64_t at = begin; at < end; at += batch) {
         int n = (int)(end - at < batch ? end - at : batch);
         for (int i = 0; i < n; i++) b->idx[i] = at + i;
         if (dt_dataset_read(data, DT_TEST, b->idx, n, b->images, b->labels, st) != DT_OK) return st->code;
         dt_step_load(t, b, n);
-        dt_model_forward(&t->model, n, 0, NULL);
-        struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
-        sums[0] += r.loss_sum;
-        sums[1] += (double)r.correct;
-        sums[2] += n;
+        if (pipe) {
+            dt_pipe_evaluate(t, n, sums);
+        } else {
+            dt_model_forward(&t->model, n, 0, NULL);
+            struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
+            sums[0] += r.loss_sum;
+            sums[1] += (double)r.correct;
+        }
+        sums[2] += counts ? n : 0;
     }
     return DT_OK;
 }
@@ -109,7 +117,7 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
     if (t->rank == 0)
         fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB; "
                 "the ranks' peak RSS added up: %.1f MiB\n", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], sum);
-    if (dt_strategy_shards_params(&t->strategy)) { /* fsdp: what it holds beside the optimizer */
+    if (t->strategy.ops == &dt_strategy_fsdp) { /* what it holds beside the optimizer */
         size_t two = 0, peak = dt_fsdp_held_peak(&t->strategy, &two);
         double most = (double)peak, shard = (double)t->strategy.shard_len * 2.0 * sizeof(float);
         MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm);

@@ -168,7 +168,8 @@ void dt_trainer_create_model(struct dt_trainer *t)
 {
     const struct dt_config *cfg = t->cfg;
     struct dt_model *m = &t->model;
-    m->sharded = cfg->strategy && !strcmp(cfg->strategy, "fsdp"); /* its gradients are the strategy's */
+    const int fsdp = cfg->strategy && !strcmp(cfg->strategy, "fsdp");
+    m->sharded = fsdp || cfg->pipeline_stages > 1; /* its gradients are the strategy's */
     dt_model_create(m, t->be, cfg->batch_size);
     if (cfg->sync_bn) { /* batchnorm sums its statistics over the replicas */
         DT_MPI_CHECK(MPI_Comm_dup(t->comm, &t->bn_comm));
@@ -176,7 +177,7 @@ void dt_trainer_create_model(struct dt_trainer *t)
         m->reduce_arg = t;
     }
     if (t->rank == 0) dt_model_init_params(m, cfg->seed);
-    if (m->sharded) { /* fsdp, on the CPU: rank r needs segment r of the block only (fsdp.c) */
+    if (fsdp) { /* on the CPU: rank r needs segment r of the block only (fsdp.c) */
         scatter_segments(t);
         dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
         return;
@@ -464,9 +465,11 @@ int dt_trainer_init(struct dt_trainer *t, const struct dt_config *cfg, MPI_Comm 
     st->code = DT_OK;
     if (open_ranks(t, comm, st) != DT_OK || open_data(t, st) != DT_OK) return st->code;
     if (dt_trainer_build_model(t, &t->data, "before the first collective of training", st) != DT_OK) return st->code;
+    if (dt_pipe_plan(t, st) != DT_OK) return st->code;
     if (open_history(t, st) != DT_OK || check_memory(t, st) != DT_OK) return st->code;
     dt_trainer_create_model(t);
     if (resume_params(t, st) != DT_OK || create_strategy(t, st) != DT_OK) return st->code;
+    dt_pipe_start(t);
     if (cfg->checkpoint_dir) dt_signals_install();
     if (cfg->checkpoint_dir && cfg->ckpt_async) start_ckpt_writer(t);
     if (start_watchdog(t, st) != DT_OK) return st->code;
@@ -481,6 +484,7 @@ void dt_trainer_free(struct dt_trainer *t)
     if (!t->cfg) return;
     dt_ckpt_async_free(t->ckpt_async); /* a write in flight ends first: it reads the model's names */
     dt_watchdog_stop(&t->watchdog);
+    dt_pipe_free(t);
     dt_strategy_free(&t->strategy);
     if (t->be) dt_step_graphs_free(&t->graphs, t->be);
     dt_model_free(&t->model);

@@ -489,7 +489,7 @@ int dt_trainer_resume_params(struct dt_trainer *t, dt_status *st)
         free(layers);
         return dt_status_agree(st, t->comm);
     }
-    if (m->sharded) { /* fsdp keeps this rank's segment only: the rest of the block stays untouched */
+    if (m->sharded && t->cfg->pipeline_stages < 2) { /* fsdp keeps this rank's segment only: the rest stays untouched */
         size_t off, len;
         dt_fsdp_segment(t->cfg->fsdp_node, &t->coll.topo, m->nparams, t->rank, &off, &len);
         memcpy(m->params + off, c.params + off, sizeof(float) * len);

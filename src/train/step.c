@@ -19,6 +19,7 @@
 #include "runtime/consistency.h"
 #include "runtime/fault.h"
 #include "runtime/half.h"
+#include "strategy/pipe.h"
 #include "train/step.h"
 
 void dt_step_load(struct dt_trainer *t, const struct dt_batch *b, int n)
@@ -30,7 +31,7 @@ void dt_step_load(struct dt_trainer *t, const struct dt_batch *b, int n)
     if (n == 0) return;
     t->be->upload(t->dev_images, b->images, bytes);
     t->be->upload(t->dev_labels, b->labels, (size_t)n);
-    t->be->images_to_float(t->model.act[0], t->dev_images, bytes);
+    if (!t->pipe.on) t->be->images_to_float(t->model.act[0], t->dev_images, bytes); /* a pipeline: by micro-batch */
 }
 
 /* Step s's batch from the loader, the wait counted as data time and shown
@@ -193,6 +194,10 @@ void dt_trainer_average_buffers(struct dt_trainer *t)
     float *host = dt_xmalloc(sizeof(float) * m->nbuffers);
     t->be->download(host, m->buffers, sizeof(float) * m->nbuffers);
     if (t->strategy.replica < 0) memset(host, 0, sizeof(float) * m->nbuffers);
+    const struct dt_pipe *p = dt_pipe_of(&t->strategy);
+    if (p) /* a stage moved its own layers' statistics only: each comes from its stage's replicas */
+        for (size_t i = 0; i < m->nbuffers; i++)
+            if (i < p->boff || i >= p->boff + p->blen) host[i] = 0.0f;
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host, (int)m->nbuffers, MPI_FLOAT, MPI_SUM, t->comm));
     float inv = 1.0f / (float)t->strategy.nreplicas;
     for (size_t i = 0; i < m->nbuffers; i++) host[i] *= inv;
@@ -279,15 +284,23 @@ int dt_step(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t s, int64_t en
     dt_fault_stall_point(t->rank, t->global_step + 1);
 
     int64_t u = s;
-    forward_loss(t, ep, b, u, 1, global, local, &graphed);
-    for (; u + 1 < end; u++) { /* --grad-accum: more micro-batches to come */
-        accumulate(t, b->n, graphed, u == s);
-        b = next_batch(t, ep, u + 1);
-        forward_loss(t, ep, b, u + 1, 0, global, local, &graphed);
+    if (t->pipe.on) { /* --pipeline-stages: the batch's micro-batches through the stages, 1F1B */
+        dt_step_load(t, b, b->n);
+        dt_pipe_batch(t, b->n, global, local);
+        read_ahead(t, ep, s + 1);
+        if (b->failed) local[0] = NAN;
+    } else {
+        forward_loss(t, ep, b, u, 1, global, local, &graphed);
+        for (; u + 1 < end; u++) { /* --grad-accum: more micro-batches to come */
+            accumulate(t, b->n, graphed, u == s);
+            b = next_batch(t, ep, u + 1);
+            forward_loss(t, ep, b, u + 1, 0, global, local, &graphed);
+        }
+        inject_overflow(t, b->n); /* dtrain's tests only: libdtrain's halves never inject */
     }
     float stats[DT_STATS] = {local[0], local[1]};
-    inject_overflow(t, b->n); /* dtrain's tests only: libdtrain's halves never inject */
-    backward_reduce(t, b->n, graphed, u == s, stats);
+    if (t->pipe.on) strat->ops->begin(strat, stats);
+    else backward_reduce(t, b->n, graphed, u == s, stats);
 
     long overflows = strat->loss_scale.skipped;
     t->global_step++;

@@ -26,6 +26,7 @@
 #include "runtime/device.h"
 #include "metrics/report.h"
 #include "train/step_graph.h"
+#include "train/pipeline.h"
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
@@ -44,7 +45,8 @@ struct dt_trainer {
     struct dt_dataset data;
     struct dt_shard_plan plan;
     int policy;                     /* resolved --shard-policy */
-    struct dt_model model;
+    struct dt_model model;          /* under --pipeline-stages: this rank's stage's layers (model.lo, model.hi) */
+    struct dt_pipe_run pipe;        /* --pipeline-stages: the cut and the schedule's state */
     dt_rng dropout_rng;             /* per rank */
     struct dt_step_graphs graphs;   /* --cuda-graphs */
     struct dt_loader loader;        /* the training batches, read ahead (--prefetch, --cache) */
