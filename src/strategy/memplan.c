@@ -1,7 +1,11 @@
 /* memplan.c: bytes per rank by strategy (see memplan.h). */
 #include "config.h"
 
+#include <float.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "runtime/status.h"
 
 #include "strategy/memplan.h"
 
@@ -57,3 +61,68 @@ void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int 
 }
 
 double dt_mem_plan_total(const struct dt_mem_plan *p) { return p->params + p->grads + p->slots + p->gathered + p->activations; }
+
+/* Dynamic programming over the layers: best(k, i), the least slowest stage
+ * of the first i layers as k stages, from best(k-1, j) for every allowed j. */
+void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *cut)
+{
+    const int L = m->nlayers;
+    double *pre = dt_xcalloc((size_t)L + 1, sizeof(double));
+    for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
+    /* best[k][i]: the first i layers as k stages; from[k][i]: where the last starts. */
+    double *best = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * (size_t)(L + 1));
+    int *from = dt_xcalloc((size_t)(P + 1) * (size_t)(L + 1), sizeof(int));
+#define B(k, i) best[(size_t)(k) * (size_t)(L + 1) + (size_t)(i)]
+#define F(k, i) from[(size_t)(k) * (size_t)(L + 1) + (size_t)(i)]
+    for (int k = 0; k <= P; k++)
+        for (int i = 0; i <= L; i++) B(k, i) = DBL_MAX;
+    B(0, 0) = 0.0;
+    for (int k = 1; k <= P; k++)
+        for (int i = 1; i <= L; i++) {
+            if (i < L && !dt_model_can_cut(m, i)) continue; /* a stage must end where a cut may be */
+            for (int j = k - 1; j < i; j++) {
+                if (B(k - 1, j) == DBL_MAX || (j > 0 && !dt_model_can_cut(m, j))) continue;
+                double v = B(k - 1, j) > pre[i] - pre[j] ? B(k - 1, j) : pre[i] - pre[j];
+                if (v < B(k, i)) {
+                    B(k, i) = v;
+                    F(k, i) = j;
+                }
+            }
+        }
+    cut[P] = L;
+    for (int k = P; k > 0; k--) cut[k - 1] = F(k, cut[k]);
+#undef B
+#undef F
+    free(best);
+    free(from);
+    free(pre);
+}
+
+
+/* Bytes of act[i] (and, backward, dact[i]) of one sample. */
+static double act_row(const struct dt_model *m, int i)
+{
+    struct dt_shape sh = i == 0 ? m->input : m->layers[i - 1].out;
+    return (double)dt_shape_size(sh);
+}
+
+void dt_mem_plan_pipeline(const struct dt_model *m, const int *cut, int P, int M, int stage, int slots, int batch,
+                          size_t act_size, struct dt_mem_plan *p)
+{
+    const int lo = cut[stage], hi = cut[stage + 1];
+    const size_t end = hi < m->nlayers ? m->layers[hi].param_offset : m->nparams;
+    const double len = 4.0 * (double)(end - m->layers[lo].param_offset);
+    size_t widest = 0;
+    for (int i = lo; i < hi; i++)
+        if (m->layers[i].nparams > widest) widest = m->layers[i].nparams;
+    memset(p, 0, sizeof *p);
+    p->params = len;
+    p->grads = len + 4.0 * (double)widest; /* and a layer's gradient of a later micro-batch, before it is added */
+    p->slots = slots * len;
+    const int K = M < P - stage ? M : P - stage, micro = batch / M + (batch % M != 0);
+    double row = 0.0; /* one sample's activations and their gradients in the stage */
+    for (int i = lo; i <= hi; i++) row += (i == lo && lo == 0 ? 1.0 : 2.0) * act_row(m, i);
+    p->activations = row * (double)act_size * ((double)batch + (double)(K - 1) * (double)micro);
+}
+
+double dt_pipe_bubble_ideal(int P, int M) { return (double)(P - 1) / (double)(M + P - 1); }

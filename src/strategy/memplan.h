@@ -12,6 +12,13 @@
  *   fsdp (ZeRO-3):     parameters 4P/N, gradients 4P/N, slots 4sP/N, and
  *                      two buckets of gathered parameters and two of
  *                      gradients (its largest bucket, four times)
+ *   pipeline (P stages, M micro-batches, stage k):
+ *                      its layers' parameters 4P_k, gradients 4P_k (and its
+ *                      widest layer's once more), slots 4sP_k; activations
+ *                      of its layers at the batch (the model evaluation
+ *                      uses) and at the micro-batch in each further copy of
+ *                      the stage for micro-batches in flight (min(M, P-k)
+ *                      in all)
  * plus activations: every layer's output and its gradient at the batch.
  * With Adam that is ZeRO's 16P per rank for data parallelism and 16P/N for
  * stage 3. The one design decision: fsdp's buckets come from
@@ -41,5 +48,16 @@ int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, siz
 void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int nranks, int local, double bucket_mb,
                  int batch, size_t act_size, struct dt_mem_plan *p);
 double dt_mem_plan_total(const struct dt_mem_plan *p);
+/* Pipeline stages: cut[0..P] into P contiguous stages at the places the
+ * model may be cut (dt_model_can_cut) with the least slowest stage, by
+ * cost[nlayers] (seconds a layer, or any measure that adds up). The
+ * trainer balances measured times; dtrain-predict its compute model's. */
+void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *cut);
+/* The bytes of pipeline stage `stage` (of P, cut by cut[P+1]) with M
+ * micro-batches of a batch-sample batch. */
+void dt_mem_plan_pipeline(const struct dt_model *m, const int *cut, int P, int M, int stage, int slots, int batch,
+                          size_t act_size, struct dt_mem_plan *p);
+/* The bubble of an ideal 1F1B or GPipe schedule: (P-1)/(M+P-1). */
+double dt_pipe_bubble_ideal(int P, int M);
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
+#include "strategy/memplan.h"
 #include "strategy/pipe.h"
 #include "train/pipeline.h"
 #include "train/train.h"
@@ -129,42 +130,6 @@ static void measure(struct dt_trainer *t, double *cost)
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, cost, L, MPI_DOUBLE, MPI_SUM, t->comm));
 }
 
-/* P contiguous stages at allowed cuts with the least slowest stage
- * (dynamic programming over the layers); cut[0] = 0, cut[P] = L. */
-static void balance(const struct dt_model *m, const double *cost, int P, int *cut)
-{
-    const int L = m->nlayers;
-    double *pre = dt_xcalloc((size_t)L + 1, sizeof(double));
-    for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
-    /* best[k][i]: the first i layers as k stages; from[k][i]: where the last starts. */
-    double *best = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * (size_t)(L + 1));
-    int *from = dt_xcalloc((size_t)(P + 1) * (size_t)(L + 1), sizeof(int));
-#define B(k, i) best[(size_t)(k) * (size_t)(L + 1) + (size_t)(i)]
-#define F(k, i) from[(size_t)(k) * (size_t)(L + 1) + (size_t)(i)]
-    for (int k = 0; k <= P; k++)
-        for (int i = 0; i <= L; i++) B(k, i) = DBL_MAX;
-    B(0, 0) = 0.0;
-    for (int k = 1; k <= P; k++)
-        for (int i = 1; i <= L; i++) {
-            if (i < L && !dt_model_can_cut(m, i)) continue; /* a stage must end where a cut may be */
-            for (int j = k - 1; j < i; j++) {
-                if (B(k - 1, j) == DBL_MAX || (j > 0 && !dt_model_can_cut(m, j))) continue;
-                double v = B(k - 1, j) > pre[i] - pre[j] ? B(k - 1, j) : pre[i] - pre[j];
-                if (v < B(k, i)) {
-                    B(k, i) = v;
-                    F(k, i) = j;
-                }
-            }
-        }
-    cut[P] = L;
-    for (int k = P; k > 0; k--) cut[k - 1] = F(k, cut[k]);
-#undef B
-#undef F
-    free(best);
-    free(from);
-    free(pre);
-}
-
 /* The cut from [stage] lines; an error names a line that cannot be a cut. */
 static int marked_cut(struct dt_trainer *t, int marks, dt_status *st)
 {
@@ -215,7 +180,7 @@ static int plan_cut(struct dt_trainer *t, dt_status *st)
                        places == 1 ? "" : "s", places + 1);
     t->pipe.cost = dt_xcalloc((size_t)m->nlayers, sizeof(double));
     measure(t, t->pipe.cost);
-    balance(m, t->pipe.cost, P, t->pipe.cut);
+    dt_pipe_balance(m, t->pipe.cost, P, t->pipe.cut);
     return DT_OK;
 }
 

@@ -439,7 +439,14 @@ static int check_memory(struct dt_trainer *t, dt_status *st)
     dt_mem_plan(&t->model, cfg->strategy, slots, fsdp ? shards : t->nranks, local, cfg->bucket_mb, cfg->batch_size,
                 act, &p);
     dt_mem_plan(&t->model, "fsdp", slots, shards, local, cfg->bucket_mb, cfg->batch_size, act, &fs);
-    const double need = dt_mem_plan_total(&p) * local, avail = node_available(), G = 1073741824.0;
+    double need = dt_mem_plan_total(&p) * local;
+    const double avail = node_available(), G = 1073741824.0;
+    if (t->pipe.on) { /* each stage its own: the node's ranks' plans added up */
+        const int D = t->nranks / t->pipe.P;
+        dt_mem_plan_pipeline(&t->model, t->pipe.cut, t->pipe.P, t->pipe.M, t->rank / D, slots, cfg->batch_size, act, &p);
+        need = dt_mem_plan_total(&p);
+        DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &need, 1, MPI_DOUBLE, MPI_SUM, t->coll.topo.node));
+    }
     char hint[160], gathered[48] = "";
     if (fsdp) snprintf(gathered, sizeof gathered, ", gathered buckets %.2f", p.gathered / G);
     if (fsdp)
@@ -448,13 +455,16 @@ static int check_memory(struct dt_trainer *t, dt_status *st)
     else
         snprintf(hint, sizeof hint, "--strategy fsdp keeps 1/%d of the parameters, gradients and slots on each rank "
                  "(about %.1f GiB a rank)", shards, dt_mem_plan_total(&fs) / G);
+    char what[48];
+    if (t->pipe.on) snprintf(what, sizeof what, "--pipeline-stages %d", t->pipe.P);
+    else snprintf(what, sizeof what, "--strategy %s", cfg->strategy);
     st->code = DT_OK;
     if (avail > 0 && need > avail)
-        dt_fail(st, DT_EUSAGE, "--strategy %s: model %s (%zu parameters) needs about %.1f GiB per rank (parameters "
-                "%.2f, gradients %.2f, optimizer slots %.2f%s, activations %.2f), %.1f GiB for this node's %d rank%s, "
-                "and the node has %.1f GiB available; %s", cfg->strategy, t->model.name, t->model.nparams,
-                dt_mem_plan_total(&p) / G, p.params / G, p.grads / G, p.slots / G, gathered, p.activations / G,
-                need / G, local, local == 1 ? "" : "s", avail / G, hint);
+        dt_fail(st, DT_EUSAGE, "%s: model %s (%zu parameters) needs about %.1f GiB %s (parameters %.2f, gradients "
+                "%.2f, optimizer slots %.2f%s, activations %.2f), %.1f GiB for this node's %d rank%s, and the node "
+                "has %.1f GiB available; %s", what, t->model.name, t->model.nparams, dt_mem_plan_total(&p) / G,
+                t->pipe.on ? "on rank 0's stage" : "per rank", p.params / G, p.grads / G, p.slots / G, gathered,
+                p.activations / G, need / G, local, local == 1 ? "" : "s", avail / G, hint);
     return dt_status_agree(st, t->comm);
 }
 
