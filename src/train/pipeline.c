@@ -21,6 +21,7 @@
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
@@ -109,25 +110,34 @@ static double time_layer(struct dt_trainer *t, int i, int n, struct dt_param_hoo
     return sec;
 }
 
-/* Seconds of forward + backward of each layer at the micro-batch size, the
- * ranks sharing the layers; summed so every rank has them all. A folded
- * add is timed with the batchnorm it is folded into; a route, whose output
- * is its input, costs nothing. */
+/* Seconds of forward + backward of each layer at the micro-batch size,
+ * timed on rank 0 alone while the others sleep (ranks timing at once on
+ * shared cores would time each other), then sent to all. A folded add is
+ * timed with the batchnorm it is folded into; a route, whose output is its
+ * input, costs nothing. */
 static void measure(struct dt_trainer *t, double *cost)
 {
     const int L = t->model.nlayers, n = micro_max(t);
-    size_t widest = 1;
-    for (int i = 0; i < L; i++) {
-        cost[i] = 0.0;
-        if (t->model.layers[i].nparams > widest) widest = t->model.layers[i].nparams;
+    memset(cost, 0, sizeof(double) * (size_t)L);
+    if (t->rank == 0) {
+        size_t widest = 1;
+        for (int i = 0; i < L; i++)
+            if (t->model.layers[i].nparams > widest) widest = t->model.layers[i].nparams;
+        float *scratch = dt_xcalloc(widest, sizeof(float));
+        struct dt_param_hook hook = {.at = scratch_at, .after = scratch_after, .arg = scratch};
+        for (int i = 0; i < L; i++)
+            if (!t->model.layers[i].folded && t->model.layers[i].ops != &dt_route_ops)
+                cost[i] = time_layer(t, i, n, &hook);
+        free(scratch);
     }
-    float *scratch = dt_xcalloc(widest, sizeof(float));
-    struct dt_param_hook hook = {.at = scratch_at, .after = scratch_after, .arg = scratch};
-    for (int i = t->rank; i < L; i += t->nranks)
-        if (!t->model.layers[i].folded && t->model.layers[i].ops != &dt_route_ops) /* a route computes nothing */
-            cost[i] = time_layer(t, i, n, &hook);
-    free(scratch);
-    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, cost, L, MPI_DOUBLE, MPI_SUM, t->comm));
+    MPI_Request req;
+    DT_MPI_CHECK(MPI_Ibcast(cost, L, MPI_DOUBLE, 0, t->comm, &req));
+    for (int done = 0;;) {
+        DT_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done) break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
 }
 
 /* The cut from [stage] lines; an error names a line that cannot be a cut. */

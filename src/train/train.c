@@ -19,6 +19,7 @@
 #include "collectives/sum_large.h"
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
+#include "strategy/memplan.h"
 #include "train/autotune.h"
 #include "train/step.h"
 
@@ -417,6 +418,20 @@ static void report_pipeline(const struct dt_trainer *t, FILE *out)
             how);
 }
 
+/* Collective under --pipeline-stages: the bubble over the whole run, one
+ * summary line from rank 0 beside the ideal schedule's. */
+static void report_stages(struct dt_trainer *t, FILE *out)
+{
+    double busy[2] = {t->pipe.busy, -t->pipe.busy};
+    DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, busy, 2, MPI_DOUBLE, MPI_MIN, t->comm));
+    const double bubble = dt_pipe_bubble(t);
+    if (t->rank != 0 || t->cfg->verbose < DT_NORMAL) return;
+    fprintf(out, "  pipeline             %d stages x %d replica%s, %d micro-batch%s: bubble %.1f%% of the stages' "
+            "schedule time (ideal (P-1)/(M+P-1) = %.1f%%); busy %.3f-%.3f s a rank\n", t->pipe.P,
+            t->strategy.nreplicas, t->strategy.nreplicas == 1 ? "" : "s", t->pipe.M, t->pipe.M == 1 ? "" : "es",
+            100.0 * bubble, 100.0 * dt_pipe_bubble_ideal(t->pipe.P, t->pipe.M), busy[0], -busy[1]);
+}
+
 /* Collective: --cache's figures over all ranks, one summary line from rank 0. */
 static void report_cache(struct dt_trainer *t, FILE *out)
 {
@@ -462,6 +477,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         DT_MPI_CHECK(MPI_Allreduce(&mine, &peak, 1, MPI_DOUBLE, MPI_MAX, t->comm));
         dt_report_summary(&t->report, t->epochs_done - t->start_epoch, peak);
         report_pipeline(t, out);
+        if (t->pipe.on) report_stages(t, out);
         if (t->cfg->cache) report_cache(t, out);
         if (t->cfg->checkpoint_dir) report_checkpoints(t, out);
     }
