@@ -19,7 +19,9 @@
 #   resumed without stages (np = 1) gives the pipelined run's epoch 2;
 #   data parallelism's resumed at P = 3 gives its own; a P = 2 checkpoint
 #   holds data parallelism's /model and /optimizer (h5diff, 1e-5).
-# - The run says its layout (stages, cut, micro-batches) and its bubble.
+# - The run says its layout (stages, cut, micro-batches) and its bubble;
+#   the memory report has a line a stage whose parameters add up to the
+#   model's, with min(M, P-k) copies of stage k for micro-batches in flight.
 # - Refused, one message, exit 2: stages that do not divide the ranks, more
 #   stages than layers, a [stage] count that is not P - 1, a [stage] that
 #   cuts through a residual block, [stage] lines out of place in the file,
@@ -74,6 +76,19 @@ if grep -q '^layout: .*strategy pipeline: 3 stages x 1 replica, layers 0-[0-9] |
   pass "P=3 M=4: the layout (stages, cut, micro-batches) and the bubble against the ideal 33.3%"
 else
   fail "layout or bubble line:"; grep -E '^(layout|dtrain |  pipeline)' "$T/p3m4.out" >&2
+fi
+
+# The memory report: a line a stage; the stages' parameters make the model's
+# (225034 floats), and stage k holds min(M, P-k) copies for micro-batches in flight.
+sum=$(sed -n 's/^pipeline stage [0-9] (.*): parameters \([0-9.]*\) MiB.*/\1/p' "$T/p3m4.out" | awk '{ s += $1 } END { print s + 0 }')
+if [ "$(grep -c '^pipeline stage ' "$T/p3m4.out")" = 3 ] &&
+   awk "BEGIN { exit !($sum > 225034 * 4 / 1048576 - 0.02 && $sum < 225034 * 4 / 1048576 + 0.02) }" &&
+   grep -q '^pipeline stage 0 (layers 0-.*(3 copies of the stage)' "$T/p3m4.out" &&
+   grep -q '^pipeline stage 1 .*(2 copies of the stage)' "$T/p3m4.out" &&
+   grep -q '^pipeline stage 2 .*(1 copy of the stage)' "$T/p3m4.out"; then
+  pass "memory report at P=3 M=4: the stages' parameters add up to the model's ($sum MiB), 3/2/1 copies in flight"
+else
+  fail "memory report ($sum MiB):"; grep '^pipeline stage' "$T/p3m4.out" >&2
 fi
 
 # A model with batchnorm and residuals, cut by its [stage] lines.

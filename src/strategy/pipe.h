@@ -27,6 +27,7 @@ struct dt_pipe {
     int prev, next;        /* neighbours in pipe_comm; MPI_PROC_NULL at either end */
     float *params, *grads; /* [len[stage]]: this stage's parameters and the update's gradient */
     float *scratch;        /* a layer's gradient of a micro-batch after the first, before it joins grads */
+    size_t scratch_len;    /* its floats: the stage's widest layer */
     int add;               /* backward adds into grads (a micro-batch after the update's first) */
     struct dt_param_hook hook; /* the model's way to them */
 };

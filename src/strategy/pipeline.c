@@ -99,6 +99,7 @@ static int pipe_setup(struct dt_strategy *s, dt_status *st)
     p->params = dt_xmalloc(sizeof(float) * n);
     p->grads = dt_xcalloc(n, sizeof(float));
     p->scratch = dt_xmalloc(sizeof(float) * widest);
+    p->scratch_len = widest;
     /* The whole block (rank 0's, broadcast, or a checkpoint's) is here once more: keep this stage's part. */
     s->be->download(p->params, m->params + p->off[p->stage], sizeof(float) * len);
     s->be->free(m->params);

@@ -16,6 +16,8 @@
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
 #include "runtime/consistency.h"
+#include "strategy/memplan.h"
+#include "strategy/pipe.h"
 #include "train/step.h"
 
 int dt_trainer_evaluate_slice(struct dt_trainer *t, struct dt_dataset *data, struct dt_batch *b, int batch,
@@ -104,6 +106,32 @@ static double pss_kib(void)
     return kib;
 }
 
+/* Under --pipeline-stages: what each stage's first replica holds, one line
+ * a stage from rank 0, beside the plan (strategy/memplan.h). Collective. */
+static void report_stage_memory(struct dt_trainer *t, FILE *out)
+{
+    const struct dt_pipe *p = dt_pipe_of(&t->strategy);
+    const double M = 1048576.0;
+    double mine[4] = {4.0 * (double)p->len[p->stage], 4.0 * (double)(p->len[p->stage] + p->scratch_len),
+                      (double)dt_strategy_optimizer_bytes(&t->strategy), (double)t->model.act_bytes};
+    for (int k = 1; k < t->pipe.K; k++) mine[3] += (double)t->pipe.copy[k].act_bytes;
+    double *all = t->rank == 0 ? dt_xmalloc(sizeof(double) * 4 * (size_t)t->nranks) : NULL;
+    DT_MPI_CHECK(MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, t->comm));
+    const int slots = t->strategy.optim.slot[1] ? 2 : t->strategy.optim.slot[0] ? 1 : 0;
+    for (int k = 0; t->rank == 0 && k < p->P; k++) {
+        const double *a = all + 4 * (size_t)(k * p->D);
+        struct dt_mem_plan plan;
+        dt_mem_plan_pipeline(&t->model, p->lo, p->P, t->pipe.M, k, slots, t->cfg->batch_size,
+                             dt_act_size(t->model.act_type), &plan);
+        const int copies = t->pipe.M < p->P - k ? t->pipe.M : p->P - k; /* micro-batches in flight there */
+        fprintf(out, "pipeline stage %d (layers %d-%d, rank %d): parameters %.2f MiB, gradients %.2f, optimizer %.2f, "
+                "activations %.2f (%d cop%s of the stage); %.2f MiB in all, planned %.2f\n", k, p->lo[k],
+                p->lo[k + 1] - 1, k * p->D, a[0] / M, a[1] / M, a[2] / M, a[3] / M, copies, copies == 1 ? "y" : "ies",
+                (a[0] + a[1] + a[2] + a[3]) / M, dt_mem_plan_total(&plan) / M);
+    }
+    free(all);
+}
+
 void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
 {
     struct rusage ru;
@@ -117,6 +145,7 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
     if (t->rank == 0)
         fprintf(out, "memory per rank: peak RSS %.1f-%.1f MiB, PSS %.1f-%.1f MiB, optimizer state %.2f-%.2f MiB; "
                 "the ranks' peak RSS added up: %.1f MiB\n", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], sum);
+    if (t->pipe.on) report_stage_memory(t, out);
     if (t->strategy.ops == &dt_strategy_fsdp) { /* what it holds beside the optimizer */
         size_t two = 0, peak = dt_fsdp_held_peak(&t->strategy, &two);
         double most = (double)peak, shard = (double)t->strategy.shard_len * 2.0 * sizeof(float);
