@@ -212,6 +212,14 @@ int dt_pipe_plan(struct dt_trainer *t, dt_status *st)
     return DT_OK;
 }
 
+void dt_pipe_segment(const struct dt_trainer *t, int r, size_t *off, size_t *len)
+{
+    const struct dt_model *m = &t->model;
+    const int k = r / (t->nranks / t->pipe.P), lo = t->pipe.cut[k], hi = t->pipe.cut[k + 1];
+    *off = m->layers[lo].param_offset;
+    *len = (hi < m->nlayers ? m->layers[hi].param_offset : m->nparams) - *off;
+}
+
 void dt_pipe_start(struct dt_trainer *t)
 {
     struct dt_pipe_run *pr = &t->pipe;

@@ -40,6 +40,8 @@ struct dt_pipe_run {
  * the micro-batch's size and balanced), and this rank's layer range in
  * t->model. Nothing to do without --pipeline-stages. */
 int dt_pipe_plan(struct dt_trainer *t, dt_status *st);
+/* The range of the parameter block rank r's stage holds. */
+void dt_pipe_segment(const struct dt_trainer *t, int r, size_t *off, size_t *len);
 /* After the strategy is set up: the copies of the stage for micro-batches in flight. */
 void dt_pipe_start(struct dt_trainer *t);
 /* One batch (already in t->dev_images and t->dev_labels): its M

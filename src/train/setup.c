@@ -164,6 +164,23 @@ static void scatter_segments(struct dt_trainer *t)
     free(displs);
 }
 
+/* --pipeline-stages: rank 0's initial parameters go to each rank as its
+ * stage's range only (point to point: a stage's replicas read the same
+ * range, which a scatter may not), into the same place of its own block;
+ * the rest of that block is never touched before pipeline.c keeps the
+ * range and frees it. The buffers are broadcast whole. */
+static void send_stages(struct dt_trainer *t)
+{
+    struct dt_model *m = &t->model;
+    for (int r = 1; r < t->nranks; r++) {
+        size_t off, len;
+        dt_pipe_segment(t, r, &off, &len);
+        if (t->rank == 0) DT_MPI_CHECK(MPI_Send(m->params + off, (int)len, MPI_FLOAT, r, 0, t->comm));
+        else if (t->rank == r) DT_MPI_CHECK(MPI_Recv(m->params + off, (int)len, MPI_FLOAT, 0, 0, t->comm, MPI_STATUS_IGNORE));
+    }
+    DT_MPI_CHECK(MPI_Bcast(m->buffers, (int)m->nbuffers, MPI_FLOAT, 0, t->comm));
+}
+
 void dt_trainer_create_model(struct dt_trainer *t)
 {
     const struct dt_config *cfg = t->cfg;
@@ -177,8 +194,9 @@ void dt_trainer_create_model(struct dt_trainer *t)
         m->reduce_arg = t;
     }
     if (t->rank == 0) dt_model_init_params(m, cfg->seed);
-    if (fsdp) { /* on the CPU: rank r needs segment r of the block only (fsdp.c) */
-        scatter_segments(t);
+    if (fsdp || t->pipe.on) { /* on the CPU: rank r needs its segment (fsdp.c) or stage (pipeline.c) only */
+        if (fsdp) scatter_segments(t);
+        else send_stages(t);
         dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
         return;
     }
