@@ -68,6 +68,23 @@ loss_agree() {
   fi
 }
 
+# step_losses NAME NP ARGS...: dtrain on NP ranks with "$fm" $base ARGS (the
+# caller's input and options); the per-step losses into $T/NAME, its stdout
+# into $T/NAME.out.
+step_losses() {
+  name=$1; np=$2; shift 2
+  run_np "$np" "$fm" $base "$@"
+  [ "$rc" = 0 ] || { fail "$name: rc=$rc"; cat "$err" >&2; }
+  cp "$out" "$T/$name.out"
+  grep '^step ' "$out" | sed 's/.*loss: \([0-9.]*\).*/\1/' >"$T/$name"
+}
+# epoch_ckpt NAME NP ARGS...: the first epoch of such a run, its checkpoint in $T/NAME.
+epoch_ckpt() {
+  name=$1; np=$2; shift 2
+  run_np "$np" "$fm" $base --epochs 1 --checkpoint-dir "$T/$name" "$@"
+  [ "$rc" = 0 ] || { fail "checkpoint $name: rc=$rc"; cat "$err" >&2; }
+}
+
 finish() {
   rm -f "$TEST_TMP/out.$$" "$TEST_TMP/err.$$"
   if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi

@@ -28,13 +28,7 @@ rm -rf "$T"; mkdir -p "$T"
 small=$TOP_SRCDIR/tests/sanitizers/small.cfg
 tol=1e-4
 base="--epochs 2 --steps-per-epoch 25 --batch-size 32 --no-validation --verbose --shard-policy data"
-losses() { # NAME NP ARGS...: the step losses of a run into $T/NAME, its stdout in $T/NAME.out
-  name=$1; np=$2; shift 2
-  run_np "$np" "$fm" $base "$@"
-  [ "$rc" = 0 ] || { fail "$name: rc=$rc"; cat "$err" >&2; }
-  cp "$out" "$T/$name.out"
-  grep '^step ' "$out" | sed 's/.*loss: \([0-9.]*\).*/\1/' >"$T/$name"
-}
+losses() { step_losses "$@"; } # NAME NP ARGS...: $T/NAME, $T/NAME.out (common.sh)
 worst() { loss_worst "$@"; }
 agree() { loss_agree "$@"; } # A B N WHAT
 
@@ -72,11 +66,7 @@ else
 fi
 
 # Checkpoints move between the layouts and rank counts.
-ck() { # NAME NP ARGS...: epoch 1 of the run, its checkpoint in $T/NAME
-  name=$1; np=$2; shift 2
-  run_np "$np" "$fm" $base --epochs 1 --checkpoint-dir "$T/$name" "$@"
-  [ "$rc" = 0 ] || { fail "checkpoint $name: rc=$rc"; cat "$err" >&2; }
-}
+ck() { epoch_ckpt "$@"; } # NAME NP ARGS...: epoch 1, its checkpoint in $T/NAME
 tail -25 "$T/fs" >"$T/fs-2"
 tail -25 "$T/mir" >"$T/mir-2"
 ck ck-fs 2 --strategy fsdp --bucket-mb 0.1 --dropout 0

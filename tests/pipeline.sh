@@ -35,13 +35,7 @@ cfg=$TOP_SRCDIR/tests/pipeline.cfg
 tol=1e-4
 base="--epochs 2 --steps-per-epoch 25 --no-validation --verbose --shard-policy data"
 drop="--dropout 0" # the CNN's; a model file has its own
-losses() { # NAME NP ARGS...: the step losses of a run into $T/NAME, its stdout in $T/NAME.out
-  name=$1; np=$2; shift 2
-  run_np "$np" "$fm" $base "$@"
-  [ "$rc" = 0 ] || { fail "$name: rc=$rc"; cat "$err" >&2; }
-  cp "$out" "$T/$name.out"
-  grep '^step ' "$out" | sed 's/.*loss: \([0-9.]*\).*/\1/' >"$T/$name"
-}
+losses() { step_losses "$@"; } # NAME NP ARGS...: $T/NAME, $T/NAME.out (common.sh)
 agree() { loss_agree "$@"; } # A B N WHAT
 
 losses dp 1 --batch-size 32 $drop
@@ -116,11 +110,7 @@ v3=$(vloss)
   fail "validation: np=1 '$v1', P=3 '$v3' (rc=$rc)"
 
 # Checkpoints move between the layouts.
-ck() { # NAME NP ARGS...: epoch 1 of the run, its checkpoint in $T/NAME
-  name=$1; np=$2; shift 2
-  run_np "$np" "$fm" $base --epochs 1 --checkpoint-dir "$T/$name" "$@"
-  [ "$rc" = 0 ] || { fail "checkpoint $name: rc=$rc"; cat "$err" >&2; }
-}
+ck() { epoch_ckpt "$@"; } # NAME NP ARGS...: epoch 1, its checkpoint in $T/NAME
 tail -25 "$T/p2m4" >"$T/p2m4-2"
 tail -25 "$T/dp" >"$T/dp-2"
 ck ck-p2 2 --batch-size 32 $drop --pipeline-stages 2 --micro-batches 4
