@@ -231,6 +231,13 @@ static int check_pipeline(const struct dt_config *cfg, dt_status *st)
     if (!strcmp(cfg->device, "cuda"))
         return dt_fail(st, DT_EUSAGE, "--pipeline-stages: runs on the CPU only so far (activations pass between "
                        "stages through host memory); with --device cuda use data parallelism");
+    static const char *const exchange[] = {"allreduce", "bucket-mb", "grad-compression", "overlap", "no-overlap",
+                                           "compress-cross-only"};
+    for (size_t i = 0; i < sizeof exchange / sizeof *exchange; i++)
+        if (given(cfg, exchange[i]))
+            return dt_fail(st, DT_EUSAGE, "--%s with --pipeline-stages: a stage's gradient is summed over its "
+                           "replicas with one MPI_Allreduce after its last micro-batch, not by the data-parallel "
+                           "all-reduce this option tunes; drop it", exchange[i]);
     if (cfg->micro_batches > cfg->batch_size)
         return dt_fail(st, DT_EUSAGE, "--micro-batches %d: more micro-batches than the %d samples of a batch "
                        "(--batch-size)", cfg->micro_batches, cfg->batch_size);

@@ -25,8 +25,10 @@
 # - Refused, one message, exit 2: stages that do not divide the ranks, more
 #   stages than layers, a [stage] count that is not P - 1, a [stage] that
 #   cuts through a residual block, [stage] lines out of place in the file,
-#   the parameter server / fsdp / --grad-accum / --sync-bn with stages,
-#   --micro-batches alone or above the batch.
+#   the parameter server / fsdp / --grad-accum / --sync-bn / --allreduce /
+#   --overlap with stages, --micro-batches alone or above the batch.
+# - A stage that stops coming is named by the stall watchdog of the stage
+#   that waits for it, and the job ends.
 . "$TOP_SRCDIR/tests/common.sh"
 fm=$(fm_small) || exit $?
 T=$TEST_TMP/pipeline.$$
@@ -128,6 +130,17 @@ else
   fail "/model or /optimizer differs between $a and $b:"; head "$T/h5diff.out" >&2
 fi
 
+# A stage that stops coming (DTRAIN_TEST_STALL=RANK:UPDATE sleeps 600 s
+# there): the stage waiting for it is named by the stall watchdog.
+t0=$(date +%s)
+DTRAIN_TEST_STALL=1:5 launch 2 -x DTRAIN_TEST_STALL "$DTRAIN" --synthetic 8x8x3:4:2048 --model mlp --epochs 1 \
+  --batch-size 32 --pipeline-stages 2 --stall-timeout 2 >"$T/stall.out" 2>"$T/stall.err"; rc=$?
+t1=$(date +%s)
+if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((t1 - t0)) -le 30 ] && [ "$(grep -c '^dtrain: error: ' "$T/stall.err")" = 1 ] &&
+   grep -q '^dtrain: error: rank 0 waited 2 s in a pipeline receive of gradients at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 ' "$T/stall.err"; then
+  pass "--stall-timeout 2: stage 1 stopped at update 5; stage 0 waiting for its gradients named it, the job ended in $((t1 - t0)) s"
+else fail "pipeline stall (rc=$rc, $((t1 - t0)) s)"; cat "$T/stall.err" >&2; fi
+
 # Refusals.
 expect_fail 2 "--pipeline-stages 2 does not divide the job's 3 ranks" 3 "$fm" --pipeline-stages 2
 expect_fail 2 "--pipeline-stages 3: more stages than model mlp's 2 layers" 3 "$fm" --model mlp --pipeline-stages 3
@@ -151,5 +164,8 @@ expect_fail 2 "--micro-batches: splits a batch between pipeline stages; give --p
 expect_fail 2 "--micro-batches 40: more micro-batches than the 32 samples of a batch" 2 "$fm" --pipeline-stages 2 \
   --batch-size 32 --micro-batches 40
 expect_fail 2 "--pipeline-stages: runs on the CPU only so far" 2 "$fm" --pipeline-stages 2 --device cuda
+expect_fail 2 "--allreduce with --pipeline-stages: .*one MPI_Allreduce after its last micro-batch" 2 "$fm" --pipeline-stages 2 \
+  --allreduce ring
+expect_fail 2 "--overlap with --pipeline-stages: " 2 "$fm" --pipeline-stages 2 --overlap
 rm -rf "$T"
 finish

@@ -243,21 +243,29 @@ void dt_pipe_start(struct dt_trainer *t)
 /* Copy k of the stage: the trainer's model is the first. */
 static struct dt_model *copy_of(struct dt_trainer *t, int k) { return k ? &t->pipe.copy[k] : &t->model; }
 
-/* Waits for a neighbour count as the bubble. */
-static void wait_req(struct dt_pipe_run *pr, MPI_Request *r)
+/* Waits for a neighbour count as the bubble; one that does not end is the
+ * stall watchdog's (--stall-timeout) to name. */
+static void wait_req(struct dt_trainer *t, MPI_Request *r)
 {
+    int done;
+    DT_MPI_CHECK(MPI_Test(r, &done, MPI_STATUS_IGNORE));
+    if (done) return;
     double t0 = MPI_Wtime();
+    dt_watchdog_enter(&t->watchdog, "a pipeline send to a neighbouring stage");
     DT_MPI_CHECK(MPI_Wait(r, MPI_STATUS_IGNORE));
-    pr->idle += MPI_Wtime() - t0;
+    dt_watchdog_leave(&t->watchdog);
+    t->pipe.idle += MPI_Wtime() - t0;
 }
 
-static void recv_act(struct dt_pipe_run *pr, dt_act *buf, size_t bytes, int from, int tag, MPI_Comm comm)
+static void recv_act(struct dt_trainer *t, dt_act *buf, size_t bytes, int from, int tag, MPI_Comm comm)
 {
     double t0 = MPI_Wtime();
     DT_TL_BEGIN(tl_r);
+    dt_watchdog_enter(&t->watchdog, tag == TAG_ACT ? "a pipeline receive of activations" : "a pipeline receive of gradients");
     DT_MPI_CHECK(MPI_Recv(buf, (int)bytes, MPI_BYTE, from, tag, comm, MPI_STATUS_IGNORE));
+    dt_watchdog_leave(&t->watchdog);
     DT_TL_END(tl_r, DT_TL_COMM, tag == TAG_ACT ? "pipeline: activations in" : "pipeline: gradients in", NULL);
-    pr->idle += MPI_Wtime() - t0;
+    t->pipe.idle += MPI_Wtime() - t0;
 }
 
 struct micro {
@@ -272,9 +280,9 @@ static void forward(struct dt_trainer *t, struct dt_model *m, MPI_Request *sent,
     struct dt_pipe_run *pr = &t->pipe;
     const struct dt_pipe *p = dt_pipe_of(&t->strategy);
     const size_t row = dt_shape_size(t->model.input);
-    wait_req(pr, sent); /* this copy's last output has left */
+    wait_req(t, sent); /* this copy's last output has left */
     if (p->stage == 0) t->be->images_to_float(m->act[0], t->dev_images + row * (size_t)u->at, row * (size_t)u->n);
-    else recv_act(pr, m->act[m->lo], act_bytes(m, m->lo, u->n), p->prev, TAG_ACT, p->pipe_comm);
+    else recv_act(t, m->act[m->lo], act_bytes(m, m->lo, u->n), p->prev, TAG_ACT, p->pipe_comm);
     double t0 = MPI_Wtime();
     dt_model_forward(m, u->n, train, train ? &t->dropout_rng : NULL);
     if (p->next == MPI_PROC_NULL) {
@@ -299,8 +307,8 @@ static void backward(struct dt_trainer *t, struct dt_model *m, MPI_Request *sent
     struct dt_pipe_run *pr = &t->pipe;
     struct dt_pipe *p = dt_pipe_of(&t->strategy);
     if (p->next != MPI_PROC_NULL)
-        recv_act(pr, m->dact[m->hi], act_bytes(m, m->hi, u->n), p->next, TAG_GRAD, p->pipe_comm);
-    wait_req(pr, sent); /* this copy's last input gradient has left */
+        recv_act(t, m->dact[m->hi], act_bytes(m, m->hi, u->n), p->next, TAG_GRAD, p->pipe_comm);
+    wait_req(t, sent); /* this copy's last input gradient has left */
     double t0 = MPI_Wtime();
     p->add = !first;
     dt_model_backward(m, u->n, &t->dropout_rng);
@@ -342,8 +350,8 @@ void dt_pipe_batch(struct dt_trainer *t, int n, int64_t global, float *stats)
         backward(t, copy_of(t, b % K), &pr->bwd[b % K], &u, b == 0);
     }
     for (int k = 0; k < K; k++) {
-        wait_req(pr, &pr->fwd[k]);
-        wait_req(pr, &pr->bwd[k]);
+        wait_req(t, &pr->fwd[k]);
+        wait_req(t, &pr->bwd[k]);
     }
 }
 
@@ -355,7 +363,7 @@ void dt_pipe_evaluate(struct dt_trainer *t, int n, double sums[2])
         struct micro u = part(t, n, j);
         u.sums = sums;
         forward(t, copy_of(t, 0), &pr->fwd[0], &u, 0);
-        wait_req(pr, &pr->fwd[0]);
+        wait_req(t, &pr->fwd[0]);
     }
 }
 
