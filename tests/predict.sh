@@ -5,7 +5,9 @@
 # shipped models); the efficiency table and CSV have a row per algorithm and
 # bucket size and a column per node count; one rank alone is exactly 100%
 # efficient; a 1-rank dtrain --metrics file gives the compute time; --compare
-# reads a scaling study's summary and prints the error; bad options, bad
+# reads a scaling study's summary and prints the error; --pipeline-stages
+# cuts the model as its [stage] lines say (or balanced), each stage holds its
+# layers' bytes, and the step follows the 1F1B formula; bad options, bad
 # cluster files and bad input files get one clear message and exit 2 or 3.
 . "$TOP_SRCDIR/tests/common.sh"
 P=${DTRAIN_PREDICT:-$TOP_BUILDDIR/dtrain-predict}
@@ -56,6 +58,105 @@ else
 fi
 expect_p 2 "--strategy: expected mirrored, sharded or fsdp, found 'zero3'" --strategy zero3
 expect_p 2 "--optimizer: expected adam or sgd, found 'lamb'" --optimizer lamb
+
+# Pipeline stages: a model file whose [stage] lines cut it after layers 1 and
+# 2 (dense 784-256-256 | 64 | classes on 28x28x1:10); its stages hold
+# exactly their layers' parameters, and the cut printed is the lines'.
+printf '[dense]\nunits = 256\nactivation = relu\n\n[dense]\nunits = 256\nactivation = relu\n\n[stage]\n' >"$T/staged.cfg"
+printf '[dense]\nunits = 64\nactivation = relu\n\n[stage]\n[dense]\nunits = classes\n' >>"$T/staged.cfg"
+stage_params() { sed -n 's/^ *stage *[0-9]*, layers [0-9-]* *\([0-9]*\) parameters: .*/\1/p' "$1" | tr '\n' ' '; }
+want=$(awk 'BEGIN { printf "%d %d %d ", 784 * 256 + 256 + 256 * 256 + 256, 256 * 64 + 64, 64 * 10 + 10 }')
+"$P" --model "$T/staged.cfg" --pipeline-stages 3 --memory >"$T/st" 2>&1; rc=$?
+got=$(stage_params "$T/st")
+if [ "$rc" = 0 ] && [ "$got" = "$want" ] &&
+   grep -q "^pipeline: 3 stages x 4 micro-batches, cut at the model file's \[stage\] lines: layers 0-1 | 2 | 3 (" "$T/st"; then
+  pass "--pipeline-stages 3: the [stage] lines' cut 0-1 | 2 | 3, stages of $got parameters"
+else fail "--pipeline-stages 3 on [stage] lines (rc=$rc): parameters '$got', expected '$want'"; cat "$T/st" >&2; fi
+
+# A balanced cut of resnet20.cfg: the stages are contiguous, cover the 55
+# layers, their parameters add up to the model's, each row's total is its
+# parts' sum, and the ratio is the largest stage's total over data
+# parallelism's.
+for p in 2 4; do
+  "$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --pipeline-stages "$p" --memory >"$T/r$p" 2>&1; rc=$?
+  if [ "$rc" = 0 ] && awk -v P="$p" '
+      /^ *stage *[0-9]+, layers / { split($4, r, "-"); if (r[2] == "") r[2] = r[1]
+        if (r[1] != next_layer) bad = bad " gap at " r[1]; next_layer = r[2] + 1
+        n++; params += $5; t = $7 + $9 + $11 + $13; if (t - $15 > 0.0025 || $15 - t > 0.0025) bad = bad " sum " $15
+        if ($15 > most) most = $15 }
+      /^largest stage / { big = $3; dp = $10; ratio = $NF; sub(/x$/, "", ratio) }
+      END { if (n != P || next_layer != 55 || params != 273258 || bad != "" || big != most ||
+                (most / dp - ratio) ^ 2 > 0.0001) { print n, next_layer, params, bad, most, dp, ratio > "/dev/stderr"; exit 1 } }' "$T/r$p"; then
+    pass "--pipeline-stages $p of resnet20.cfg: $(grep '^pipeline' "$T/r$p" | sed 's/.*: layers/layers/'), 273258 parameters in all"
+  else fail "--pipeline-stages $p of resnet20.cfg (rc=$rc)"; cat "$T/r$p" >&2; fi
+done
+
+# wide-mlp.cfg in 4 stages: the parameters' and Adam's slots' bytes add up
+# to data parallelism's (P4 bytes of parameters, twice that of slots).
+"$P" --model "$TOP_SRCDIR/inputs/wide-mlp.cfg" --input 64x64x3:10 --ranks-per-node 4 --batch 16 --memory \
+  --pipeline-stages 4 >"$T/w4" 2>&1; rc=$?
+if [ "$rc" = 0 ] && awk -v p="$P4" -v g="$G" '
+    /^ *stage *[0-9]+, layers / { n++; params += $7; slots += $11 }
+    END { d1 = params - p / g; d2 = slots - 2 * p / g; exit !(n == 4 && d1 * d1 < 9e-6 && d2 * d2 < 9e-6) }' "$T/w4"; then
+  pass "--pipeline-stages 4 of wide-mlp.cfg: the stages' parameters and slots add up to data parallelism's; $(grep '^largest' "$T/w4")"
+else fail "--pipeline-stages 4 of wide-mlp.cfg (rc=$rc)"; cat "$T/w4" >&2; fi
+
+# The step at P = 4, M = 8: the ideal bubble 3/11; the stages' compute adds
+# up to --compute-ms; the slots are (M+P-1) of the slowest stage's
+# micro-batch; the bubble with the imbalance is 1 - sum / (P (M+P-1) slot).
+"$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --compute-ms 120 --pipeline-stages 4 --micro-batches 8 --nodes 1,4 \
+  >"$T/rs" 2>&1; rc=$?
+want_b=$(awk 'BEGIN { printf "%.1f", 100 * 3 / 11 }')
+if [ "$rc" = 0 ] && grep -q "^bubble $want_b% ideal" "$T/rs" && awk '
+    /^compute per stage, ms:/ { line = $0; sub(/^compute per stage, ms: /, "", line); sub(/;.*/, "", line)
+      n = split(line, t, " [|] "); for (k = 1; k <= n; k++) { sum += t[k]; if (t[k] > most) most = t[k] } }
+    /^bubble / { real = $5; sub(/%$/, "", real) }
+    /^ *1 +16 +4 / { slots = $4 }
+    END { want = (8 + 4 - 1) * most / 8; b = 100 * (1 - sum / (4 * (8 + 4 - 1) * most / 8))
+          exit !(n == 4 && (sum - 120) ^ 2 < 1e-4 && (slots - want) ^ 2 < 1e-4 && (real - b) ^ 2 < 0.0025) }' "$T/rs"; then
+  pass "--pipeline-stages 4 --micro-batches 8: $(grep '^bubble' "$T/rs"); slots 11 x the slowest micro-batch"
+else fail "--pipeline-stages 4 --micro-batches 8 step (rc=$rc, bubble '$want_b%' expected)"; cat "$T/rs" >&2; fi
+
+# The sends and the stages' all-reduce on a slow link (1 ms + 1 GB/s
+# between nodes, 1 us + 10 GB/s inside; a rank a node): each of the 2 (M+P-1) sends carries layer 1's 256 outputs
+# of a 16-sample micro-batch, and on 6 nodes stage 0's 266752 parameters
+# are ring-all-reduced over its 2 replicas.
+printf 'name = slowlink\nranks_per_node = 1\nalpha_intra_us = 1\nbw_intra_gbs = 10\nalpha_inter_us = 1000\nbw_inter_gbs = 1\n' >"$T/link.conf"
+"$P" --model "$T/staged.cfg" --pipeline-stages 3 --cluster "$T/link.conf" --nodes 2,3,6 --algorithms ring --compute-ms 10 \
+  >"$T/sl" 2>&1; rc=$?
+want_p=$(awk 'BEGIN { printf "%.3f", 1e3 * 2 * (4 + 3 - 1) * (1e-3 + 256 * 16 * 4 / 1e9) }')
+want_a=$(awk 'BEGIN { printf "%.3f", 1e3 * 2 * (1e-3 + 266752 * 4 / 2 / 1e9) }')
+if [ "$rc" = 0 ] && grep -qE "^ +3 +3 +1 +[0-9.]+ +$want_p +0\.000 " "$T/sl" && grep -qE "^ +6 +6 +2 +[0-9.]+ +$want_p +$want_a " "$T/sl" &&
+   grep -q '^ *2 *2  (not a multiple of 3 stages)' "$T/sl"; then
+  pass "--pipeline-stages 3 on a slow link: sends $want_p ms, the stages' all-reduce over 2 replicas $want_a ms"
+else fail "--pipeline-stages 3 on a slow link (rc=$rc): expected sends $want_p ms, all-reduce $want_a ms"; cat "$T/sl" >&2; fi
+# Two ranks a node: a stage's 2 replicas share a node (their all-reduce
+# inside it), and the 2 sends leaving a node share its interface.
+"$P" --model "$T/staged.cfg" --pipeline-stages 3 --cluster "$T/link.conf" --ranks-per-node 2 --nodes 3 --algorithms ring \
+  --compute-ms 10 >"$T/sl2" 2>&1; rc=$?
+want_p=$(awk 'BEGIN { printf "%.3f", 1e3 * 2 * (4 + 3 - 1) * (1e-3 + 2 * 256 * 16 * 4 / 1e9) }')
+want_a=$(awk 'BEGIN { printf "%.3f", 1e3 * 2 * (1e-6 + 266752 * 4 / 2 / 10e9) }')
+if [ "$rc" = 0 ] && grep -qE "^ +3 +6 +2 +[0-9.]+ +$want_p +$want_a " "$T/sl2"; then
+  pass "--pipeline-stages 3, 2 ranks a node: sends $want_p ms (2 flows a node), the all-reduce inside a node $want_a ms"
+else fail "--pipeline-stages 3, 2 ranks a node (rc=$rc): expected sends $want_p ms, all-reduce $want_a ms"; cat "$T/sl2" >&2; fi
+
+# The refusals: what dtrain refuses, dtrain-predict refuses too.
+expect_p 2 "--micro-batches: splits a batch between pipeline stages; give --pipeline-stages P (P > 1) too" \
+  --micro-batches 8 --compute-ms 3
+expect_p 2 "--pipeline-stages 2 with --strategy fsdp: a pipeline's stages all-reduce" --pipeline-stages 2 --strategy fsdp --memory
+expect_p 2 "--pipeline-stages 2 with --strategy sharded: " --pipeline-stages 2 --strategy sharded --memory
+expect_p 2 "--micro-batches 65: more micro-batches than the 64 samples of a batch" --pipeline-stages 2 --micro-batches 65 --memory
+expect_p 2 "--pipeline-stages 2: model staged.cfg has 2 \[stage\] lines, which make 3 stages; give --pipeline-stages 3" \
+  --model "$T/staged.cfg" --pipeline-stages 2 --memory
+expect_p 2 "--pipeline-stages 2 with --csv: predicted for data parallelism only" --pipeline-stages 2 --compute-ms 3 --csv "$T/x.csv"
+# resnet20.cfg's most stages: as many as it says is accepted, one more is not.
+"$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --pipeline-stages 64 --memory >/dev/null 2>"$T/e64"
+most=$(sed -n 's/.*can be cut in only [0-9]* places (\([0-9]*\) stages at most).*/\1/p' "$T/e64")
+if [ -n "$most" ] && [ "$most" -gt 4 ] &&
+   "$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --pipeline-stages "$most" --memory >/dev/null 2>&1; then
+  expect_p 2 "--pipeline-stages $((most + 1)): model resnet20.cfg can be cut in only $((most - 1)) places ($most stages at most)" \
+    --model "$TOP_SRCDIR/inputs/resnet20.cfg" --pipeline-stages $((most + 1)) --memory
+else fail "resnet20.cfg's most stages: '$most' ($(cat "$T/e64"))"; fi
 
 "$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --compute-ms 120 --cluster dgx-h100 --bucket-mb 0,4 \
   --algorithms hier,ring --csv "$T/r.csv" >"$T/res" 2>&1; rc=$?
@@ -169,7 +270,7 @@ expect_p 3 "--metrics $T/bad.csv: expected a dtrain --metrics CSV (kind, step, s
 "$P" --help >"$T/h" 2>&1
 for opt in --model --input --batch --compute-ms --metrics --data-ms --forward-fraction --cluster --ranks-per-node \
            --algorithms --bucket-mb --no-overlap --grad-compression --compress-gflops --fit --fit-out --nodes --threshold \
-           --csv --compare --help --version; do
+           --csv --compare --pipeline-stages --micro-batches --help --version; do
   grep -q -- "$opt" "$T/h" || fail "--help does not document $opt"
   grep -q -- "$(echo "$opt" | sed 's/-/\\\\-/g')" "$TOP_SRCDIR/doc/dtrain-predict.1" || fail "dtrain-predict.1 does not document $opt"
 done

@@ -29,10 +29,9 @@ int dt_cm_compress_parse(const char *text, struct dt_cm_compress *x)
     return -1;
 }
 
-/* A rough count of each layer's backward work (multiply-adds), so buckets
- * become ready as backward really progresses: convolutions dominate where
- * parameters are few. */
-static double layer_work(const struct dt_layer *l)
+/* Convolutions dominate where parameters are few, so backward's progress
+ * (and a pipeline stage's share) follows this, not parameter counts. */
+double dt_cm_layer_work(const struct dt_layer *l)
 {
     if (l->ops == &dt_conv2d_ops) return 2.0 * l->out.h * l->out.w * (double)l->nparams;
     if (l->ops == &dt_dense_ops) return 2.0 * (double)l->nparams;
@@ -49,12 +48,12 @@ int dt_cm_buckets(const struct dt_model *m, double bucket_mb, const struct dt_cm
     free(bounds);
     if (nb > DT_CM_MAXBUCKETS) nb = DT_CM_MAXBUCKETS;
     double total = 0.0, per = x->half ? 2.0 : 4.0, R = x->psgd_rank;
-    for (int i = 0; i < m->nlayers; i++) total += layer_work(&m->layers[i]);
+    for (int i = 0; i < m->nlayers; i++) total += dt_cm_layer_work(&m->layers[i]);
     for (int b = 0; b < nb; b++) { /* bucket b is [start[b+1], start[b]) */
         double done = 0.0, first = (double)(start[b] - start[b + 1]), second = 0.0, flops = 0.0;
         for (int i = 0; i < m->nlayers; i++) {
             const struct dt_layer *l = &m->layers[i];
-            if (l->param_offset >= start[b + 1]) done += layer_work(l); /* backward has finished it */
+            if (l->param_offset >= start[b + 1]) done += dt_cm_layer_work(l); /* backward has finished it */
             size_t n, k;
             if (l->param_offset >= start[b + 1] && l->param_offset < start[b] && dt_layer_kernel(l, &n, &k) &&
                 dt_powersgd_worth(n, k, (size_t)R)) {

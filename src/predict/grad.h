@@ -25,6 +25,10 @@ struct dt_cm_compress {
 /* "none", "fp16", "bf16" or "powersgd:R" into x; -1 if none of them. */
 int dt_cm_compress_parse(const char *text, struct dt_cm_compress *x);
 
+/* A rough count of a layer's backward work a sample (multiply-adds: a
+ * kernel's input gradient and its own gradient, twice forward's). */
+double dt_cm_layer_work(const struct dt_layer *l);
+
 /* The buckets at bucket_mb (0: one), in backward order: bytes of the first
  * (and, with PowerSGD, second: else 0) all-reduce, seconds of compression
  * arithmetic, and the fraction of backward done when each is ready. Returns
