@@ -18,7 +18,9 @@
 # - Checkpoints move: a pipelined run's epoch-1 checkpoint (P = 2, M = 4)
 #   resumed without stages (np = 1) gives the pipelined run's epoch 2;
 #   data parallelism's resumed at P = 3 gives its own; a P = 2 checkpoint
-#   holds data parallelism's /model and /optimizer (h5diff, 1e-5).
+#   holds data parallelism's /model and /optimizer (h5diff, 1e-5); fsdp's
+#   resumed at P = 2 and a P = 2 one resumed by fsdp continue as their
+#   own runs (fsdp sums two ranks' halves of each batch).
 # - The run says its layout (stages, cut, micro-batches) and its bubble;
 #   the memory report has a line a stage whose parameters add up to the
 #   model's, with min(M, P-k) copies of stage k for micro-batches in flight.
@@ -122,6 +124,15 @@ ck ck-dp 1 --batch-size 32 $drop
 losses dp-to-p3 3 --batch-size 32 $drop --pipeline-stages 3 --micro-batches 1 --resume "$T/ck-dp"
 agree dp-2 dp-to-p3 25 "a data-parallel checkpoint resumed at P=3: data parallelism's epoch 2"
 ck ck-p2m1 2 --batch-size 32 $drop --pipeline-stages 2 --micro-batches 1
+# And with fsdp (ZeRO-3), the third layout: the same 32 samples an update,
+# summed over 2 ranks' halves there (fsdp.sh's tolerance against mirrored).
+losses fs 2 --batch-size 16 $drop --strategy fsdp --bucket-mb 0.1
+tail -25 "$T/fs" >"$T/fs-2"
+ck ck-fs 2 --batch-size 16 $drop --strategy fsdp --bucket-mb 0.1
+losses fs-to-p2 2 --batch-size 32 $drop --pipeline-stages 2 --micro-batches 1 --resume "$T/ck-fs"
+losses p2-to-fs 2 --batch-size 16 $drop --strategy fsdp --bucket-mb 0.1 --resume "$T/ck-p2m1"
+agree fs-2 fs-to-p2 25 "an fsdp checkpoint (np=2) resumed at P=2: fsdp's epoch 2"
+agree dp-2 p2-to-fs 25 "a P=2 M=1 checkpoint resumed by fsdp (np=2): data parallelism's epoch 2"
 a=$(ls "$T"/ck-p2m1/ckpt-*.h5 | head -1) b=$(ls "$T"/ck-dp/ckpt-*.h5 | head -1)
 if [ -n "$a" ] && [ -n "$b" ] && h5diff -d 1e-5 "$a" "$b" /model >"$T/h5diff.out" 2>&1 &&
    h5diff -d 1e-5 "$a" "$b" /optimizer >>"$T/h5diff.out" 2>&1; then
