@@ -14,8 +14,8 @@
  * run's. Activations go forward and their gradients back with MPI_Isend
  * (waited for before the copy that sent them runs again) and blocking
  * receives, in 1F1B order, which cannot deadlock: every receive's sender
- * is at an earlier point of the same order. Time in receives and waits is
- * the bubble. */
+ * is at an earlier point of the same order. Time in receives and waits,
+ * and at the batch's end for the replica's other stages, is the bubble. */
 #include "config.h"
 
 #include <float.h>
@@ -353,6 +353,13 @@ void dt_pipe_batch(struct dt_trainer *t, int n, int64_t global, float *stats)
         wait_req(t, &pr->fwd[k]);
         wait_req(t, &pr->bwd[k]);
     }
+    /* The drain: a stage done early waits for the replica's others (stage 0's
+     * last backward ends the schedule); that wait is bubble too. */
+    double t0 = MPI_Wtime();
+    dt_watchdog_enter(&t->watchdog, "the end of a pipelined batch");
+    DT_MPI_CHECK(MPI_Barrier(p->pipe_comm));
+    dt_watchdog_leave(&t->watchdog);
+    pr->idle += MPI_Wtime() - t0;
 }
 
 void dt_pipe_evaluate(struct dt_trainer *t, int n, double sums[2])
