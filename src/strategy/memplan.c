@@ -63,41 +63,45 @@ void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int 
 double dt_mem_plan_total(const struct dt_mem_plan *p) { return p->params + p->grads + p->slots + p->gathered + p->activations; }
 
 /* Dynamic programming over the layers: best(k, i), the least slowest stage
- * of the first i layers as k stages, from best(k-1, j) for every allowed j. */
+ * of the first i layers as k stages, from best(k-1, j) for every allowed j;
+ * among equally slow ways, the one whose stages' squared costs add up least
+ * (so stages past the slowest are balanced too, not left near empty). */
 void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *cut)
 {
     const int L = m->nlayers;
-    double *pre = dt_xcalloc((size_t)L + 1, sizeof(double));
+    const size_t W = (size_t)L + 1;
+    double *pre = dt_xcalloc(W, sizeof(double));
+    char *ok = dt_xcalloc(W, 1); /* a stage may start (and the one before end) at layer i */
     for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
-    /* best[k][i]: the first i layers as k stages; from[k][i]: where the last starts. */
-    double *best = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * (size_t)(L + 1));
-    int *from = dt_xcalloc((size_t)(P + 1) * (size_t)(L + 1), sizeof(int));
-#define B(k, i) best[(size_t)(k) * (size_t)(L + 1) + (size_t)(i)]
-#define F(k, i) from[(size_t)(k) * (size_t)(L + 1) + (size_t)(i)]
-    for (int k = 0; k <= P; k++)
-        for (int i = 0; i <= L; i++) B(k, i) = DBL_MAX;
-    B(0, 0) = 0.0;
+    for (int i = 0; i <= L; i++) ok[i] = i == 0 || i == L || dt_model_can_cut(m, i);
+    double *best = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * W), *sq = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * W);
+    int *from = dt_xcalloc((size_t)(P + 1) * W, sizeof(int));
+    for (size_t x = 0; x < (size_t)(P + 1) * W; x++) best[x] = sq[x] = DBL_MAX;
+    best[0] = sq[0] = 0.0;
     for (int k = 1; k <= P; k++)
         for (int i = 1; i <= L; i++) {
-            if (i < L && !dt_model_can_cut(m, i)) continue; /* a stage must end where a cut may be */
+            if (!ok[i]) continue;
+            const size_t at = (size_t)k * W + (size_t)i;
             for (int j = k - 1; j < i; j++) {
-                if (B(k - 1, j) == DBL_MAX || (j > 0 && !dt_model_can_cut(m, j))) continue;
-                double v = B(k - 1, j) > pre[i] - pre[j] ? B(k - 1, j) : pre[i] - pre[j];
-                if (v < B(k, i)) {
-                    B(k, i) = v;
-                    F(k, i) = j;
+                const size_t prev = (size_t)(k - 1) * W + (size_t)j;
+                if (!ok[j] || best[prev] == DBL_MAX) continue;
+                const double c = pre[i] - pre[j], v = best[prev] > c ? best[prev] : c, q = sq[prev] + c * c;
+                const double tie = 1e-9 * (v > best[at] || best[at] == DBL_MAX ? v : best[at]);
+                if (v < best[at] - tie || (v <= best[at] + tie && q < sq[at])) {
+                    best[at] = v;
+                    sq[at] = q;
+                    from[at] = j;
                 }
             }
         }
     cut[P] = L;
-    for (int k = P; k > 0; k--) cut[k - 1] = F(k, cut[k]);
-#undef B
-#undef F
+    for (int k = P; k > 0; k--) cut[k - 1] = from[(size_t)k * W + (size_t)cut[k]];
     free(best);
+    free(sq);
     free(from);
+    free(ok);
     free(pre);
 }
-
 
 /* Bytes of act[i] (and, backward, dact[i]) of one sample. */
 static double act_row(const struct dt_model *m, int i)
