@@ -170,6 +170,12 @@ static void print_setup(const struct dt_trainer *tr, int nranks)
            tr->graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
     print_layout(tr, nranks);
     if (cfg.verbose >= DT_VERBOSE) dt_model_summary(&tr->model, stdout);
+    if (cfg.verbose >= DT_VERBOSE && tr->pipe.cost) { /* why the cut is where it is */
+        printf("pipeline: layer times measured for the cut (forward + backward of a micro-batch, ms):");
+        for (int i = 0; i < tr->model.nlayers; i++)
+            printf("%s %s %.3f", i ? "," : "", tr->model.layers[i].name, 1e3 * tr->pipe.cost[i]);
+        printf("\n");
+    }
     fflush(stdout);
 }
 

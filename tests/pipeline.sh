@@ -75,6 +75,8 @@ if grep -q '^layout: .*strategy pipeline: 3 stages x 1 replica, layers 0-[0-9] |
    grep -q '^dtrain [^ ]*: 1 replica x batch 32 = global batch 32' "$T/p3m4.out" &&
    grep -Eq '^  pipeline +3 stages x 1 replica, 4 micro-batches: bubble [0-9.]+% .*ideal \(P-1\)/\(M\+P-1\) = 33.3%' "$T/p3m4.out"; then
   pass "P=3 M=4: the layout (stages, cut, micro-batches) and the bubble against the ideal 33.3%"
+  n=$(sed -n 's/^pipeline: layer times measured for the cut (forward + backward of a micro-batch, ms): //p' "$T/p3m4.out" | tr ',' '\n' | grep -c '^ *[a-z_0-9]* [0-9.]*$')
+  [ "$n" = 7 ] && pass "--verbose: the 7 layers' measured times the cut balanced" || fail "measured layer times: $n of 7"
 else
   fail "layout or bubble line:"; grep -E '^(layout|dtrain |  pipeline)' "$T/p3m4.out" >&2
 fi
