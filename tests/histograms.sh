@@ -8,7 +8,8 @@
 # counts sum to the tensor's size and whose min and max are the tensor's in
 # the checkpoint of the same epoch (h5py). With grads, a gradient histogram
 # per tensor that is not the weights'. The same at 2 ranks under the sharded
-# strategy. A tampered count is caught (the comparison can fail). The flags'
+# strategy, under fsdp and with 2 pipeline stages (no rank holds the whole
+# block there: it is gathered). A tampered count is caught (the comparison can fail). The flags'
 # refusals: message and exit code.
 . "$TOP_SRCDIR/tests/common.sh"
 fm=$(fm_small) || exit $?
@@ -111,6 +112,9 @@ fi
 check 1 weightsonly weights
 grep -q '_grad/' "$T/weightsonly.txt" 2>/dev/null && fail "--histograms weights wrote gradient histograms"
 check 2 sharded weights,grads --strategy sharded
+# The layouts with no whole block on any rank: gathered for the histograms.
+check 2 fsdp weights,grads --strategy fsdp --bucket-mb 0.1
+check 2 pipeline weights,grads --pipeline-stages 2 --micro-batches 4
 
 rm -rf "$T"
 finish

@@ -28,7 +28,8 @@
 #   stages than layers, a [stage] count that is not P - 1, a [stage] that
 #   cuts through a residual block, [stage] lines out of place in the file,
 #   the parameter server / fsdp / --grad-accum / --sync-bn / --allreduce /
-#   --overlap with stages, --micro-batches alone or above the batch.
+#   --overlap with stages, --micro-batches alone or above the batch, a
+#   micro-batch's activations beyond one MPI message.
 # - A stage that stops coming is named by the stall watchdog of the stage
 #   that waits for it, and the job ends.
 . "$TOP_SRCDIR/tests/common.sh"
@@ -172,6 +173,9 @@ printf '[dense]\nunits = classes\n[stage]\n' >"$T/last.cfg"
 expect_fail 2 "last.cfg:3: \[stage\] after the last layer" 2 "$fm" --model "$T/last.cfg" --pipeline-stages 2
 printf '[dense]\nunits = 8\n[stage]\nunits = 3\n[dense]\nunits = classes\n' >"$T/keys.cfg"
 expect_fail 2 "keys.cfg:4: 'units = 3' after \[stage\], which takes no keys" 2 "$fm" --model "$T/keys.cfg" --pipeline-stages 2
+printf '[dense]\nunits = 5120\n[dense]\nunits = classes\n' >"$T/wide.cfg"
+expect_fail 2 "--pipeline-stages 2: a micro-batch's activations after layer dense are 2457600000 bytes, more than one MPI message holds" \
+  2 --synthetic 8x8x3:4:64 --model "$T/wide.cfg" --pipeline-stages 2 --micro-batches 1 --batch-size 120000
 expect_fail 2 "--pipeline-stages 2 with --strategy parameter-server: " 2 "$fm" --pipeline-stages 2 --strategy parameter-server
 expect_fail 2 "--pipeline-stages 2 with --strategy fsdp: " 2 "$fm" --pipeline-stages 2 --strategy fsdp
 expect_fail 2 "--grad-accum 2 with --pipeline-stages: .*use --micro-batches M" 2 "$fm" --pipeline-stages 2 --grad-accum 2

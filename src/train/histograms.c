@@ -7,14 +7,18 @@
  *
  * The one design decision: the values are taken where checkpoints and
  * --export-keras take them (train/state.c's snapshot): the model's fp32
- * parameter block downloaded on rank 0. Between steps every strategy keeps
- * that block whole on every rank (sharded all-gathers it after each update,
- * a parameter server hands it to every rank at the epoch's end), so nothing
- * is gathered here; under --precision bf16/fp16 it is the fp32 master copy.
+ * parameter block downloaded on rank 0. Between steps the data-parallel
+ * strategies keep that block whole on every rank (sharded all-gathers it
+ * after each update, a parameter server hands it to every rank at the
+ * epoch's end), so nothing is gathered for them; under --precision
+ * bf16/fp16 it is the fp32 master copy.
  * The gradient is the block as rank 0 holds it after the last update: the
  * replicas' reduced mean for the all-reduce strategies (mirrored,
  * multi_worker, central_storage), rank 0's own batch's share under sharded
- * and parameter_server, whose reduced gradient exists only in pieces. */
+ * and parameter_server, whose reduced gradient exists only in pieces. fsdp
+ * and pipeline stages keep no whole block anywhere: both are gathered
+ * (dt_strategy_get_block, every rank taking part), the gradient being the
+ * reduced one. */
 #include "config.h"
 
 #include <stdlib.h>

@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include <float.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -194,6 +195,22 @@ static int plan_cut(struct dt_trainer *t, dt_status *st)
     return DT_OK;
 }
 
+/* A micro-batch's activations cross each cut as one message of MPI_BYTEs,
+ * whose count is an int. */
+static int check_messages(struct dt_trainer *t, dt_status *st)
+{
+    const struct dt_pipe_run *pr = &t->pipe;
+    for (int k = 1; k < pr->P; k++) {
+        const struct dt_layer *l = &t->model.layers[pr->cut[k] - 1];
+        double bytes = (double)dt_act_size(t->be->act_type()) * (double)dt_shape_size(l->out) * micro_max(t);
+        if (bytes > (double)INT_MAX)
+            return dt_fail(st, DT_EUSAGE, "--pipeline-stages %d: a micro-batch's activations after layer %s are %.0f "
+                           "bytes, more than one MPI message holds (%d); give more --micro-batches or a smaller "
+                           "--batch-size", pr->P, l->name, bytes, INT_MAX);
+    }
+    return DT_OK;
+}
+
 int dt_pipe_plan(struct dt_trainer *t, dt_status *st)
 {
     struct dt_pipe_run *pr = &t->pipe;
@@ -203,7 +220,7 @@ int dt_pipe_plan(struct dt_trainer *t, dt_status *st)
     pr->P = t->cfg->pipeline_stages;
     pr->M = t->cfg->micro_batches;
     pr->cut = dt_xcalloc((size_t)pr->P + 1, sizeof(int));
-    plan_cut(t, st);
+    if (plan_cut(t, st) == DT_OK) check_messages(t, st);
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
     const int D = t->nranks / pr->P, stage = t->rank / D;
     t->model.lo = pr->cut[stage];
