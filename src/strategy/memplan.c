@@ -126,7 +126,7 @@ void dt_mem_plan_pipeline(const struct dt_model *m, const int *cut, int P, int M
     const int K = M < P - stage ? M : P - stage, micro = batch / M + (batch % M != 0);
     double row = 0.0; /* one sample's activations and their gradients in the stage */
     for (int i = lo; i <= hi; i++) row += (i == lo && lo == 0 ? 1.0 : 2.0) * act_row(m, i);
-    p->activations = row * (double)act_size * ((double)batch + (double)(K - 1) * (double)micro);
+    p->activations = row * (double)act_size * (double)K * (double)micro;
 }
 
 double dt_pipe_bubble_ideal(int P, int M) { return (double)(P - 1) / (double)(M + P - 1); }

@@ -15,10 +15,9 @@
  *   pipeline (P stages, M micro-batches, stage k):
  *                      its layers' parameters 4P_k, gradients 4P_k (and its
  *                      widest layer's once more), slots 4sP_k; activations
- *                      of its layers at the batch (the model evaluation
- *                      uses) and at the micro-batch in each further copy of
- *                      the stage for micro-batches in flight (min(M, P-k)
- *                      in all)
+ *                      of its layers at the micro-batch in each copy of the
+ *                      stage for micro-batches in flight (min(M, P-k) of
+ *                      them; validation passes micro-batches too)
  * plus activations: every layer's output and its gradient at the batch.
  * With Adam that is ZeRO's 16P per rank for data parallelism and 16P/N for
  * stage 3. The one design decision: fsdp's buckets come from

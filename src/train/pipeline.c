@@ -226,6 +226,7 @@ int dt_pipe_plan(struct dt_trainer *t, dt_status *st)
     t->model.lo = pr->cut[stage];
     t->model.hi = pr->cut[stage + 1];
     pr->K = pr->M < pr->P - stage ? pr->M : pr->P - stage;
+    pr->micro = micro_max(t);
     return DT_OK;
 }
 
@@ -252,7 +253,7 @@ void dt_pipe_start(struct dt_trainer *t)
         c->hi = t->model.hi;
         c->sharded = 1;
         c->hook = t->model.hook;
-        dt_model_create(c, t->be, micro_max(t));
+        dt_model_create(c, t->be, pr->micro);
         for (int i = 0; i < c->nlayers; i++) c->layers[i].buffers = t->model.buffers + c->layers[i].buffer_offset;
     }
 }
@@ -383,7 +384,7 @@ void dt_pipe_evaluate(struct dt_trainer *t, int n, double sums[2])
 {
     struct dt_pipe_run *pr = &t->pipe;
     const int M = pr->M;
-    for (int j = 0; j < M; j++) { /* forward only: the micro-batches one after another, in the first copy */
+    for (int j = 0; j < M; j++) { /* forward only: the micro-batches (n <= the batch) one after another, in copy 0 */
         struct micro u = part(t, n, j);
         u.sums = sums;
         forward(t, copy_of(t, 0), &pr->fwd[0], &u, 0);

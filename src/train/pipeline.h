@@ -25,6 +25,7 @@ struct dt_trainer;
 struct dt_pipe_run {
     int on;                 /* --pipeline-stages P > 1 */
     int P, M, K;            /* stages, micro-batches, model copies on this stage (in flight at most) */
+    int micro;              /* the largest micro-batch: every copy's activations hold that many samples */
     int *cut;               /* [P + 1]: stage k runs layers [cut[k], cut[k+1]) */
     int marked;             /* the cut came from [stage] lines (else from measured layer times) */
     double *cost;           /* [nlayers]: measured seconds a layer (forward + backward of a micro-batch); NULL if marked */

@@ -187,7 +187,7 @@ void dt_trainer_create_model(struct dt_trainer *t)
     struct dt_model *m = &t->model;
     const int fsdp = cfg->strategy && !strcmp(cfg->strategy, "fsdp");
     m->sharded = fsdp || cfg->pipeline_stages > 1; /* its gradients are the strategy's */
-    dt_model_create(m, t->be, cfg->batch_size);
+    dt_model_create(m, t->be, t->pipe.on ? t->pipe.micro : cfg->batch_size); /* a stage's copy 0: a micro-batch */
     if (cfg->sync_bn) { /* batchnorm sums its statistics over the replicas */
         DT_MPI_CHECK(MPI_Comm_dup(t->comm, &t->bn_comm));
         m->reduce = sync_bn_reduce;
