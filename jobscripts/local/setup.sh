@@ -31,7 +31,8 @@ pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
       gnuplot-nox)   # gnuplot-nox: jobscripts/scaling-study's plots (PNG, SVG)
 [[ $with_mpich == yes ]] && pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
 # tests/cluster/: hosts in network namespaces (ip, nsenter), a real Slurm on them.
-[[ $with_cluster == yes ]] && pkgs+=(iproute2 util-linux munge slurmctld slurmd slurm-client)
+# gdb: a job that hangs there has its ranks' stacks printed (tests/cluster/run.sh).
+[[ $with_cluster == yes ]] && pkgs+=(iproute2 util-linux munge slurmctld slurmd slurm-client gdb)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -102,13 +102,51 @@ cd "$W" || exit 1
 npass=0 nfail=0 problems=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; problems=$((problems + 1)); }
-# mpirun across HOSTS (h1:1,h2:1,...), ranks = the sum of the slots.
+# mpirun across HOSTS (h1:1,h2:1,...), ranks = the sum of the slots, within
+# T_LIMIT seconds (default 180). A job still running then has hung: where
+# every rank's threads stand goes to stderr first (hung_stacks), then the job
+# is ended, with timeout's status 124. Ending this function ends the job.
 across() {
-  local hosts=$1 n=0 s
+  local hosts=$1 n=0 s pid i rc
   shift
   for s in ${hosts//,/ }; do n=$((n + ${s#*:})); done
   # shellcheck disable=SC2086
-  timeout -k 5 "${T_LIMIT:-180}" mpirun $DTC_MPIRUN_FLAGS --host "$hosts" -np "$n" "$@"
+  mpirun $DTC_MPIRUN_FLAGS --host "$hosts" -np "$n" "$@" &
+  pid=$!
+  trap 'kill -TERM $pid 2>/dev/null' TERM
+  for ((i = 0; i < ${T_LIMIT:-180} * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "across: the job ran past ${T_LIMIT:-180} s; its ranks' threads:" >&2
+    hung_stacks >&2
+    kill -TERM "$pid" 2>/dev/null
+    sleep 5
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid"
+    trap - TERM
+    return 124
+  fi
+  wait "$pid"
+  rc=$?
+  trap - TERM
+  return $rc
+}
+# Every dtrain rank on every host: each thread's stack (gdb), or where
+# /proc says it waits when gdb is missing. A hang found in CI is then
+# diagnosable from its log.
+hung_stacks() {
+  local h p t
+  for h in ${DTC_HOSTS:-h1 h2 h3}; do
+    for p in $(host_ranks "$h"); do
+      echo "== $h: dtrain pid $p"
+      if command -v gdb >/dev/null; then
+        timeout 60 gdb -q -batch -p "$p" -ex 'thread apply all bt' 2>/dev/null | grep -E '^(#|Thread)'
+      else
+        for t in /proc/"$p"/task/*; do
+          echo "thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)): waits in $(cat "$t/wchan" 2>/dev/null), syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null)"
+        done
+      fi
+    done
+  done
 }
 ranks_of() { local n=0 s; for s in ${1//,/ }; do n=$((n + ${s#*:})); done; echo "$n"; }
 same_ckpt() { # same_ckpt A.h5 B.h5: parameters and optimizer state identical
