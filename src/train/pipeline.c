@@ -384,12 +384,15 @@ void dt_pipe_evaluate(struct dt_trainer *t, int n, double sums[2])
 {
     struct dt_pipe_run *pr = &t->pipe;
     const int M = pr->M;
+    const double busy = pr->busy, idle = pr->idle; /* the bubble is training's */
     for (int j = 0; j < M; j++) { /* forward only: the micro-batches (n <= the batch) one after another, in copy 0 */
         struct micro u = part(t, n, j);
         u.sums = sums;
         forward(t, copy_of(t, 0), &pr->fwd[0], &u, 0);
         wait_req(t, &pr->fwd[0]);
     }
+    pr->busy = busy;
+    pr->idle = idle;
 }
 
 double dt_pipe_bubble(struct dt_trainer *t)
