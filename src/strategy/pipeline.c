@@ -84,9 +84,11 @@ static int pipe_setup(struct dt_strategy *s, dt_status *st)
     p->off = dt_xcalloc((size_t)P, sizeof(size_t));
     p->len = dt_xcalloc((size_t)P, sizeof(size_t));
     /* Every rank knows every stage's first layer: its own is m->lo. */
-    DT_MPI_CHECK(MPI_Allgather(&m->lo, 1, MPI_INT, p->lo, 1, MPI_INT, t->world));
-    for (int k = 0; k < P; k++) p->lo[k] = p->lo[k * p->D]; /* the mesh's stage k: ranks k*D.. */
+    int *lo = dt_xcalloc((size_t)t->size, sizeof(int));
+    DT_MPI_CHECK(MPI_Allgather(&m->lo, 1, MPI_INT, lo, 1, MPI_INT, t->world));
+    for (int k = 0; k < P; k++) p->lo[k] = lo[k * p->D]; /* the mesh's stage k: ranks k*D.. */
     p->lo[P] = m->nlayers;
+    free(lo);
     stage_ranges(p, m);
     DT_MPI_CHECK(MPI_Comm_split(t->world, p->stage, p->replica, &p->stage_comm));
     DT_MPI_CHECK(MPI_Comm_split(t->world, p->replica, p->stage, &p->pipe_comm));
