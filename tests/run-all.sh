@@ -66,9 +66,12 @@ echo "   at 1-3 ranks; at 4-6 ranks they run with Open MPI above. dtrain's own 4
 run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 \
   tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 # ASan + UBSan (./configure --enable-sanitizers, Open MPI, CPU only): the unit
-# and MPI Check programs, any sanitizer report failing its test. The end-to-end
-# scripts are left out to keep CI short: this stage adds ~3 minutes on 2 cores.
-echo "== AddressSanitizer + UBSan build (build-asan/): the unit and MPI tests"
+# and MPI Check programs, and tests/pipeline.sh (dtrain-prep and dtrain at 1-4
+# ranks: pipeline stages' copies, layer ranges and messages on a 2 x 2 mesh,
+# with fsdp and checkpoints), any sanitizer report failing its test. The
+# other end-to-end scripts are left out to keep CI short: this stage adds ~5
+# minutes on 2 cores.
+echo "== AddressSanitizer + UBSan build (build-asan/): the unit and MPI tests, pipeline.sh"
 rm -f build-asan/tests/*.trs # a failed configure must not leave an old run's results counted
 if [[ ! -f build-asan/config.status ]]; then
   mkdir -p build-asan
@@ -78,7 +81,7 @@ if [[ ! -f build-asan/config.status ]]; then
 fi
 # shellcheck disable=SC2016  # make expands $(UNIT_TESTS), the lists in Makefile.am
 [[ -f build-asan/config.status ]] &&
-  run_check build-asan TESTS='$(UNIT_TESTS) $(MPI_TESTS)' check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
+  run_check build-asan TESTS='$(UNIT_TESTS) $(MPI_TESTS) tests/pipeline.sh' check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
 # Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
 # the plain Open MPI build (tests/valgrind.sh; 1-2 minutes). Its results are
 # build/tests/valgrind/*.trs, counted below.

@@ -401,5 +401,8 @@ int main(int argc, char **argv)
 
     if (!o.quiet)
         print_summary(names, count, o.shards > 0, &d, now_s() - t0, now_s() - t_write);
+    for (int i = 0; o.shards > 0 && i < count; i++) free((char *)names[i]); /* one file: names[0] is argv's */
+    free(names);
+    free_dataset(&d, &o);
     return 0;
 }

@@ -52,6 +52,7 @@ struct dataset {
     int has_test;
     int num_classes;
     const char **class_names; /* num_classes entries, or NULL */
+    char *class_names_text;   /* --class-names' copy the entries point into (NULL: built in) */
     char *source;
     long seed;                /* --seed, for the summary of synthetic data */
 };
@@ -69,6 +70,9 @@ void *xmalloc(size_t n);
 void resolve_inputs(struct options *o);
 void load_dataset(struct dataset *d, const struct options *o);
 void load_synthetic(struct dataset *d, const struct options *o);
+/* What load_dataset or load_synthetic allocated, and resolve_inputs'
+ * paths (o's, when --source found them). */
+void free_dataset(struct dataset *d, struct options *o);
 
 /* Synthetic rows: row's stream, bytes [b0, b1) of its image, its label. */
 uint64_t synth_row_base(const struct split *s, uint64_t row);

@@ -197,6 +197,7 @@ static void set_class_names(struct dataset *d, const struct options *o)
             "num_classes is %d%s)", n, d->num_classes, d->num_classes,
             o->classes ? " from --classes" : ", the largest label + 1");
     d->class_names = xmalloc((size_t)n * sizeof *d->class_names);
+    d->class_names_text = copy;
     n = 0;
     /* strtok would merge empty fields; an empty name is an error, not skipped. */
     for (tok = copy; tok != NULL; tok = save) {
@@ -251,6 +252,25 @@ void load_dataset(struct dataset *d, const struct options *o)
     set_classes(d, o);
     set_class_names(d, o);
     set_source(d, o);
+}
+
+void free_dataset(struct dataset *d, struct options *o)
+{
+    struct split *sp[2] = {&d->train, &d->test};
+    for (int i = 0; i < 2; i++) {
+        idx_free(&sp[i]->images);
+        idx_free(&sp[i]->labels);
+    }
+    free(d->class_names);
+    free(d->class_names_text);
+    free(d->source);
+    if (o->source) { /* resolve_inputs found them */
+        free((char *)o->train_images);
+        free((char *)o->train_labels);
+        free((char *)o->test_images);
+        free((char *)o->test_labels);
+    }
+    memset(d, 0, sizeof *d);
 }
 
 /* ---- Synthetic data ------------------------------------------------------ */
