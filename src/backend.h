@@ -121,6 +121,15 @@ struct dt_backend {
                         float alpha, float beta1, float beta2, float eps);
     void (*sgd_update)(float *param, float *velocity, const float *grad, size_t n, float lr,
                        float momentum);
+    /* AdamW (Loshchilov & Hutter): the decoupled weight decay param -=
+     * decay * param (decay = lr x weight decay; 0 for the parts not
+     * decayed), then adam_update's step. */
+    void (*adamw_update)(float *param, float *m, float *v, const float *grad, size_t n, float alpha,
+                         float beta1, float beta2, float eps, float decay);
+    /* Gradient clipping by global norm: the sum of squares of n floats (in
+     * double), and x *= s. */
+    double (*sum_squares)(const float *x, size_t n);
+    void (*scale)(float *x, size_t n, float s);
 
     /* Loss scaling: returns 1 when all n values are finite, and then
      * multiplies them by inv_scale; returns 0 (values left as they were) when
@@ -154,6 +163,63 @@ struct dt_backend {
      * overwrites dinp. */
     void (*avgpool_forward)(const struct dt_conv_shape *s, int n, dt_act *out, const dt_act *inp);
     void (*avgpool_backward)(const struct dt_conv_shape *s, int n, dt_act *dinp, const dt_act *dout);
+
+    /* ---- Transformer ops (nn/embedding.c, layernorm.c, attention.c, gelu.c,
+     * lm_head.c, loss.c). A sequence is an activation [n][T][C], rows = n*T.
+     * Tokens are int32 device memory, T + 1 per sample (a window of the
+     * token stream, row stride T + 1): tokens 0..T-1 are its inputs,
+     * tokens 1..T its targets. */
+    /* out[s][t][:] = wte[tok[s][t]][:] + wpe[t][:]; wte [V][C], wpe [T][C]. */
+    void (*embed_forward)(dt_act *out, const int32_t *tokens, const float *wte, const float *wpe, int n, int T,
+                          int C);
+    /* dwte += dout scattered by token (accumulates: a tied head's gradient
+     * may be there already; the caller zeroes it otherwise); dwpe = dout
+     * summed over the samples (overwrites). */
+    void (*embed_backward)(float *dwte, float *dwpe, const dt_act *dout, const int32_t *tokens, int n, int T,
+                           int C);
+    /* Layer normalization over each row of C: out = (inp - mean) * rstd *
+     * gamma + beta, the statistics in float32 (also under bf16), mean and
+     * rstd [rows] kept for backward. backward overwrites dinp, dgamma, dbeta;
+     * dinp may be dout. */
+    void (*layernorm_forward)(dt_act *out, float *mean, float *rstd, const dt_act *inp, const float *gamma,
+                              const float *beta, size_t rows, int C, float eps);
+    void (*layernorm_backward)(dt_act *dinp, float *dgamma, float *dbeta, const dt_act *dout, const dt_act *inp,
+                               const float *gamma, const float *mean, const float *rstd, size_t rows, int C);
+    /* Causal scaled dot-product attention of H heads of width D = C / H:
+     * qkv [n][T][3C] holds q | k | v per position (head h at columns h*D
+     * of each third); out [n][T][C] (head h at columns h*D); lse [n][H][T]
+     * the log-sum-exp of each query's scaled scores (q.k / sqrt(D), keys
+     * 0..t). Softmax is computed online over blocks of keys (flash
+     * attention): no T x T matrix is kept; backward recomputes the scores
+     * from qkv and lse, and overwrites dqkv. */
+    void (*attention_forward)(dt_act *out, float *lse, const dt_act *qkv, int n, int T, int C, int H);
+    void (*attention_backward)(dt_act *dqkv, const dt_act *dout, const dt_act *qkv, const dt_act *out,
+                               const float *lse, int n, int T, int C, int H);
+    /* One query of generation against a key/value cache (dtrain-generate):
+     * qkv [pos+1][3C] holds the rows of positions 0..pos of one sequence
+     * (attention_forward's qkv of one sample, q | k | v); out [C] is
+     * attention_forward's output row pos: per head, softmax over t <= pos
+     * of q_pos . k_t / sqrt(D), times v_t, the softmax computed online over
+     * the keys (nothing of size pos kept), in float32. */
+    void (*attention_decode)(dt_act *out, const dt_act *qkv, int pos, int C, int H);
+    /* GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x +
+     * 0.044715 x^3))). backward overwrites dinp (may be dout) from inp. */
+    void (*gelu_forward)(dt_act *out, const dt_act *inp, size_t n);
+    void (*gelu_backward)(dt_act *dinp, const dt_act *dout, const dt_act *inp, size_t n);
+    /* A matrix product against a weight stored [V][C] (PyTorch's Linear
+     * layout; the tied LM head's embedding table): out [rows][V] = inp
+     * [rows][C] . w^T. backward overwrites dw (dout^T . inp, [V][C]) and
+     * writes dinp = dout . w unless dinp is NULL. */
+    void (*linear_t_forward)(size_t rows, int C, int V, dt_act *out, const dt_act *inp, const float *w);
+    void (*linear_t_backward)(size_t rows, int C, int V, dt_act *dinp, float *dw, const dt_act *dout,
+                              const dt_act *inp, const float *w);
+    /* Token-level softmax cross-entropy over logits [n][T][V] against the
+     * targets in tokens (sample s, position t: tokens[s*(T+1) + t + 1]).
+     * Returns the loss summed over the n*T positions (double); *ncorrect =
+     * positions whose argmax is the target; dlogits = (softmax - onehot) *
+     * grad_scale when dlogits != NULL. */
+    double (*token_xent)(dt_act *dlogits, long *ncorrect, const dt_act *logits, const int32_t *tokens, int n,
+                         int T, int V, float grad_scale);
 
     /* Recording (--cuda-graphs); all NULL where the backend has none (CPU).
      * After capture_begin the ops are recorded, not run, until capture_end,

@@ -8,7 +8,10 @@
  * precision: the GEMM, dense and convolution checks run once per precision
  * the device accepts (fp32, bf16, fp16). Dropout draws its own mask on the
  * device, so it is checked statistically. Batchnorm's per-channel ops and
- * average pooling are compared op by op. Then the seed CNN and a small
+ * average pooling are compared op by op, and so are the transformer's
+ * (embedding, layer normalization, attention, GELU, the tied head's
+ * product, token cross-entropy) with float and 16-bit activations, and
+ * AdamW and gradient clipping's sum of squares and scaling. Then the seed CNN and a small
  * residual network (batchnorm, add, route, average pooling) train a few
  * steps on both backends from the same parameters and data (dropout 0), and
  * losses, first-step gradients, moving statistics and parameter updates
@@ -1517,6 +1520,315 @@ static void test_act16_ops(const struct act16 *a)
     test_norm16(a);
 }
 
+/* ---- the transformer's ops ------------------------------------------------- */
+
+/* Each op runs on the GPU and on the CPU backend (float activations) from
+ * the same inputs. With 16-bit activations the inputs are rounded to the
+ * type first and the CPU computes in float on those values, so the sides
+ * differ by the GPU's one rounding of each output (half a unit of the type:
+ * aeps, the type's spacing at 1, bounds it norm-wise) and by float sums
+ * taken in another order (the float tolerances: ~1e-5, 1e-4 where
+ * attention's backward sums products over the keys); at fp32 aeps is 0.
+ * Errors are norm-wise (rel_err). The embedding's forward is one float
+ * addition rounded once on both sides: exact. The GPU's backward ops run in
+ * place where the layers call them so (layernorm, GELU, token_xent). */
+struct tf_case {
+    int n, T, ch, nh, V; /* samples, positions, channels, heads, vocabulary */
+};
+static const struct tf_case tf_cases[] = {
+    {2, 67, 96, 3, 300}, /* heads 32 wide; T past the CPU's 64-row blocks and over several GPU tiles */
+    {3, 40, 128, 2, 5},  /* heads 64 wide; 5 tokens: long runs of one token in embed_backward */
+    {1, 33, 72, 3, 1000}, /* heads 24 wide: lanes past the head's columns */
+    {1, 29, 80, 1, 77},  /* one head 80 wide (the kernels' 128-wide variant) */
+};
+
+/* x rounded to the type in place (nothing at fp32) and its device copy. */
+static void *act_to_dev(int ty, float *x, size_t n)
+{
+    if (ty == DT_PREC_FP32) return to_dev(x, n);
+    void *e = encode(ty, x, n), *d = to_dev_bytes(e, dt_act_size(ty) * n);
+    free(e);
+    return d;
+}
+
+static float *act_from_dev(int ty, const void *d, size_t n)
+{
+    return ty == DT_PREC_FP32 ? from_dev(d, n) : from_dev_act(ty, d, n);
+}
+
+static void round_to(int ty, float *x, size_t n)
+{
+    if (ty != DT_PREC_FP32) free(encode(ty, x, n));
+}
+
+static int32_t *tf_tokens(int n, int T, int V, int32_t **dev)
+{
+    const size_t nt = (size_t)n * (T + 1);
+    int32_t *tok = xmalloc(sizeof(int32_t) * nt);
+    for (size_t i = 0; i < nt; i++) tok[i] = (int32_t)dt_rng_below(&rng, (uint64_t)V);
+    *dev = G->alloc(sizeof(int32_t) * nt);
+    G->upload(*dev, tok, sizeof(int32_t) * nt);
+    return tok;
+}
+
+static void tf_embed(int ty, const char *name, const struct tf_case *k, const int32_t *tok, const int32_t *tok_d)
+{
+    const int n = k->n, T = k->T, ch = k->ch, V = k->V;
+    const size_t ny = (size_t)n * T * ch, nte = (size_t)V * ch, npe = (size_t)T * ch;
+    float *wte = fill(nte, -1.0f, 1.0f), *wpe = fill(npe, -1.0f, 1.0f), *y = xmalloc(sizeof(float) * ny);
+    float *wte_d = to_dev(wte, nte), *wpe_d = to_dev(wpe, npe);
+    void *y_d = G->alloc(dt_act_size(ty) * ny);
+    C->embed_forward(y, tok, wte, wpe, n, T, ch);
+    G->embed_forward(y_d, tok_d, wte_d, wpe_d, n, T, ch);
+    round_to(ty, y, ny);
+    float *gy = act_from_dev(ty, y_d, ny);
+    check(ndiff(gy, y, ny) == 0, "tf %s embed_forward n=%d T=%d C=%d V=%d: exact (%zu differ)", name, n, T, ch, V,
+          ndiff(gy, y, ny));
+
+    /* dwte accumulates onto what it holds; dwpe is overwritten (garbage here) */
+    float *dy = fill(ny, -1.0f, 1.0f), *dwte = fill(nte, -1.0f, 1.0f), *dwpe = fill(npe, 5.0f, 6.0f);
+    void *dy_d = act_to_dev(ty, dy, ny);
+    float *dwte_d = to_dev(dwte, nte), *dwpe_d = to_dev(dwpe, npe);
+    C->embed_backward(dwte, dwpe, dy, tok, n, T, ch);
+    G->embed_backward(dwte_d, dwpe_d, dy_d, tok_d, n, T, ch);
+    float *gte = from_dev(dwte_d, nte), *gpe = from_dev(dwpe_d, npe);
+    double e1 = rel_err(gte, dwte, nte), e2 = rel_err(gpe, dwpe, npe);
+    check(e1 <= 1e-5 && e2 <= 1e-5, "tf %s embed_backward n=%d T=%d C=%d V=%d: rel err dwte (accumulated) %.1e, "
+          "dwpe %.1e (tol 1e-5)", name, n, T, ch, V, e1, e2);
+    /* no samples: dwpe cleared, dwte untouched */
+    G->embed_backward(dwte_d, dwpe_d, dy_d, tok_d, 0, T, ch);
+    float *gte0 = from_dev(dwte_d, nte), *gpe0 = from_dev(dwpe_d, npe);
+    size_t nz = 0;
+    for (size_t i = 0; i < npe; i++) nz += gpe0[i] != 0.0f;
+    check(nz == 0 && ndiff(gte0, gte, nte) == 0, "tf %s embed_backward n=0: dwpe cleared (%zu not zero), dwte "
+          "kept (%zu changed)", name, nz, ndiff(gte0, gte, nte));
+    void *bufs_d[] = {wte_d, wpe_d, y_d, dy_d, dwte_d, dwpe_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {wte, wpe, y, gy, dy, dwte, dwpe, gte, gpe, gte0, gpe0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+static void tf_layernorm(int ty, const char *name, double aeps, size_t rows, int ch)
+{
+    const size_t nx = rows * (size_t)ch;
+    const float eps = 1e-5f;
+    float *x = fill(nx, -2.0f, 3.0f), *gam = fill((size_t)ch, 0.5f, 1.5f), *bet = fill((size_t)ch, -0.5f, 0.5f);
+    float *y = xmalloc(sizeof(float) * nx), *mean = xmalloc(sizeof(float) * rows), *rstd = xmalloc(sizeof(float) * rows);
+    void *x_d = act_to_dev(ty, x, nx), *y_d = G->alloc(dt_act_size(ty) * nx);
+    float *gam_d = to_dev(gam, (size_t)ch), *bet_d = to_dev(bet, (size_t)ch);
+    float *mean_d = G->alloc(sizeof(float) * rows), *rstd_d = G->alloc(sizeof(float) * rows);
+    C->layernorm_forward(y, mean, rstd, x, gam, bet, rows, ch, eps);
+    G->layernorm_forward(y_d, mean_d, rstd_d, x_d, gam_d, bet_d, rows, ch, eps);
+    float *gy = act_from_dev(ty, y_d, nx), *gm = from_dev(mean_d, rows), *gr = from_dev(rstd_d, rows);
+    double ey = rel_err(gy, y, nx), em = rel_err(gm, mean, rows), er = rel_err(gr, rstd, rows);
+    check(ey <= 1e-5 + aeps && em <= 1e-5 && er <= 1e-5, "tf %s layernorm_forward rows=%zu C=%d: rel err out %.1e "
+          "(tol %.0e), mean %.1e, rstd %.1e (tol 1e-5)", name, rows, ch, ey, 1e-5 + aeps, em, er);
+
+    float *dy = fill(nx, -1.0f, 1.0f), *dx = xmalloc(sizeof(float) * nx);
+    float *dg = xmalloc(sizeof(float) * ch), *db = xmalloc(sizeof(float) * ch);
+    void *dy_d = act_to_dev(ty, dy, nx);
+    float *dg_d = to_dev(gam, (size_t)ch), *db_d = to_dev(gam, (size_t)ch); /* garbage to overwrite */
+    C->layernorm_backward(dx, dg, db, dy, x, gam, mean, rstd, rows, ch);
+    G->layernorm_backward(dy_d, dg_d, db_d, dy_d, x_d, gam_d, mean_d, rstd_d, rows, ch); /* in place */
+    float *gdx = act_from_dev(ty, dy_d, nx), *gdg = from_dev(dg_d, (size_t)ch), *gdb = from_dev(db_d, (size_t)ch);
+    double ex = rel_err(gdx, dx, nx), eg = rel_err(gdg, dg, (size_t)ch), eb = rel_err(gdb, db, (size_t)ch);
+    check(ex <= 2e-5 + aeps && eg <= 1e-5 && eb <= 1e-5, "tf %s layernorm_backward rows=%zu C=%d in place: rel err "
+          "dinp %.1e (tol %.0e), dgamma %.1e, dbeta %.1e (tol 1e-5)", name, rows, ch, ex, 2e-5 + aeps, eg, eb);
+    void *bufs_d[] = {x_d, y_d, gam_d, bet_d, mean_d, rstd_d, dy_d, dg_d, db_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {x, gam, bet, y, mean, rstd, gy, gm, gr, dy, dx, dg, db, gdx, gdg, gdb};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* The CPU's backward gets the GPU's (rounded) forward output, so that both
+ * take Di = rowsum(dO * O) from the same values; lse is each side's own. */
+static void tf_attention(int ty, const char *name, double aeps, const struct tf_case *k)
+{
+    const int n = k->n, T = k->T, ch = k->ch, nh = k->nh;
+    const size_t nq = (size_t)n * T * 3 * ch, no = (size_t)n * T * ch, nl = (size_t)n * nh * T;
+    float *qkv = fill(nq, -2.0f, 2.0f), *o = xmalloc(sizeof(float) * no), *lse = xmalloc(sizeof(float) * nl);
+    void *qkv_d = act_to_dev(ty, qkv, nq), *o_d = G->alloc(dt_act_size(ty) * no);
+    float *lse_d = G->alloc(sizeof(float) * nl);
+    C->attention_forward(o, lse, qkv, n, T, ch, nh);
+    G->attention_forward(o_d, lse_d, qkv_d, n, T, ch, nh);
+    float *go = act_from_dev(ty, o_d, no), *gl = from_dev(lse_d, nl);
+    double eo = rel_err(go, o, no), el = rel_err(gl, lse, nl);
+    check(eo <= 1e-5 + aeps && el <= 1e-5, "tf %s attention_forward n=%d T=%d C=%d H=%d: rel err out %.1e (tol %.0e), "
+          "lse %.1e (tol 1e-5)", name, n, T, ch, nh, eo, 1e-5 + aeps, el);
+
+    float *dy = fill(no, -1.0f, 1.0f), *dq = fill(nq, 5.0f, 6.0f);
+    void *dy_d = act_to_dev(ty, dy, no), *dq_d = act_to_dev(ty, dq, nq); /* garbage to overwrite */
+    C->attention_backward(dq, dy, qkv, go, lse, n, T, ch, nh);
+    G->attention_backward(dq_d, dy_d, qkv_d, o_d, lse_d, n, T, ch, nh);
+    float *gdq = act_from_dev(ty, dq_d, nq);
+    double ed = rel_err(gdq, dq, nq);
+    check(ed <= 1e-4 + aeps, "tf %s attention_backward n=%d T=%d C=%d H=%d: rel err dqkv %.1e (tol %.0e)", name, n, T,
+          ch, nh, ed, 1e-4 + aeps);
+    void *bufs_d[] = {qkv_d, o_d, lse_d, dy_d, dq_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {qkv, o, lse, go, gl, dy, dq, gdq};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* The two sides write the same function differently (tanh on the GPU,
+ * 1 / (1 + e^-2u) on the CPU): float-level differences. */
+static void tf_gelu(int ty, const char *name, double aeps)
+{
+    const size_t n = 100003;
+    float *x = fill(n, -6.0f, 6.0f), *dy = fill(n, -1.0f, 1.0f);
+    float *y = xmalloc(sizeof(float) * n), *dx = xmalloc(sizeof(float) * n);
+    void *x_d = act_to_dev(ty, x, n), *dy_d = act_to_dev(ty, dy, n), *y_d = G->alloc(dt_act_size(ty) * n);
+    C->gelu_forward(y, x, n);
+    G->gelu_forward(y_d, x_d, n);
+    C->gelu_backward(dx, dy, x, n);
+    G->gelu_backward(dy_d, dy_d, x_d, n); /* in place */
+    float *gy = act_from_dev(ty, y_d, n), *gdx = act_from_dev(ty, dy_d, n);
+    double ey = rel_err(gy, y, n), ed = rel_err(gdx, dx, n);
+    check(ey <= 1e-5 + aeps && ed <= 1e-5 + aeps, "tf %s gelu n=%zu: rel err forward %.1e, backward in place %.1e "
+          "(tol %.0e)", name, n, ey, ed, 1e-5 + aeps);
+    G->free(x_d);
+    G->free(dy_d);
+    G->free(y_d);
+    void *bufs[] = {x, dy, y, dx, gy, gdx};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* A product: the GEMM tolerance of the precision (16-bit operands). */
+static void tf_linear_t(int ty, const char *name, double aeps, double gemm_tol, size_t rows, int ch, int V)
+{
+    const size_t nx = rows * (size_t)ch, ny = rows * (size_t)V, nw = (size_t)V * ch;
+    float *x = fill(nx, -1.0f, 1.0f), *w = fill(nw, -0.2f, 0.2f), *dy = fill(ny, -1.0f, 1.0f);
+    float *y = xmalloc(sizeof(float) * ny), *dx = xmalloc(sizeof(float) * nx), *dw = xmalloc(sizeof(float) * nw);
+    void *x_d = act_to_dev(ty, x, nx), *dy_d = act_to_dev(ty, dy, ny);
+    void *y_d = G->alloc(dt_act_size(ty) * ny), *dx_d = G->alloc(dt_act_size(ty) * nx);
+    float *w_d = to_dev(w, nw), *dw_d = to_dev(w, nw); /* garbage to overwrite */
+    C->linear_t_forward(rows, ch, V, y, x, w);
+    G->linear_t_forward(rows, ch, V, y_d, x_d, w_d);
+    C->linear_t_backward(rows, ch, V, dx, dw, dy, x, w);
+    G->linear_t_backward(rows, ch, V, dx_d, dw_d, dy_d, x_d, w_d);
+    float *gy = act_from_dev(ty, y_d, ny), *gdx = act_from_dev(ty, dx_d, nx), *gdw = from_dev(dw_d, nw);
+    double ey = rel_err(gy, y, ny), ex = rel_err(gdx, dx, nx), ew = rel_err(gdw, dw, nw);
+    check(ey <= gemm_tol + aeps && ex <= gemm_tol + aeps && ew <= gemm_tol, "tf %s linear_t rows=%zu C=%d V=%d: rel "
+          "err out %.1e, dinp %.1e (tol %.0e), dw %.1e (tol %.0e)", name, rows, ch, V, ey, ex, gemm_tol + aeps, ew,
+          gemm_tol);
+    /* without dinp; then no rows: dw cleared */
+    G->upload(dw_d, w, sizeof(float) * nw);
+    G->linear_t_backward(rows, ch, V, NULL, dw_d, dy_d, x_d, w_d);
+    float *gdw2 = from_dev(dw_d, nw);
+    G->linear_t_backward(0, ch, V, NULL, dw_d, dy_d, x_d, w_d);
+    float *gdw0 = from_dev(dw_d, nw);
+    size_t nz = 0;
+    for (size_t i = 0; i < nw; i++) nz += gdw0[i] != 0.0f;
+    check(ndiff(gdw2, gdw, nw) == 0 && nz == 0, "tf %s linear_t_backward without dinp: dw the same (%zu differ); "
+          "rows=0: dw cleared (%zu not zero)", name, ndiff(gdw2, gdw, nw), nz);
+    void *bufs_d[] = {x_d, dy_d, y_d, dx_d, w_d, dw_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {x, w, dy, y, dx, dw, gy, gdx, gdw, gdw2, gdw0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* Loss and counts from the same logits on both sides; a tie (the first
+ * maximal class predicts) at position 1 of sample 0, whose target is the
+ * first of the tied classes. Without dlogits and in place (dlogits =
+ * logits) the GPU gives the same numbers, bit for bit. */
+static void tf_token_xent(int ty, const char *name, double aeps, const struct tf_case *k, int32_t *tok,
+                          int32_t *tok_d)
+{
+    const int n = k->n, T = k->T, V = k->V;
+    const size_t rows = (size_t)n * T, nz = rows * (size_t)V, es = dt_act_size(ty);
+    const float scale = 1.0f / (float)rows;
+    float *z = fill(nz, -5.0f, 5.0f), *dz = xmalloc(sizeof(float) * nz);
+    const int32_t keep = tok[2];
+    if (V >= 3) {
+        z[(size_t)V + 0] = z[(size_t)V + 2] = 6.0f;
+        tok[2] = 0;
+        G->upload(tok_d + 2, tok + 2, sizeof(int32_t));
+    }
+    void *z_d = act_to_dev(ty, z, nz), *dz_d = G->alloc(es * nz);
+    long cc = 7, gc = 7, gc2 = 7, gc3 = 7;
+    double lc = C->token_xent(dz, &cc, z, tok, n, T, V, scale);
+    double lg = G->token_xent(dz_d, &gc, z_d, tok_d, n, T, V, scale);
+    float *gdz = act_from_dev(ty, dz_d, nz);
+    double el = fabs(lg - lc) / fmax(1.0, fabs(lc)), ed = rel_err(gdz, dz, nz);
+    check(el <= 1e-5 && gc == cc && ed <= 1e-5 + aeps, "tf %s token_xent n=%d T=%d V=%d: loss %.8g vs %.8g (rel "
+          "%.1e, tol 1e-5), correct %ld vs %ld, dlogits rel err %.1e (tol %.0e)", name, n, T, V, lg, lc, el, gc, cc, ed,
+          1e-5 + aeps);
+    double lg2 = G->token_xent(NULL, &gc2, z_d, tok_d, n, T, V, scale);
+    double lg3 = G->token_xent(z_d, &gc3, z_d, tok_d, n, T, V, scale); /* in place */
+    float *gdz3 = act_from_dev(ty, z_d, nz);
+    check(lg2 == lg && lg3 == lg && gc2 == gc && gc3 == gc && ndiff(gdz3, gdz, nz) == 0, "tf %s token_xent without "
+          "dlogits and in place: the same loss (%s), counts (%ld, %ld) and dlogits (%zu differ)", name,
+          lg2 == lg && lg3 == lg ? "yes" : "no", gc2, gc3, ndiff(gdz3, gdz, nz));
+    if (V >= 3) {
+        tok[2] = keep;
+        G->upload(tok_d + 2, tok + 2, sizeof(int32_t));
+    }
+    G->free(z_d);
+    G->free(dz_d);
+    void *bufs[] = {z, dz, gdz, gdz3};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+/* Every op with activations of type ty (the device's act_type() now). */
+static void test_transformer(int ty, const char *name, double aeps, double gemm_tol)
+{
+    for (size_t i = 0; i < sizeof tf_cases / sizeof *tf_cases; i++) {
+        const struct tf_case *k = &tf_cases[i];
+        int32_t *tok_d;
+        int32_t *tok = tf_tokens(k->n, k->T, k->V, &tok_d);
+        const size_t rows = (size_t)k->n * k->T;
+        tf_embed(ty, name, k, tok, tok_d);
+        tf_layernorm(ty, name, aeps, rows, k->ch);
+        tf_attention(ty, name, aeps, k);
+        tf_linear_t(ty, name, aeps, gemm_tol, rows, k->ch, k->V);
+        tf_token_xent(ty, name, aeps, k, tok, tok_d);
+        G->free(tok_d);
+        free(tok);
+    }
+    tf_layernorm(ty, name, aeps, 4096, 768); /* dgamma, dbeta folded from many row slices */
+    tf_gelu(ty, name, aeps);
+}
+
+/* AdamW against the CPU's (compared as adam_update is: the updates, not the
+ * parameters); the sum of squares in double (the same products, summed in
+ * another order); scale exact. */
+static void test_adamw(void)
+{
+    const size_t n = 10007;
+    float *p = fill(n, -1.0f, 1.0f), *m = fill(n, -1e-3f, 1e-3f), *v = fill(n, 0.0f, 1e-5f);
+    float *g = fill(n, -1e-2f, 1e-2f), *p0 = dup(p, n);
+    float *p_d = to_dev(p, n), *m_d = to_dev(m, n), *v_d = to_dev(v, n), *g_d = to_dev(g, n);
+    C->adamw_update(p, m, v, g, n, 3e-4f, 0.9f, 0.999f, 1e-7f, 3e-5f);
+    G->adamw_update(p_d, m_d, v_d, g_d, n, 3e-4f, 0.9f, 0.999f, 1e-7f, 3e-5f);
+    float *gp = from_dev(p_d, n), *gm = from_dev(m_d, n), *gv = from_dev(v_d, n);
+    for (size_t i = 0; i < n; i++) {
+        gp[i] -= p0[i];
+        p[i] -= p0[i];
+    }
+    double ep = rel_err(gp, p, n), em = rel_err(gm, m, n), ev = rel_err(gv, v, n);
+    check(ep <= 1e-3 && em <= 1e-6 && ev <= 1e-6, "adamw_update: rel err update %.1e (tol 1e-3), m %.1e, v %.1e "
+          "(tol 1e-6)", ep, em, ev);
+    const size_t sizes[] = {1, 1000, 10007, (size_t)1 << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const size_t ns = sizes[k];
+        float *x = fill(ns, -3.0f, 3.0f), *x_d = to_dev(x, ns);
+        double sc = C->sum_squares(x, ns), sg = G->sum_squares(x_d, ns), e = fabs(sg - sc) / sc;
+        check(e <= 1e-12, "sum_squares n=%zu: %.15g vs %.15g (rel %.1e, tol 1e-12)", ns, sg, sc, e);
+        C->scale(x, ns, 0.37f);
+        G->scale(x_d, ns, 0.37f);
+        float *gx = from_dev(x_d, ns);
+        check(ndiff(gx, x, ns) == 0, "scale n=%zu: exact (%zu differ)", ns, ndiff(gx, x, ns));
+        G->free(x_d);
+        free(x);
+        free(gx);
+    }
+    check(G->sum_squares(g_d, 0) == 0.0, "sum_squares n=0: 0");
+    void *bufs_d[] = {p_d, m_d, v_d, g_d};
+    for (size_t i = 0; i < sizeof bufs_d / sizeof *bufs_d; i++) G->free(bufs_d[i]);
+    void *bufs[] = {p, m, v, g, p0, gp, gm, gv};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
 /* ---- training: the seed CNN and a residual network ------------------------- */
 
 /* A residual network with every residual-network layer (batchnorm with and without
@@ -1595,9 +1907,9 @@ static void train_both(const struct tol *t, const struct dt_backend *ref, const 
         dt_model_backward(mc, n, &drop_c);
         dt_model_backward(mg, n, &drop_g);
         double el = fabs(lg.loss_sum - lc.loss_sum) / fabs(lc.loss_sum);
-        long dc = lg.correct - lc.correct;
+        long dc = (long)(lg.correct - lc.correct);
         check(el <= t->loss && labs(dc) <= (t->prec == DT_PREC_FP32 ? 1 : n / 8 + 1),
-              "train %s %s %s step %d n=%d: loss %.6f vs %.6f (rel %.1e, tol %.0e), correct %ld vs %ld", what,
+              "train %s %s %s step %d n=%d: loss %.6f vs %.6f (rel %.1e, tol %.0e), correct %.0f vs %.0f", what,
               t->name, optname, step, n, lg.loss_sum, lc.loss_sum, el, t->loss, lg.correct, lc.correct);
         if (step == 0) {
             float *gg = from_dev(mg->grads, np);
@@ -1720,7 +2032,7 @@ static void test_graph_steps(void)
         float *ga = from_dev(ma.grads, np), *gb = from_dev(mb.grads, np);
         size_t d = ndiff(ga, gb, np);
         check(la.loss_sum == lb.loss_sum && la.correct == lb.correct && d == 0 && !memcmp(&ra, &rb, sizeof ra),
-              "graph %s step %d n=%d (%s): loss %.9g vs %.9g, correct %ld vs %ld, %zu of %zu gradients differ, "
+              "graph %s step %d n=%d (%s): loss %.9g vs %.9g, correct %.0f vs %.0f, %zu of %zu gradients differ, "
               "random streams %s", act, step, n, sg.replayed > replays ? "replayed" : "plain", lb.loss_sum,
               la.loss_sum, lb.correct, la.correct, d, np, memcmp(&ra, &rb, sizeof ra) ? "differ" : "agree");
         free(ga);
@@ -1843,6 +2155,8 @@ int main(void)
     test_pool();
     test_channel_ops();
     test_avgpool();
+    test_transformer(DT_PREC_FP32, "fp32", 0.0, tol_for(DT_PREC_FP32)->gemm);
+    test_adamw();
 
     for (size_t i = 0; i < sizeof tolerances / sizeof *tolerances; i++) {
         const struct tol *t = &tolerances[i];
@@ -1855,6 +2169,11 @@ int main(void)
         test_conv(t);
         test_training(t, C, "cnn", "sgd", t->train);
         test_residual_training(t, C, "residual");
+        if (t->prec != DT_PREC_FP32) { /* the tied head's products with float activations, 16-bit operands */
+            char nm[48];
+            snprintf(nm, sizeof nm, "fp32 act, %s GEMM", t->name);
+            tf_linear_t(DT_PREC_FP32, nm, 0.0, t->gemm, 67, 96, 300);
+        }
         if (t->prec == DT_PREC_FP32) test_training(t, C, "cnn", "adam", 5e-2);
     }
 
@@ -1886,6 +2205,9 @@ int main(void)
               dt_precision_name(gt), dt_precision_name(rt));
         if (gt != a->type || rt != a->type) continue;
         test_act16_ops(a);
+        char nm[48];
+        snprintf(nm, sizeof nm, "%s act", a->name);
+        test_transformer(a->type, nm, a->eps, a->t->gemm);
         test_training(a->t, R, "cnn, 16-bit activations", "sgd", a->t->train);
         test_residual_training(a->t, R, "residual, 16-bit activations");
     }

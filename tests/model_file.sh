@@ -48,7 +48,7 @@ bad() { # bad CODE PATTERN CONTENT
   printf '%s\n' "$3" >"$T/bad.cfg"
   expect_fail "$1" "$2" 2 $args --model "$T/bad.cfg"
 }
-bad 2 "bad.cfg:2: unknown section \[conv3d\] (expected conv2d, maxpool, avgpool, global_avgpool, dense, relu, dropout, batchnorm, add, route, flatten or reshape)" "# x
+bad 2 "bad.cfg:2: unknown section \[conv3d\] (expected conv2d, maxpool, avgpool, global_avgpool, dense, relu, dropout, batchnorm, add, route, flatten, reshape, embedding, layernorm, attention, linear, gelu or lm_head)" "# x
 [conv3d]"
 bad 2 "bad.cfg:3: \[dense\] has no key 'filters' (expected: units activation)" "[dense]
 units = 10

@@ -185,6 +185,57 @@ static void avgpool_backward(const struct dt_conv_shape *s, int n, dt_act *dinp,
     cpu_avgpool_backward(s, n, dinp, dout, cpu_act_bf16);
 }
 
+static void embed_forward(dt_act *o, const int32_t *tok, const float *wte, const float *wpe, int n, int T, int C)
+{
+    cpu_embed_forward(o, tok, wte, wpe, n, T, C, cpu_act_bf16);
+}
+static void embed_backward(float *dwte, float *dwpe, const dt_act *dout, const int32_t *tok, int n, int T, int C)
+{
+    cpu_embed_backward(dwte, dwpe, dout, tok, n, T, C, cpu_act_bf16);
+}
+static void layernorm_forward(dt_act *o, float *mean, float *rstd, const dt_act *inp, const float *g, const float *b,
+                              size_t rows, int C, float eps)
+{
+    cpu_layernorm_forward(o, mean, rstd, inp, g, b, rows, C, eps, cpu_act_bf16);
+}
+static void layernorm_backward(dt_act *dinp, float *dg, float *db, const dt_act *dout, const dt_act *inp,
+                               const float *g, const float *mean, const float *rstd, size_t rows, int C)
+{
+    cpu_layernorm_backward(dinp, dg, db, dout, inp, g, mean, rstd, rows, C, cpu_act_bf16);
+}
+static void attention_forward(dt_act *o, float *lse, const dt_act *qkv, int n, int T, int C, int H)
+{
+    cpu_attention_forward(o, lse, qkv, n, T, C, H, cpu_act_bf16);
+}
+static void attention_backward(dt_act *dqkv, const dt_act *dout, const dt_act *qkv, const dt_act *o,
+                               const float *lse, int n, int T, int C, int H)
+{
+    cpu_attention_backward(dqkv, dout, qkv, o, lse, n, T, C, H, cpu_act_bf16);
+}
+static void attention_decode(dt_act *o, const dt_act *qkv, int pos, int C, int H)
+{
+    cpu_attention_decode(o, qkv, pos, C, H, cpu_act_bf16);
+}
+static void gelu_forward(dt_act *o, const dt_act *inp, size_t n) { cpu_gelu_forward(o, inp, n, cpu_act_bf16); }
+static void gelu_backward(dt_act *dinp, const dt_act *dout, const dt_act *inp, size_t n)
+{
+    cpu_gelu_backward(dinp, dout, inp, n, cpu_act_bf16);
+}
+static void linear_t_forward(size_t rows, int C, int V, dt_act *o, const dt_act *inp, const float *w)
+{
+    cpu_linear_t_forward(rows, C, V, o, inp, w, cpu_act_bf16);
+}
+static void linear_t_backward(size_t rows, int C, int V, dt_act *dinp, float *dw, const dt_act *dout,
+                              const dt_act *inp, const float *w)
+{
+    cpu_linear_t_backward(rows, C, V, dinp, dw, dout, inp, w, cpu_act_bf16);
+}
+static double token_xent(dt_act *dlogits, long *ncorrect, const dt_act *logits, const int32_t *tok, int n, int T,
+                         int V, float grad_scale)
+{
+    return cpu_token_xent(dlogits, ncorrect, logits, tok, n, T, V, grad_scale, cpu_act_bf16);
+}
+
 const struct dt_backend dt_backend_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -220,6 +271,9 @@ const struct dt_backend dt_backend_cpu = {
     .images_to_float = images_to_float,
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
+    .adamw_update = cpu_adamw_update,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
     .unscale_check = cpu_unscale_check,
     .accumulate = cpu_accumulate,
     .act_add = act_add,
@@ -228,4 +282,16 @@ const struct dt_backend dt_backend_cpu = {
     .channel_affine = channel_affine,
     .avgpool_forward = avgpool_forward,
     .avgpool_backward = avgpool_backward,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .attention_decode = attention_decode,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .linear_t_forward = linear_t_forward,
+    .linear_t_backward = linear_t_backward,
+    .token_xent = token_xent,
 };

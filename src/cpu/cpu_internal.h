@@ -112,6 +112,38 @@ int cpu_fast_affine(void *out, const void *a, const void *b, size_t rows, int c,
 int cpu_fast_sums(double *s1, double *s2, void *a, const void *b, const void *relu_out, size_t rows, int c, int bf);
 int cpu_fast_add_bf16(void *dst, const void *src, size_t n);
 
+/* cpu_transformer.c: the transformer's row-wise ops (backend.h), on both
+ * activation types (bf): embedding, layer normalization, GELU, the
+ * transposed-weight product of the tied head, token cross-entropy. */
+void cpu_embed_forward(void *out, const int32_t *tokens, const float *wte, const float *wpe, int n, int T, int C,
+                       int bf);
+void cpu_embed_backward(float *dwte, float *dwpe, const void *dout, const int32_t *tokens, int n, int T, int C,
+                        int bf);
+void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *gamma,
+                           const float *beta, size_t rows, int C, float eps, int bf);
+void cpu_layernorm_backward(void *dinp, float *dgamma, float *dbeta, const void *dout, const void *inp,
+                            const float *gamma, const float *mean, const float *rstd, size_t rows, int C, int bf);
+void cpu_gelu_forward(void *out, const void *inp, size_t n, int bf);
+void cpu_gelu_backward(void *dinp, const void *dout, const void *inp, size_t n, int bf);
+void cpu_linear_t_forward(size_t rows, int C, int V, void *out, const void *inp, const float *w, int bf);
+void cpu_linear_t_backward(size_t rows, int C, int V, void *dinp, float *dw, const void *dout, const void *inp,
+                           const float *w, int bf);
+double cpu_token_xent(void *dlogits, long *ncorrect, const void *logits, const int32_t *tokens, int n, int T,
+                      int V, float grad_scale, int bf);
+
+/* cpu_attention.c: causal flash attention (backend.h), both activation types. */
+void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T, int C, int H, int bf);
+void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                            int n, int T, int C, int H, int bf);
+/* cpu_decode.c: one query against the key/value cache (backend.h's attention_decode). */
+void cpu_attention_decode(void *out, const void *qkv, int pos, int C, int H, int bf);
+
+/* cpu_kernels.c: AdamW, and the sum of squares and scaling of gradient clipping. */
+void cpu_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha, float beta1,
+                      float beta2, float eps, float decay);
+double cpu_sum_squares(const float *x, size_t n);
+void cpu_scale(float *x, size_t n, float s);
+
 /* cpu_setup.c: setup(); the precision it chose (enum dt_precision), and
  * whether this CPU has bf16 dot-product instructions; the process's one
  * oneDNN engine and stream, made on first use (the convolutions and the

@@ -109,9 +109,10 @@ static const uint16_t *to_bf16_dense(struct bf16_buf *b, const float *x, int row
 }
 
 /* matmul primitives by shape. A dense layer makes three products per batch
- * size (full batches, the remainder, evaluation), so 16 hold a model's
- * worth; the least recently used goes. */
-#define GEMM_CACHE 16
+ * size (full batches, the remainder, evaluation); a transformer block's
+ * four projections twelve, the LM head three more, again at evaluation's
+ * batch: 64 hold a model's worth; the least recently used goes. */
+#define GEMM_CACHE 64
 
 struct gemm_prim {
     int transa, transb, m, n, k, ldc;
@@ -350,4 +351,39 @@ DT_MULTIVERSION void cpu_sgd_update(float *param, float *velocity, const float *
         velocity[i] = momentum * velocity[i] - lr * grad[i];
         param[i] += velocity[i];
     }
+}
+
+/* AdamW: the decoupled decay (decay = lr x weight decay), then exactly
+ * cpu_adam_update's step. */
+DT_MULTIVERSION void cpu_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha,
+                                      float beta1, float beta2, float eps, float decay)
+{
+    const float c1 = 1.0f - beta1, c2 = 1.0f - beta2;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        param[i] -= decay * param[i];
+        m[i] += (g - m[i]) * c1;
+        v[i] += (g * g - v[i]) * c2;
+        param[i] -= m[i] * alpha / (sqrtf(v[i]) + eps);
+    }
+}
+
+/* In double, over 8 partial sums so the loop vectorizes (a single running
+ * sum is a chain the compiler may not reorder). */
+#define SQ_LANES 8
+DT_MULTIVERSION double cpu_sum_squares(const float *x, size_t n)
+{
+    double acc[SQ_LANES] = {0};
+    size_t i = 0;
+    for (; i + SQ_LANES <= n; i += SQ_LANES)
+        for (int l = 0; l < SQ_LANES; l++) acc[l] += (double)x[i + l] * (double)x[i + l];
+    double s = 0.0;
+    for (int l = 0; l < SQ_LANES; l++) s += acc[l];
+    for (; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+DT_MULTIVERSION void cpu_scale(float *x, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++) x[i] *= s;
 }

@@ -3,7 +3,8 @@
  *
  * Everything is queued on the one compute stream (gpu_internal.h), so ops
  * return before their work is done; download() and the ops that return a
- * value (softmax_xent, unscale_check) wait for the stream.
+ * value (softmax_xent, token_xent, sum_squares, unscale_check) wait for the
+ * stream.
  *
  * upload() is cudaMemcpyAsync on the stream. From pageable memory CUDA
  * copies the source into a staging buffer before returning, so the caller
@@ -182,6 +183,9 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .images_to_float = gpu_images_to_float,
     .adam_update = gpu_adam_update,
     .sgd_update = gpu_sgd_update,
+    .adamw_update = gpu_adamw_update,
+    .sum_squares = gpu_sum_squares,
+    .scale = gpu_scale,
     .unscale_check = gpu_unscale_check,
     .accumulate = gpu_accumulate,
     .act_add = gpu_act_add,
@@ -190,6 +194,18 @@ extern "C" const struct dt_backend dt_backend_cuda = {
     .channel_affine = gpu_channel_affine,
     .avgpool_forward = gpu_avgpool_forward,
     .avgpool_backward = gpu_avgpool_backward,
+    .embed_forward = gpu_embed_forward,
+    .embed_backward = gpu_embed_backward,
+    .layernorm_forward = gpu_layernorm_forward,
+    .layernorm_backward = gpu_layernorm_backward,
+    .attention_forward = gpu_attention_forward,
+    .attention_backward = gpu_attention_backward,
+    .attention_decode = gpu_attention_decode,
+    .gelu_forward = gpu_gelu_forward,
+    .gelu_backward = gpu_gelu_backward,
+    .linear_t_forward = gpu_linear_t_forward,
+    .linear_t_backward = gpu_linear_t_backward,
+    .token_xent = gpu_token_xent,
     .capture_begin = gpu_capture_begin,
     .capture_end = gpu_capture_end,
     .graph_run = gpu_graph_run,

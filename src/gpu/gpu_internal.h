@@ -207,4 +207,29 @@ void gpu_channel_affine(dt_act *out, const dt_act *a, const dt_act *b, size_t ro
 void gpu_avgpool_forward(const struct dt_conv_shape *s, int n, dt_act *out, const dt_act *inp);
 void gpu_avgpool_backward(const struct dt_conv_shape *s, int n, dt_act *dinp, const dt_act *dout);
 
+/* gpu_transformer.cu: the transformer's ops (backend.h), AdamW and the
+ * pieces of gradient clipping */
+void gpu_embed_forward(dt_act *out, const int32_t *tokens, const float *wte, const float *wpe, int n, int T, int C);
+void gpu_embed_backward(float *dwte, float *dwpe, const dt_act *dout, const int32_t *tokens, int n, int T, int C);
+void gpu_layernorm_forward(dt_act *out, float *mean, float *rstd, const dt_act *inp, const float *gamma,
+                           const float *beta, size_t rows, int C, float eps);
+void gpu_layernorm_backward(dt_act *dinp, float *dgamma, float *dbeta, const dt_act *dout, const dt_act *inp,
+                            const float *gamma, const float *mean, const float *rstd, size_t rows, int C);
+void gpu_attention_forward(dt_act *out, float *lse, const dt_act *qkv, int n, int T, int C, int H);
+void gpu_attention_backward(dt_act *dqkv, const dt_act *dout, const dt_act *qkv, const dt_act *out, const float *lse,
+                            int n, int T, int C, int H);
+/* gpu_decode.cu: one query against the key/value cache (backend.h's attention_decode) */
+void gpu_attention_decode(dt_act *out, const dt_act *qkv, int pos, int C, int H);
+void gpu_gelu_forward(dt_act *out, const dt_act *inp, size_t n);
+void gpu_gelu_backward(dt_act *dinp, const dt_act *dout, const dt_act *inp, size_t n);
+void gpu_linear_t_forward(size_t rows, int C, int V, dt_act *out, const dt_act *inp, const float *w);
+void gpu_linear_t_backward(size_t rows, int C, int V, dt_act *dinp, float *dw, const dt_act *dout, const dt_act *inp,
+                           const float *w);
+double gpu_token_xent(dt_act *dlogits, long *ncorrect, const dt_act *logits, const int32_t *tokens, int n, int T,
+                      int V, float grad_scale);
+void gpu_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float alpha, float beta1,
+                      float beta2, float eps, float decay);
+double gpu_sum_squares(const float *x, size_t n);
+void gpu_scale(float *x, size_t n, float s);
+
 #endif

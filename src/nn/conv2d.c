@@ -85,12 +85,22 @@ static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *
     c->be->conv_backward(s->plan, c->n, dinp, dparams, dparams + nw, dout, inp, params);
 }
 
+/* AdamW decays the kernel, not the bias. */
+static int conv2d_decayed(const struct dt_layer *l, size_t *off, size_t *len, int max)
+{
+    if (max < 1) return 0;
+    off[0] = 0;
+    len[0] = l->nparams - (size_t)l->spec.filters;
+    return 1;
+}
+
 const struct dt_layer_ops dt_conv2d_ops = {
     .type = "conv2d",
     .setup = conv2d_setup,
     .create = conv2d_create,
     .destroy = conv2d_destroy,
     .init = conv2d_init,
+    .decayed = conv2d_decayed,
     .forward = conv2d_forward,
     .backward = conv2d_backward,
 };

@@ -38,10 +38,20 @@ static void dense_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *d
     c->be->dense_backward(c->n, in, units, dinp, dparams, dparams + (size_t)in * units, dout, inp, params);
 }
 
+/* AdamW decays the kernel, not the bias. */
+static int dense_decayed(const struct dt_layer *l, size_t *off, size_t *len, int max)
+{
+    if (max < 1) return 0;
+    off[0] = 0;
+    len[0] = dt_shape_size(l->in) * (size_t)l->out.c;
+    return 1;
+}
+
 const struct dt_layer_ops dt_dense_ops = {
     .type = "dense",
     .setup = dense_setup,
     .init = dense_init,
+    .decayed = dense_decayed,
     .forward = dense_forward,
     .backward = dense_backward,
 };

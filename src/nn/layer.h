@@ -16,20 +16,25 @@
 #include "runtime/status.h"
 #include "tensor.h"
 
-enum dt_activation { DT_ACT_NONE = 0, DT_ACT_RELU = 1 };
+enum dt_activation { DT_ACT_NONE = 0, DT_ACT_RELU = 1, DT_ACT_GELU = 2 };
 
 /* What a layer is asked to be; each type reads the fields it needs. */
 struct dt_layer_spec {
     const char *type;   /* "conv2d", "maxpool", "avgpool", "global_avgpool", "dense", "relu",
-                           "dropout", "batchnorm", "add", "route", "flatten", "reshape" */
-    int filters;        /* conv2d: output channels; dense: units */
+                           "dropout", "batchnorm", "add", "route", "flatten", "reshape",
+                           "embedding", "layernorm", "attention", "linear", "gelu", "lm_head" */
+    int filters;        /* conv2d: output channels; dense, linear: units; embedding: width */
+    int vocab;          /* embedding: tokens in the vocabulary (the data's) */
+    int block;          /* embedding: block_size, the positions of a window */
+    int heads;          /* attention: heads (dividing the width) */
+    int tied;           /* lm_head: 1 shares the embedding's table (GPT-2's), 0 a matrix of its own */
     int kernel;         /* conv2d/maxpool window size */
     int stride;         /* 0 = default (1 for conv2d, the window for maxpool) */
     int same;           /* conv2d: 'same' padding instead of 'valid' */
     int activation;     /* conv2d, dense: fused activation */
     float rate;         /* dropout */
     float momentum;     /* batchnorm: moving-average momentum (0 = Keras's 0.99) */
-    float epsilon;      /* batchnorm: added to the variance (0 = Keras's 1e-3) */
+    float epsilon;      /* batchnorm: added to the variance (0 = Keras's 1e-3); layernorm (0 = 1e-5) */
     int from;           /* add, route: the output of the layer `from` places back (-1 = the
                            previous layer's, which is also this layer's input) */
     struct dt_shape shape; /* reshape: the output shape */
@@ -58,6 +63,13 @@ struct dt_layer_ops {
     int (*setup)(struct dt_layer *l, const struct dt_layer_spec *spec, dt_status *st);
     /* Allocate backend state for batches of up to max_n samples. */
     void (*create)(struct dt_layer *l, const struct dt_backend *be, int max_n);
+    /* The device bytes create() allocates for batches of n samples of
+     * act_size-byte activations (the memory plan, strategy/memplan.h);
+     * NULL: none worth counting. */
+    double (*state_bytes)(const struct dt_layer *l, int n, size_t act_size);
+    /* Scratch shared by the layers of the process (one runs at a time): the
+     * plan counts the largest once. NULL: none. */
+    double (*scratch_bytes)(const struct dt_layer *l, int n, size_t act_size);
     /* Free the state of setup and create; be is NULL when create never ran. */
     void (*destroy)(struct dt_layer *l, const struct dt_backend *be);
     /* Keras's default initialisers into host memory: Glorot-uniform kernels,
@@ -66,6 +78,11 @@ struct dt_layer_ops {
     /* Non-trained state (batchnorm's moving statistics) into host memory;
      * NULL for layers without any (nbuffers == 0). */
     void (*init_buffers)(struct dt_layer *l, float *buffers);
+    /* The parts of this layer's parameters that weight decay applies to
+     * (AdamW): its weight matrices, not biases, normalization gains or
+     * embeddings. Fills up to max (offset, length) pairs relative to the
+     * layer's param_offset and returns their count; NULL: none. */
+    int (*decayed)(const struct dt_layer *l, size_t *off, size_t *len, int max);
     /* Whether the backend has what this layer needs (NULL: always). */
     int (*supported)(const struct dt_backend *be);
     /* Non-NULL when a pass brings values to the host between its kernels
@@ -77,6 +94,18 @@ struct dt_layer_ops {
      * for the first layer. dparams is overwritten, never accumulated. */
     void (*backward)(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
                      const dt_act *inp, const dt_act *out, const float *params, float *dparams);
+    /* Generation with a cache (model.h's dt_model_decode): this layer on
+     * position pos alone of one sequence, positions 0..pos-1 having been
+     * decoded before (pos 0 starts a new sequence). inp and out hold one
+     * position: [in.c] and [out.c] elements (an embedding's inp: one int32
+     * token); c->n is 1 and c->act the model's one-position activations
+     * (an add reads act[src] there). A layer that looks back (attention)
+     * keeps what it needs of earlier positions, up to its block_size, in
+     * state allocated on first use and freed by destroy; the others keep
+     * nothing. Runs after create; may overwrite the state forward left for
+     * backward. NULL: this layer type cannot generate. */
+    void (*decode)(struct dt_layer *l, const struct dt_ctx *c, int pos, dt_act *out, const dt_act *inp,
+                   const float *params);
 };
 
 struct dt_layer {
@@ -89,6 +118,9 @@ struct dt_layer {
     size_t nbuffers;
     float *buffers;         /* this layer's part of it (device), set by dt_model_create */
     int src;                /* add, route: index into act of the other input; -1 otherwise */
+    int tie;                /* a tied lm_head: the layer whose parameters it uses (the
+                               embedding, whose table it reads and to whose gradient it
+                               contributes); -1 otherwise */
     struct dt_layer_spec spec;
     /* Fusion set up by the model: a ReLU's backward done by the next layer
      * (a max pool applies it on its smaller output, bit for bit the same). */
@@ -107,13 +139,17 @@ struct dt_layer {
 
 extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt_relu_ops,
     dt_dropout_ops, dt_avgpool_ops, dt_global_avgpool_ops, dt_batchnorm_ops, dt_add_ops, dt_route_ops,
-    dt_flatten_ops, dt_reshape_ops;
+    dt_flatten_ops, dt_reshape_ops, dt_embedding_ops, dt_layernorm_ops, dt_attention_ops, dt_linear_ops,
+    dt_gelu_ops, dt_lm_head_ops;
 
 /* A dense or convolution layer's kernel as a rows x filters matrix (dense:
  * inputs x units; conv: kh*kw*in x filters), its bias left out: 1, or 0 for
  * other layers. PowerSGD compresses these (strategy/mirrored.c, and
  * dtrain-predict's model of it). */
 int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols);
+
+/* init.c: N(0, std^2) (GPT-2's initialiser: std 0.02). */
+void dt_normal_init(float *w, size_t n, float std, dt_rng *rng);
 
 /* init.c: Glorot-uniform, U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
 void dt_glorot_uniform(float *w, size_t n, int fan_in, int fan_out, dt_rng *rng);

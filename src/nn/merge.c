@@ -48,11 +48,23 @@ static void add_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *din
     if (dinp) c->be->copy(dinp, dout, c->act_size * n);
 }
 
+/* One position: the other input is act[src]'s one position (layer.h's decode). */
+static void add_decode(struct dt_layer *l, const struct dt_ctx *c, int pos, dt_act *out, const dt_act *inp,
+                       const float *params)
+{
+    const size_t n = (size_t)l->out.c;
+    (void)pos; (void)params;
+    c->be->copy(out, inp, c->act_size * n);
+    c->be->act_add(out, c->act[l->src], n);
+    if (l->spec.activation == DT_ACT_RELU) c->be->relu_forward(out, out, n);
+}
+
 const struct dt_layer_ops dt_add_ops = {
     .type = "add",
     .setup = add_setup,
     .forward = add_forward,
     .backward = add_backward,
+    .decode = add_decode,
 };
 
 static int route_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/half.h"
 #include "runtime/status.h"
 #include "metrics/tl_span.h"
 #include "nn/model.h"
@@ -26,6 +27,12 @@ static const struct {
     {"route", &dt_route_ops, "route"},
     {"flatten", &dt_flatten_ops, "flatten"},
     {"reshape", &dt_reshape_ops, "reshape"},
+    {"embedding", &dt_embedding_ops, "embedding"},
+    {"layernorm", &dt_layernorm_ops, "layer_normalization"},
+    {"attention", &dt_attention_ops, "attention"},
+    {"linear", &dt_linear_ops, "linear"},
+    {"gelu", &dt_gelu_ops, "gelu"},
+    {"lm_head", &dt_lm_head_ops, "lm_head"},
 };
 #define NTYPES ((int)(sizeof layer_types / sizeof *layer_types))
 
@@ -65,6 +72,49 @@ static void plan_folds(struct dt_model *m)
         if (m->layers[i].ops == &dt_route_ops) m->act_alias[i + 1] = m->act_alias[m->layers[i].src];
 }
 
+/* A tied lm_head reads the embedding's table: each names the other (layer.h's tie). */
+static int tie_heads(struct dt_model *m, dt_status *st)
+{
+    int emb = -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct dt_layer *l = &m->layers[i];
+        if (l->ops == &dt_embedding_ops && emb < 0) emb = i;
+        if (l->ops != &dt_lm_head_ops || !l->spec.tied) continue;
+        if (emb < 0)
+            return dt_fail(st, DT_EUSAGE, "model %s: %s: tied = 1 shares an embedding's table, and no [embedding] "
+                           "comes before it (or set tied = 0)", m->name, l->name);
+        struct dt_layer *e = &m->layers[emb];
+        if (e->tie >= 0)
+            return dt_fail(st, DT_EUSAGE, "model %s: %s and %s both tie %s's table (one head can)", m->name,
+                           m->layers[e->tie].name, l->name, e->name);
+        if (e->out.c != l->in.c || e->spec.vocab != l->spec.vocab)
+            return dt_fail(st, DT_EUSAGE, "model %s: %s (width %d, vocab %d) cannot share %s's table (width %d, "
+                           "vocab %d); set tied = 0", m->name, l->name, l->in.c, l->spec.vocab, e->name, e->out.c,
+                           e->spec.vocab);
+        l->tie = emb;
+        e->tie = i;
+    }
+    return DT_OK;
+}
+
+int dt_model_is_lm(const struct dt_model *m)
+{
+    return m->nlayers > 1 && m->layers[0].ops == &dt_embedding_ops && m->layers[m->nlayers - 1].ops == &dt_lm_head_ops;
+}
+
+int dt_model_tied_head(const struct dt_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].tie >= 0 && !m->layers[i].nparams) return i;
+    return -1;
+}
+
+void dt_model_load_input(const struct dt_model *m, dt_act *dst, const uint8_t *rows, size_t bytes)
+{
+    if (m->tokens) m->be->copy(dst, rows, bytes); /* int32 token ids, read by the embedding as they are */
+    else m->be->images_to_float(dst, rows, bytes);
+}
+
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st)
 {
@@ -91,6 +141,7 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
         l->param_offset = m->nparams;
         l->buffer_offset = m->nbuffers;
         l->src = -1;
+        l->tie = -1;
         if (l->ops == &dt_add_ops || l->ops == &dt_route_ops) {
             /* from = -k: the output of the layer k places back, act[i + 1 - k]. */
             int src = i + 1 + specs[i].from;
@@ -122,6 +173,17 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
         }
     }
     plan_folds(m);
+    if (tie_heads(m, st) != DT_OK) return st->code;
+    m->tokens = nspecs > 0 && m->layers[0].ops == &dt_embedding_ops;
+    if (dt_model_is_lm(m)) {
+        if (shape.c != classes)
+            return dt_fail(st, DT_EUSAGE, "model %s: %s gives %d logits a position, the data's vocabulary has %d "
+                           "tokens", name, m->layers[nspecs - 1].name, shape.c, classes);
+        return DT_OK;
+    }
+    if (m->tokens)
+        return dt_fail(st, DT_EUSAGE, "model %s: a model on token windows ends with [lm_head] (found %s)", name,
+                       m->layers[nspecs - 1].ops->type);
     if (dt_shape_size(shape) != (size_t)classes)
         return dt_fail(st, DT_EUSAGE, "model %s: last layer gives %zu outputs, the data has %d classes",
                        name, dt_shape_size(shape), classes);
@@ -233,19 +295,60 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     for (int i = 0; i < m->nlayers; i++) m->layers[i].buffers = m->buffers + m->layers[i].buffer_offset;
     m->act = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act);
     m->dact = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact);
+    /* A language model's logits (T x V a window: its largest tensor) are not
+     * read after the loss, which writes their gradient over them. */
+    m->dlogits_in_place = m->tokens && m->hi == m->nlayers && m->dact_alias[m->nlayers] == m->nlayers;
     for (int i = m->lo; i <= m->hi; i++) {
         struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
         size_t bytes = dt_act_size(m->act_type) * dt_shape_size(s) * (size_t)m->max_n;
+        const int own_dact = i > 0 && m->dact_alias[i] == i && !(m->dlogits_in_place && i == m->nlayers);
         if (m->act_alias[i] == i) m->act[i] = be->alloc(bytes);
-        if (i > 0 && m->dact_alias[i] == i) m->dact[i] = be->alloc(bytes);
-        m->act_bytes += (m->act_alias[i] == i) * bytes + (i > 0 && m->dact_alias[i] == i) * bytes;
+        if (own_dact) m->dact[i] = be->alloc(bytes);
+        m->act_bytes += (m->act_alias[i] == i) * bytes + own_dact * bytes;
     }
     for (int i = m->lo; i <= m->hi; i++) { /* aliases point at their owners */
         m->act[i] = m->act[m->act_alias[i]];
         if (i > 0) m->dact[i] = m->dact[m->dact_alias[i]];
     }
+    if (m->dlogits_in_place) m->dact[m->nlayers] = m->act[m->nlayers];
     for (int i = m->lo; i < m->hi; i++)
         if (m->layers[i].ops->create) m->layers[i].ops->create(&m->layers[i], be, m->max_n);
+}
+
+int dt_model_can_decode(const struct dt_model *m, dt_status *st)
+{
+    if (!dt_model_is_lm(m))
+        return dt_fail(st, DT_EUSAGE, "model %s is not a language model (an [embedding] first, an [lm_head] last)",
+                       m->name);
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        if (!l->ops->decode || l->folded || l->fold_add)
+            return dt_fail(st, DT_EUSAGE, "model %s: layer %s (%s) cannot generate one position at a time", m->name,
+                           l->name, l->ops->type);
+    }
+    return DT_OK;
+}
+
+void dt_model_decode(struct dt_model *m, int token, int pos, float *logits_host)
+{
+    struct dt_ctx c = {.be = m->be, .n = 1, .train = 0, .act = m->act, .act_size = dt_act_size(m->act_type)};
+    const int T = m->layers[0].out.w, V = m->layers[m->nlayers - 1].out.c;
+    const int32_t tok = token;
+    if (pos < 0 || pos >= T) DT_DIE("dt_model_decode: position %d outside the block of %d", pos, T);
+    m->be->upload(m->act[0], &tok, sizeof tok);
+    for (int i = 0; i < m->nlayers; i++) {
+        struct dt_layer *l = &m->layers[i];
+        const int pl = l->tie >= 0 && !l->nparams ? l->tie : i; /* a tied head: the embedding's */
+        l->ops->decode(l, &c, pos, m->act[i + 1], m->act[i], m->params + m->layers[pl].param_offset);
+    }
+    if (m->act_type == DT_PREC_FP32) {
+        m->be->download(logits_host, m->act[m->nlayers], sizeof(float) * (size_t)V);
+        return;
+    }
+    uint16_t *h = dt_xmalloc(sizeof(uint16_t) * (size_t)V); /* 16-bit activations: decoded on the host */
+    m->be->download(h, m->act[m->nlayers], sizeof(uint16_t) * (size_t)V);
+    dt_act_decode(m->act_type, logits_host, h, (size_t)V);
+    free(h);
 }
 
 int dt_model_can_cut(const struct dt_model *m, int c)
@@ -292,10 +395,12 @@ void dt_model_free(struct dt_model *m)
     if (m->be) {
         for (int i = m->lo; i <= m->hi; i++) {
             if (m->act_alias[i] == i) m->be->free(m->act[i]); /* an alias is freed with its owner */
-            if (m->dact[i] && m->dact_alias[i] == i) m->be->free(m->dact[i]);
+            if (m->dact[i] && m->dact_alias[i] == i && !(m->dlogits_in_place && i == m->nlayers))
+                m->be->free(m->dact[i]);
         }
         if (!m->params_borrowed && m->params) m->be->free(m->params);
         if (!m->grads_borrowed && m->grads) m->be->free(m->grads);
+        if (m->tie_grad) m->be->free(m->tie_grad);
         m->be->free(m->buffers);
     }
     free(m->act);
@@ -313,7 +418,8 @@ void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
     const struct dt_param_hook *h = m->hook;
     for (int i = m->lo; i < m->hi; i++) {
         struct dt_layer *l = &m->layers[i];
-        const float *p = h ? h->at(h->arg, i, 0, NULL) : m->params + l->param_offset;
+        const int pl = l->tie >= 0 && !l->nparams ? l->tie : i; /* a tied head: the embedding's */
+        const float *p = h ? h->at(h->arg, pl, 0, NULL) : m->params + m->layers[pl].param_offset;
         DT_TL_BEGIN(tl0);
         l->ops->forward(l, &c, m->act[i + 1], m->act[i], p);
         DT_TL_END2(tl0, DT_TL_COMPUTE, "forward", l->name, NULL);
@@ -323,6 +429,11 @@ void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
 
 struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, int n, float grad_scale)
 {
+    if (m->tokens) {
+        const struct dt_shape o = m->layers[m->nlayers - 1].out;
+        return dt_token_xent(m->be, grad_scale != 0.0f ? m->dact[m->nlayers] : NULL, m->act[m->nlayers],
+                             (const int32_t *)labels, n, o.w, o.c, grad_scale);
+    }
     return dt_softmax_xent(m->be, grad_scale != 0.0f ? m->dact[m->nlayers] : NULL,
                            m->act[m->nlayers], labels, n, m->classes, grad_scale);
 }
@@ -335,8 +446,19 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
     const struct dt_param_hook *h = m->hook;
     for (int i = m->hi - 1; i >= m->lo; i--) {
         struct dt_layer *l = &m->layers[i];
-        float *g = m->grads ? m->grads + l->param_offset : NULL;
-        const float *p = h ? h->at(h->arg, i, 1, &g) : m->params + l->param_offset;
+        const int pl = l->tie >= 0 && !l->nparams ? l->tie : i; /* a tied head: the embedding's */
+        float *g = m->grads ? m->grads + m->layers[pl].param_offset : NULL;
+        const float *p;
+        if (h && pl != i) { /* a tied head under a hook: the table as in forward, its gradient aside */
+            const size_t wte = (size_t)m->layers[pl].spec.vocab * m->layers[pl].out.c;
+            if (!m->tie_grad) m->tie_grad = m->be->alloc(sizeof(float) * wte);
+            p = h->at(h->arg, pl, 0, NULL);
+            g = m->tie_grad;
+        }
+        else
+            p = h ? h->at(h->arg, pl, 1, &g) : m->params + m->layers[pl].param_offset;
+        if (h && l->tie >= 0 && l->nparams) /* the tied embedding: the head's part of wte's gradient first */
+            m->be->copy(g, m->tie_grad, sizeof(float) * (size_t)l->spec.vocab * l->out.c);
         DT_TL_BEGIN(tl0);
         l->ops->backward(l, &c, m->dact[i], m->dact[i + 1], m->act[i], m->act[i + 1], p, g);
         /* act[i] also fed adds and routes further on: their output gradients
@@ -377,7 +499,9 @@ void dt_model_summary(const struct dt_model *m, FILE *out)
 
 int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols)
 {
-    if (!l->nparams || (l->ops != &dt_conv2d_ops && l->ops != &dt_dense_ops) || l->spec.filters < 1) return 0;
+    if (!l->nparams || (l->ops != &dt_conv2d_ops && l->ops != &dt_dense_ops && l->ops != &dt_linear_ops) ||
+        l->spec.filters < 1)
+        return 0;
     *cols = (size_t)l->spec.filters;
     *rows = (l->nparams - *cols) / *cols;
     return 1;

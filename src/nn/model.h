@@ -30,7 +30,9 @@ struct dt_model {
     char name[32];
     const struct dt_backend *be;
     struct dt_shape input;
-    int classes;
+    int classes;     /* the data's classes, or a language model's vocabulary */
+    int tokens;      /* 1: the input is windows of token ids (an embedding first), int32
+                        [n][T+1] copied into act[0] as they are (dt_model_load_input) */
     int nlayers;
     struct dt_layer *layers;
     size_t nparams;
@@ -41,6 +43,8 @@ struct dt_model {
     int sharded;     /* set before dt_model_create: no gradient block (grads NULL), and
                         after placement no parameter block either: hook says where they are */
     const struct dt_param_hook *hook; /* NULL: params and grads hold every layer's */
+    float *tie_grad; /* a tied head under a hook: its part of wte's gradient, [V][C] (device),
+                        until the embedding's backward adds it (the hook's buffers move between) */
     int lo, hi;      /* the layers this rank runs, [lo, hi): a pipeline stage (set before
                         dt_model_create; hi 0: all). Activations exist for act[lo..hi] only,
                         and dact[lo] too when lo > 0 (the gradient the previous stage gets) */
@@ -54,6 +58,8 @@ struct dt_model {
      * (the reference path). */
     int *act_alias, *dact_alias;
     size_t act_bytes; /* activation memory: act and dact at max_n, each shared buffer once */
+    int dlogits_in_place; /* a language model's dact[nlayers] is act[nlayers]: the loss writes the
+                             logits' gradient over them */
     size_t nbuffers; /* non-trained state (batchnorm's moving statistics) */
     float *buffers;  /* [nbuffers], device; each rank its own (see dt_model_has_batchnorm) */
     /* --sync-bn: how batchnorm sums its statistics over the replicas (layer.h) */
@@ -96,13 +102,38 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
 void dt_model_init_params(struct dt_model *m, uint64_t seed);
 void dt_model_free(struct dt_model *m);
 
+/* Whether m is a language model: an embedding first, an lm_head last (its
+ * loss is over every position of every window). */
+int dt_model_is_lm(const struct dt_model *m);
+/* The tied lm_head (layer.h's tie: it uses the embedding's parameters), or -1. */
+int dt_model_tied_head(const struct dt_model *m);
+/* The batch's rows (device memory, bytes of them: images as uint8, or
+ * token windows as int32) into dst (act[0]) as the model's first layer
+ * reads them. */
+void dt_model_load_input(const struct dt_model *m, dt_act *dst, const uint8_t *rows, size_t bytes);
 /* act[lo] must hold the batch (act[0]) or the previous stage's output. */
 void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng);
+/* Generation with a cache (dtrain-generate): whether every layer of m has
+ * a decode op (layer.h) and m is a language model; if not, st says which
+ * layer cannot. */
+int dt_model_can_decode(const struct dt_model *m, dt_status *st);
+/* One position of one sequence: token (int32, below the vocabulary) at
+ * position pos (0 <= pos < block_size; 0 starts a new sequence, and
+ * positions 0..pos-1 must have been decoded before, in order) through
+ * every layer's decode op; logits_host [vocab] receives that position's
+ * logits as float. Each position costs one position's work: attention
+ * keeps the keys and values of the earlier ones. Needs dt_model_create
+ * (any max_n) and dt_model_can_decode; overwrites row 0 of the
+ * activations (act[i] holds one position while decoding). */
+void dt_model_decode(struct dt_model *m, int token, int pos, float *logits_host);
 /* Whether a pipeline stage may start at layer c (0 < c < nlayers): no layer
  * from c on reads an output before c (an add's or route's from), and no
  * fold joins layers c-1 and c. */
 int dt_model_can_cut(const struct dt_model *m, int c);
-/* Loss of the last forward; with grad_scale != 0 also fills dact[nlayers]. */
+/* Loss of the last forward; with grad_scale != 0 also fills dact[nlayers].
+ * labels: the batch's targets on the device: a uint8 class per sample, or
+ * for a token model the token windows themselves (int32 [n][T+1]: the
+ * targets are tokens 1..T), whose loss is the mean over positions. */
 struct dt_loss_result dt_model_loss(struct dt_model *m, const uint8_t *labels, int n,
                                     float grad_scale);
 void dt_model_backward(struct dt_model *m, int n, dt_rng *rng);

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,12 @@ static const struct section {
     {"route", "from", "from"},
     {"flatten", "", ""},
     {"reshape", "shape", "shape"},
+    {"embedding", "vocab width block_size", "width block_size"},
+    {"layernorm", "epsilon", ""},
+    {"attention", "heads", "heads"},
+    {"linear", "units activation", "units"},
+    {"gelu", "", ""},
+    {"lm_head", "vocab tied", ""},
 };
 enum { NSECTIONS = sizeof sections / sizeof *sections };
 
@@ -111,6 +118,19 @@ static int set_value(const char *path, int line, const char *key, const char *va
     if (!strcmp(key, "filters")) return positive(path, line, key, val, &sp->filters, st);
     if (!strcmp(key, "kernel") || !strcmp(key, "size")) return positive(path, line, key, val, &sp->kernel, st);
     if (!strcmp(key, "stride")) return positive(path, line, key, val, &sp->stride, st);
+    if (!strcmp(key, "width")) return positive(path, line, key, val, &sp->filters, st);
+    if (!strcmp(key, "block_size")) return positive(path, line, key, val, &sp->block, st);
+    if (!strcmp(key, "heads")) return positive(path, line, key, val, &sp->heads, st);
+    if (!strcmp(key, "vocab")) {
+        if (strcmp(val, "classes")) return positive(path, line, key, val, &sp->vocab, st);
+        sp->vocab = classes;
+    }
+    else if (!strcmp(key, "tied")) {
+        if (strcmp(val, "0") && strcmp(val, "1"))
+            return dt_fail(st, DT_EUSAGE, "%s:%d: tied: expected 1 (share the embedding's table) or 0, found '%s'",
+                           path, line, val);
+        sp->tied = !strcmp(val, "1");
+    }
     if (!strcmp(key, "from")) return offset(path, line, val, nl, &sp->from, st);
     if (!strcmp(key, "units")) {
         if (strcmp(val, "classes")) return positive(path, line, key, val, &sp->filters, st);
@@ -122,9 +142,12 @@ static int set_value(const char *path, int line, const char *key, const char *va
         sp->same = !strcmp(val, "same");
     }
     else if (!strcmp(key, "activation")) {
-        if (strcmp(val, "relu") && strcmp(val, "none") && strcmp(val, "linear"))
-            return dt_fail(st, DT_EUSAGE, "%s:%d: activation: expected relu or none, found '%s'", path, line, val);
+        const int gelu_ok = !strcmp(sp->type, "linear");
+        if (strcmp(val, "relu") && strcmp(val, "none") && strcmp(val, "linear") && (!gelu_ok || strcmp(val, "gelu")))
+            return dt_fail(st, DT_EUSAGE, "%s:%d: activation: expected relu%s or none, found '%s'", path, line,
+                           gelu_ok ? ", gelu" : "", val);
         if (!strcmp(val, "relu")) sp->activation = DT_ACT_RELU;
+        if (!strcmp(val, "gelu")) sp->activation = DT_ACT_GELU;
     }
     else if (!strcmp(key, "shape")) {
         int h, w, c, used = 0;
@@ -170,11 +193,13 @@ static int open_section(const char *path, int line, char *s, const struct sectio
         if (!strcmp(name, sections[i].name)) *sec = &sections[i];
     if (!*sec)
         return dt_fail(st, DT_EUSAGE, "%s:%d: unknown section [%s] (expected conv2d, maxpool, avgpool, global_avgpool, "
-                       "dense, relu, dropout, batchnorm, add, route, flatten or reshape)", path, line, name);
+                       "dense, relu, dropout, batchnorm, add, route, flatten, reshape, embedding, layernorm, "
+                       "attention, linear, gelu or lm_head)", path, line, name);
     if (*nl == DT_MAX_LAYERS) return dt_fail(st, DT_EUSAGE, "%s:%d: more than %d layers", path, line, DT_MAX_LAYERS);
     specs[*nl] = (struct dt_layer_spec){.type = (*sec)->name, .stage = *stage != 0};
     *stage = 0;
     if (!strcmp((*sec)->name, "maxpool") || !strcmp((*sec)->name, "avgpool")) specs[*nl].kernel = 2;
+    if (!strcmp((*sec)->name, "lm_head")) specs[*nl].tied = 1; /* GPT-2's */
     (*nl)++;
     *set = 0;
     *sec_line = line;
@@ -211,10 +236,9 @@ static int key_line(const char *path, int line, char *s, const struct section *s
     return set_value(path, line, key, val, &specs[nl - 1], classes, nl, st);
 }
 
-int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *specs, int *n, dt_status *st)
+/* The lines of f; path names it in messages. */
+static int parse_stream(FILE *f, const char *path, int classes, struct dt_layer_spec *specs, int *n, dt_status *st)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return dt_fail(st, DT_EUSAGE, "--model %s: cannot open it: %s", path, strerror(errno));
     char buf[512];
     int line = 0, nl = 0, rc = DT_OK, sec_line = 0, stage = 0;
     const struct section *sec = NULL;
@@ -228,11 +252,34 @@ int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *spe
         if (*s == '[') rc = open_section(path, line, s, &sec, &set, &sec_line, specs, &nl, &stage, st);
         else if (*s) rc = key_line(path, line, s, sec, &set, specs, nl, classes, st);
     }
-    fclose(f);
     if (rc == DT_OK && sec) rc = finish_layer(path, sec_line, sec, set, st);
     if (rc == DT_OK && stage)
         rc = dt_fail(st, DT_EUSAGE, "%s:%d: [stage] after the last layer (a stage needs a layer of its own)", path, stage);
+    for (int i = 0; i < nl; i++) /* the vocabulary is the data's unless stated */
+        if (!specs[i].vocab && (!strcmp(specs[i].type, "embedding") || !strcmp(specs[i].type, "lm_head")))
+            specs[i].vocab = classes;
     if (rc == DT_OK && nl == 0) rc = dt_fail(st, DT_EUSAGE, "%s: no layers (expected [conv2d], [dense], ... sections)", path);
     *n = nl;
+    return rc;
+}
+
+int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *specs, int *n, dt_status *st)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return dt_fail(st, DT_EUSAGE, "--model %s: cannot open it: %s", path, strerror(errno));
+    int rc = parse_stream(f, path, classes, specs, n, st);
+    fclose(f);
+    return rc;
+}
+
+int dt_model_file_parse_text(const char *name, const char *text, size_t len, int classes, struct dt_layer_spec *specs,
+                             int *n, dt_status *st)
+{
+    *n = 0;
+    if (len == 0) return dt_fail(st, DT_EUSAGE, "%s: no layers (an empty model file)", name);
+    FILE *f = fmemopen((void *)(uintptr_t)text, len, "r");
+    if (!f) DT_DIE("fmemopen of a %zu-byte model text: %s", len, strerror(errno));
+    int rc = parse_stream(f, name, classes, specs, n, st);
+    fclose(f);
     return rc;
 }

@@ -16,6 +16,14 @@
  *   [route]       from = -k: continue from the output k layers back (a branch)
  *   [flatten]
  *   [reshape]     shape = HxWxC
+ *   [embedding]   width = C, block_size = T, vocab = N | classes (default: the
+ *                 data's vocabulary): token + position embedding of a window
+ *   [layernorm]   epsilon = 1e-5: over the channels of each position
+ *   [attention]   heads = H (dividing the width): causal self-attention
+ *   [linear]      units = N, activation = none|relu|gelu: a dense layer on
+ *                 each position of a sequence
+ *   [gelu]
+ *   [lm_head]     tied = 1|0 (1: the embedding's table), vocab = N | classes
  *   [stage]       no keys, not a layer: a pipeline stage starts at the next
  *                 layer (--pipeline-stages; train/pipeline.h)
  *
@@ -25,6 +33,8 @@
 #ifndef DT_MODEL_FILE_H
 #define DT_MODEL_FILE_H
 
+#include <stddef.h>
+
 #include "nn/layer.h"
 #include "runtime/status.h"
 
@@ -32,5 +42,9 @@ enum { DT_MAX_LAYERS = 256 };
 
 /* Parse path into specs[0..*n). classes replaces "units = classes". */
 int dt_model_file_parse(const char *path, int classes, struct dt_layer_spec *specs, int *n, dt_status *st);
+/* The same from a model file's text (len bytes, e.g. a checkpoint's
+ * /model_text), name standing for the file in messages. */
+int dt_model_file_parse_text(const char *name, const char *text, size_t len, int classes, struct dt_layer_spec *specs,
+                             int *n, dt_status *st);
 
 #endif

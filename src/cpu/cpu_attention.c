@@ -1,0 +1,700 @@
+/* cpu_attention.c: causal scaled dot-product attention (backend.h's
+ * attention_forward / attention_backward) on the CPU, flash-attention style.
+ *
+ * For each (sample, head) the head's q, k, v (and in backward dout, out)
+ * are gathered once into contiguous float scratch (decoding bf16 there; q
+ * pre-multiplied by log2(e)/sqrt(D), so scores are in base 2), k and v also
+ * transposed into per-block [D][B] panels; meanwhile the next head's rows
+ * are prefetched. Queries and keys are taken in blocks of B = 64: a block
+ * pair's scores are one small product S = Q_i K_j^T, the softmax runs
+ * online over the key blocks (running max and sum per query, the output
+ * rows rescaled as the max grows), and blocks above the diagonal are never
+ * touched, so no T x T matrix exists. Backward recomputes P = exp(S - lse)
+ * block by block (FlashAttention-2's order: key blocks outer, dK_j and
+ * dV_j accumulated over the query blocks below them, dQ for the whole head
+ * in scratch) with Di = rowsum(dO * O) and dS = P * (dP - Di). All
+ * arithmetic is float32 for both activation types.
+ *
+ * The one design decision: every product is one primitive, C [M][N] (+)=
+ * A . B with A read through arbitrary row/column strides (so P^T and dS^T
+ * need no transposes) and B row-major, driven in 6-row tiles that, on a
+ * diagonal block, skip the columns or the inner terms the causal mask
+ * zeroes. The primitive, the element-wise block passes (online softmax; P
+ * and dS) and the panel transpose have a plain C version, the reference
+ * that runs anywhere, and an AVX-512 version (6 x 64 accumulators in
+ * registers, a polynomial 2^x, 16 x 16 register transposes), used when the
+ * CPU has AVX-512F and DTRAIN_NO_FAST_KERNELS is unset (read on every call);
+ * tests/check_attention.c checks both against a double reference. */
+#include "config.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+/* Queries and keys per block. Equal and aligned, so every block pair below
+ * the diagonal is unmasked and each diagonal block is square. */
+enum { B = 64 };
+/* Rows of C per call of the primitive, and at most this many columns: 6 x 4
+ * vectors of 16 floats are the AVX-512 version's accumulators. */
+enum { RT = 6, NC = 64 };
+
+/* How a diagonal block's causal mask trims a product on the tile of rows
+ * [r0, r0 + R): N_UPTO only columns < r0 + R (scores: query rows against
+ * keys), K_UPTO only inner terms k < r0 + R (query rows summed over keys),
+ * K_FROM only k >= r0 (key rows summed over queries). */
+enum trim { FULL, N_UPTO, K_UPTO, K_FROM };
+
+/* The primitive on one tile: c[r][0:n] = (acc ? c[r][0:n] * (rs ? rs[r] :
+ * 1) : 0) + sum over k < K of a[r*sam + k*sak] * b[k*ldb + 0:n], for r < R
+ * <= RT, n <= NC. rs rescales the online softmax's output rows for free. */
+typedef void mm_tile_fn(int R, int n, int K, const float *a, ptrdiff_t sam, ptrdiff_t sak, const float *b,
+                        ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs);
+
+/* Scores are kept in base 2 (q is scaled by log2(e) / sqrt(D)), so the
+ * softmax's exponentials are 2^x, which the AVX-512 kernels compute in
+ * fewer instructions than e^x; lse is converted back to base e. */
+#define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
+
+/* One forward key block of the online softmax, on s [m][B] (ld B), kn keys:
+ * where diag, row r keeps keys c <= r only. mx/sum [m] are the running max
+ * and sum; s becomes P = 2^(s - new max) (0 where masked); alpha [m] =
+ * 2^(old max - new max), by which the output rows so far are rescaled. */
+typedef void softmax_fn(float *s, int m, int kn, int diag, float *mx, float *sum, float *alpha);
+/* Backward: s [m][B] becomes P = 2^(s - lse[r] log2(e)) (0 where masked);
+ * then dp [m][B] becomes dS = P * (dp - di[r]) (0 where masked). */
+typedef void probs_fn(float *s, int m, int kn, int diag, const float *lse);
+typedef void dsoft_fn(float *dp, const float *p, int m, int kn, int diag, const float *di);
+/* rows [T][D] transposed per key block into panels [T/B][D][B] (element
+ * [t/B][d][t%B]), so a block's k^T is a [D][B] matrix with a short row
+ * stride (one [D][T] transpose, T a multiple of 256, would put every row of
+ * a block in the same few L1 sets). */
+typedef void panels_fn(float *panels, const float *rows, int T, int D);
+
+struct att_kernels {
+    mm_tile_fn *mm;
+    softmax_fn *softmax;
+    probs_fn *probs;
+    dsoft_fn *dsoft;
+    panels_fn *panels;
+};
+
+#define INLINE inline __attribute__((always_inline))
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* Keys row r of a block keeps: all kn, or r + 1 on the diagonal. */
+static inline int valid_keys(int r, int kn, int diag) { return diag ? imin(r + 1, kn) : kn; }
+
+/* ---- the reference kernels: plain C ----------------------------------- */
+
+DT_MULTIVERSION static void mm_tile_c(int R, int n, int K, const float *a, ptrdiff_t sam, ptrdiff_t sak,
+                                      const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc,
+                                      const float *rs)
+{
+    for (int r = 0; r < R; r++) {
+        float *restrict cr = c + r * ldc;
+        if (!acc) memset(cr, 0, sizeof(float) * (size_t)n);
+        else if (rs)
+            for (int j = 0; j < n; j++) cr[j] *= rs[r];
+        for (int k = 0; k < K; k++) {
+            const float av = a[r * sam + k * sak];
+            const float *restrict bk = b + k * ldb;
+            for (int j = 0; j < n; j++) cr[j] += av * bk[j];
+        }
+    }
+}
+
+static void softmax_c(float *s, int m, int kn, int diag, float *mx, float *sum, float *alpha)
+{
+    for (int r = 0; r < m; r++) {
+        float *sr = s + (size_t)r * B;
+        int nv = valid_keys(r, kn, diag);
+        float mnew = mx[r];
+        for (int c = 0; c < nv; c++) mnew = fmaxf(mnew, sr[c]);
+        float t = 0.0f;
+        for (int c = 0; c < nv; c++) {
+            sr[c] = exp2f(sr[c] - mnew);
+            t += sr[c];
+        }
+        for (int c = nv; c < kn; c++) sr[c] = 0.0f;
+        alpha[r] = exp2f(mx[r] - mnew); /* 0 on the first block: mx = -inf */
+        sum[r] = sum[r] * alpha[r] + t;
+        mx[r] = mnew;
+    }
+}
+
+static void probs_c(float *s, int m, int kn, int diag, const float *lse)
+{
+    for (int r = 0; r < m; r++) {
+        float *sr = s + (size_t)r * B;
+        int nv = valid_keys(r, kn, diag);
+        const float l2 = lse[r] * LOG2E;
+        for (int c = 0; c < nv; c++) sr[c] = exp2f(sr[c] - l2);
+        for (int c = nv; c < kn; c++) sr[c] = 0.0f;
+    }
+}
+
+static void dsoft_c(float *dp, const float *p, int m, int kn, int diag, const float *di)
+{
+    for (int r = 0; r < m; r++) {
+        float *dr = dp + (size_t)r * B;
+        const float *pr = p + (size_t)r * B;
+        int nv = valid_keys(r, kn, diag);
+        for (int c = 0; c < nv; c++) dr[c] = pr[c] * (dr[c] - di[r]);
+        for (int c = nv; c < kn; c++) dr[c] = 0.0f;
+    }
+}
+
+/* Element (t, d) of the panels of a head of width D. */
+static inline size_t panel_at(int t, int d, int D) { return ((size_t)(t / B) * D + (size_t)d) * B + (size_t)(t % B); }
+
+DT_MULTIVERSION static void panels_c(float *restrict pan, const float *restrict rows, int T, int D)
+{
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++) pan[panel_at(t, d, D)] = rows[(size_t)t * D + d];
+}
+
+static const struct att_kernels kernels_c = {mm_tile_c, softmax_c, probs_c, dsoft_c, panels_c};
+
+/* ---- the AVX-512 kernels ---------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define HAVE_FAST 1
+
+#define FAST __attribute__((target("avx512f")))
+
+/* Lanes [0, n) of a vector, n <= 16. */
+FAST static INLINE __mmask16 lanes(int n) { return (__mmask16)(0xffffu >> (16 - n)); }
+
+/* One tile, R rows and NV vectors of columns (constants after inlining, so
+ * the accumulators live in registers); `last` masks the last vector. */
+FAST static INLINE void mm_tile_t(const int R, const int NV, int K, const float *a, ptrdiff_t sam,
+                                  ptrdiff_t sak, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+                                  const int MASKED, __mmask16 last, int acc, const float *rs)
+{
+    __m512 s[RT][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        const __m512 scale = _mm512_set1_ps(rs ? rs[r] : 1.0f);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            s[r][v] = !acc ? _mm512_setzero_ps()
+                      : _mm512_mul_ps(scale, MASKED && v == NV - 1 ? _mm512_maskz_loadu_ps(last, c + r * ldc + 16 * v)
+                                                                   : _mm512_loadu_ps(c + r * ldc + 16 * v));
+    }
+    for (int k = 0; k < K; k++) {
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            bv[v] = MASKED && v == NV - 1 ? _mm512_maskz_loadu_ps(last, b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m512 av = _mm512_set1_ps(a[r * sam]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) s[r][v] = _mm512_fmadd_ps(av, bv[v], s[r][v]);
+        }
+        a += sak;
+        b += ldb;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            if (MASKED && v == NV - 1) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, last, s[r][v]);
+            else _mm512_storeu_ps(c + r * ldc + 16 * v, s[r][v]);
+        }
+}
+
+/* Instances for R, NV and whether the last vector is partial (a mask
+ * register read in the inner loop costs an FMA port's slot). */
+FAST static void mm_tile_fast(int R, int n, int K, const float *a, ptrdiff_t sam, ptrdiff_t sak, const float *b,
+                              ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs)
+{
+    const int NV = (n + 15) / 16, masked = n % 16 != 0;
+    const __mmask16 last = lanes(n - 16 * (NV - 1));
+#define TILE(r, v)                                                                                    \
+    case ((r) * 4 + (v) - 1) * 2:                                                                     \
+        mm_tile_t(r, v, K, a, sam, sak, b, ldb, c, ldc, 0, last, acc, rs);                            \
+        return;                                                                                       \
+    case ((r) * 4 + (v) - 1) * 2 + 1:                                                                 \
+        mm_tile_t(r, v, K, a, sam, sak, b, ldb, c, ldc, 1, last, acc, rs);                            \
+        return;
+#define TILES(r) TILE(r, 1) TILE(r, 2) TILE(r, 3) TILE(r, 4)
+    switch ((R * 4 + NV - 1) * 2 + masked) {
+        TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6)
+    default:
+        mm_tile_c(R, n, K, a, sam, sak, b, ldb, c, ldc, acc, rs);
+    }
+#undef TILES
+#undef TILE
+}
+
+/* 2^x, 16 lanes: x = n + f, |f| <= 1/2, 2^f by Cephes' exp2f polynomial
+ * (relative error ~2e-7), times 2^n by scalef. x is clamped at -200, where
+ * the result (and that of -inf, the causal mask) is exactly 0; a NaN stays
+ * NaN (max_ps returns its second operand when one is NaN). */
+FAST static INLINE __m512 exp2_16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.339887440266574e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.618437357674640e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.550332471162809e-2f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.402264791363012e-1f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.931472028550421e-1f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
+/* Lanes of vector v (of a row of kn, nv of them valid) that are valid and
+ * that exist. */
+FAST static INLINE __mmask16 lanes_upto(int v, int cnt)
+{
+    int left = cnt - 16 * v;
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : lanes(left);
+}
+
+/* The element-wise passes row by row; `full` (a whole block below the
+ * diagonal) makes every mask constant, so the common case computes none. */
+#define ROW_MASK(v, cnt) (full ? (__mmask16)0xffff : lanes_upto(v, cnt))
+
+FAST static INLINE void softmax_row(float *sr, int nv, int kn, const int full, float *mx, float *rowsum)
+{
+    const int NV = full ? B / 16 : (kn + 15) / 16;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 x[4], vmax = _mm512_set1_ps(*mx);
+    for (int v = 0; v < NV; v++) {
+        x[v] = _mm512_mask_loadu_ps(ninf, ROW_MASK(v, nv), sr + 16 * v);
+        vmax = _mm512_max_ps(vmax, x[v]);
+    }
+    const float mnew = _mm512_reduce_max_ps(vmax);
+    __m512 vm = _mm512_set1_ps(mnew), vs = _mm512_setzero_ps();
+    for (int v = 0; v < NV; v++) {
+        __m512 p = exp2_16(_mm512_sub_ps(x[v], vm));
+        vs = _mm512_add_ps(vs, p);
+        _mm512_mask_storeu_ps(sr + 16 * v, ROW_MASK(v, kn), p);
+    }
+    *rowsum = _mm512_reduce_add_ps(vs);
+    *mx = mnew;
+}
+
+FAST static void softmax_fast(float *s, int m, int kn, int diag, float *mx, float *sum, float *alpha)
+{
+    float rowsum[B];
+    memcpy(alpha, mx, sizeof(float) * (size_t)m); /* the old maxima, until below */
+    if (!diag && kn == B)
+        for (int r = 0; r < m; r++) softmax_row(s + (size_t)r * B, kn, kn, 1, mx + r, rowsum + r);
+    else
+        for (int r = 0; r < m; r++) softmax_row(s + (size_t)r * B, valid_keys(r, kn, diag), kn, 0, mx + r, rowsum + r);
+    /* 16 rows at a time: alpha = 2^(old - new) (0 on the first block, old = -inf) */
+    for (int r = 0; r < m; r += 16) {
+        const __mmask16 k = lanes_upto(0, m - r);
+        __m512 a = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, alpha + r), _mm512_maskz_loadu_ps(k, mx + r)));
+        _mm512_mask_storeu_ps(alpha + r, k, a);
+        _mm512_mask_storeu_ps(sum + r, k,
+                              _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, sum + r), a, _mm512_maskz_loadu_ps(k, rowsum + r)));
+    }
+}
+
+FAST static INLINE void probs_row(float *sr, int nv, int kn, const int full, float lse)
+{
+    const int NV = full ? B / 16 : (kn + 15) / 16;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), l = _mm512_set1_ps(lse * LOG2E);
+    for (int v = 0; v < NV; v++) {
+        __m512 x = _mm512_mask_loadu_ps(ninf, ROW_MASK(v, nv), sr + 16 * v);
+        _mm512_mask_storeu_ps(sr + 16 * v, ROW_MASK(v, kn), exp2_16(_mm512_sub_ps(x, l)));
+    }
+}
+
+FAST static void probs_fast(float *s, int m, int kn, int diag, const float *lse)
+{
+    if (!diag && kn == B)
+        for (int r = 0; r < m; r++) probs_row(s + (size_t)r * B, kn, kn, 1, lse[r]);
+    else
+        for (int r = 0; r < m; r++) probs_row(s + (size_t)r * B, valid_keys(r, kn, diag), kn, 0, lse[r]);
+}
+
+/* Masked lanes: P is 0 there and dp was never written (trimmed), so both
+ * are read as 0. */
+FAST static INLINE void dsoft_row(float *dr, const float *pr, int nv, int kn, const int full, float di)
+{
+    const int NV = full ? B / 16 : (kn + 15) / 16;
+    const __m512 d = _mm512_set1_ps(di);
+    for (int v = 0; v < NV; v++) {
+        const __mmask16 k = ROW_MASK(v, nv);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, pr + 16 * v),
+                                 _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dr + 16 * v), d));
+        _mm512_mask_storeu_ps(dr + 16 * v, ROW_MASK(v, kn), _mm512_maskz_mov_ps(k, g));
+    }
+}
+
+FAST static void dsoft_fast(float *dp, const float *p, int m, int kn, int diag, const float *di)
+{
+    if (!diag && kn == B)
+        for (int r = 0; r < m; r++) dsoft_row(dp + (size_t)r * B, p + (size_t)r * B, kn, kn, 1, di[r]);
+    else
+        for (int r = 0; r < m; r++)
+            dsoft_row(dp + (size_t)r * B, p + (size_t)r * B, valid_keys(r, kn, diag), kn, 0, di[r]);
+}
+#undef ROW_MASK
+
+/* dst[j*ldd + i] = src[i*lds + j], i, j < 16: unpack pairs of rows, then
+ * pairs of pairs (each 128-bit lane then holds a 4 x 4 block, lane L of
+ * vector 4g + e: rows 4g..4g+3 of column 4L + e), then a 4 x 4 transpose of
+ * the lanes by two rounds of shuffle_f32x4. */
+FAST static INLINE void transpose16(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds)
+{
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#define PD(x) _mm512_castps_pd(x)
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(t[i]), PD(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(t[i]), PD(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(t[i + 1]), PD(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(t[i + 1]), PD(t[i + 3])));
+    }
+#undef PD
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        __m512 u0 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88), u1 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xdd);
+        __m512 u2 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
+        __m512 u3 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xdd);
+        _mm512_storeu_ps(dst + (0 + e) * ldd, _mm512_shuffle_f32x4(u0, u2, 0x88));
+        _mm512_storeu_ps(dst + (4 + e) * ldd, _mm512_shuffle_f32x4(u1, u3, 0x88));
+        _mm512_storeu_ps(dst + (8 + e) * ldd, _mm512_shuffle_f32x4(u0, u2, 0xdd));
+        _mm512_storeu_ps(dst + (12 + e) * ldd, _mm512_shuffle_f32x4(u1, u3, 0xdd));
+    }
+}
+
+/* 16 x 16 tiles by transpose16, the ragged edges (T or D not a multiple of
+ * 16) element by element. */
+FAST static void panels_fast(float *pan, const float *rows, int T, int D)
+{
+    const int D16 = D / 16 * 16;
+    for (int t0 = 0; t0 < T; t0 += 16) {
+        if (t0 + 16 <= T)
+            for (int d0 = 0; d0 < D16; d0 += 16)
+                transpose16(pan + panel_at(t0, d0, D), B, rows + (size_t)t0 * D + d0, D);
+        for (int t = t0; t < imin(t0 + 16, T); t++)
+            for (int d = t0 + 16 <= T ? D16 : 0; d < D; d++) pan[panel_at(t, d, D)] = rows[(size_t)t * D + d];
+    }
+}
+
+static const struct att_kernels kernels_fast = {mm_tile_fast, softmax_fast, probs_fast, dsoft_fast, panels_fast};
+#endif
+
+/* The AVX-512 kernels where the CPU has them, unless DTRAIN_NO_FAST_KERNELS
+ * is set (read on every call, so a test can run both in one process). */
+static const struct att_kernels *kernels(void)
+{
+#ifdef HAVE_FAST
+    const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
+    if (!(off && *off && strcmp(off, "0")) && __builtin_cpu_supports("avx512f")) return &kernels_fast;
+#endif
+    return &kernels_c;
+}
+
+/* ---- prefetching ------------------------------------------------------ */
+
+/* A head's rows are a page apart, which the hardware prefetcher does not
+ * follow: unfetched, the gathers and scatters waited on memory for a fifth
+ * of the time. So while a head computes, the next head's inputs and this
+ * head's outputs are fetched toward L2, a few lines after each tile of
+ * products (bursts of them stalled the core on its line fill buffers). */
+enum { PF_STREAMS = 8 };
+struct prefetch {
+    const char *base[PF_STREAMS]; /* each stream's first row, rounded down to its line */
+    size_t ld[PF_STREAMS];        /* bytes between its rows */
+    int lines[PF_STREAMS];        /* lines per row */
+    int write[PF_STREAMS];
+    int nstreams, rows;           /* every stream: rows rows */
+    long total, per_step;         /* lines in all, and per tile of products */
+    int s, r, l;                  /* the next line: stream, row, line */
+};
+
+static void pf_init(struct prefetch *pf, int rows)
+{
+    memset(pf, 0, sizeof *pf);
+    pf->rows = rows;
+}
+
+/* A stream of pf->rows rows of rowbytes, ld bytes apart from p (NULL: none). */
+static void pf_add(struct prefetch *pf, const void *p, size_t ld, size_t rowbytes, int write)
+{
+    if (!p || pf->nstreams == PF_STREAMS) return;
+    const size_t mis = (uintptr_t)p % 64;
+    const int i = pf->nstreams++;
+    pf->base[i] = (const char *)p - mis;
+    pf->ld[i] = ld;
+    /* rows all start at the same offset in their line, or anywhere */
+    pf->lines[i] = ld % 64 == 0 ? (int)((mis + rowbytes + 63) / 64) : (int)(rowbytes / 64) + 2;
+    pf->write[i] = write;
+    pf->total += (long)pf->lines[i] * pf->rows;
+}
+
+/* Spread the lines over about `tiles` calls of pf_step (one per row tile of a product). */
+static void pf_pace(struct prefetch *pf, long tiles) { pf->per_step = pf->total / (tiles > 0 ? tiles : 1) + 1; }
+
+static void pf_lines(struct prefetch *pf, long count)
+{
+    for (long i = 0; i < count && pf->s < pf->nstreams; i++) {
+        const char *at = pf->base[pf->s] + (size_t)pf->r * pf->ld[pf->s] + 64 * (size_t)pf->l;
+        if (pf->write[pf->s]) __builtin_prefetch(at, 1, 2);
+        else __builtin_prefetch(at, 0, 2);
+        if (++pf->l == pf->lines[pf->s]) {
+            pf->l = 0;
+            if (++pf->r == pf->rows) pf->r = 0, pf->s++;
+        }
+    }
+}
+
+static inline void pf_step(struct prefetch *pf)
+{
+    if (pf) pf_lines(pf, pf->per_step);
+}
+
+/* Whatever the pacing left. */
+static void pf_finish(struct prefetch *pf) { pf_lines(pf, pf->total); }
+
+/* C [M][N] (+)= A . B in RT-row tiles, trimmed on a diagonal block. */
+static void mm(const struct att_kernels *kk, struct prefetch *pf, enum trim trim, int M, int N, int K,
+               const float *a, ptrdiff_t sam, ptrdiff_t sak, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+               int acc, const float *rs)
+{
+    for (int r0 = 0; r0 < M; r0 += RT) {
+        int R = imin(RT, M - r0), n = N, k0 = 0, k1 = K;
+        if (trim == N_UPTO) n = imin(N, r0 + R);
+        if (trim == K_UPTO) k1 = imin(K, r0 + R);
+        if (trim == K_FROM) k0 = r0;
+        for (int c0 = 0; c0 < n; c0 += NC)
+            kk->mm(R, imin(NC, n - c0), k1 - k0, a + r0 * sam + k0 * sak, sam, sak, b + k0 * ldb + c0, ldb,
+                   c + r0 * ldc + c0, ldc, acc, rs ? rs + r0 : NULL);
+        pf_step(pf);
+    }
+}
+
+/* ---- scratch: one buffer, grown as needed (one calling thread) -------- */
+
+static float *scratch_buf;
+static size_t scratch_cap;
+
+/* n floats, carved into 64-byte aligned pieces by take(). */
+static float *scratch(size_t n)
+{
+    if (n > scratch_cap) {
+        void *p = NULL;
+        free(scratch_buf);
+        if (posix_memalign(&p, 64, sizeof(float) * n) != 0)
+            dt_die(__FILE__, __LINE__, "out of memory for %zu floats of attention scratch", n);
+        scratch_buf = p;
+        scratch_cap = n;
+    }
+    return scratch_buf;
+}
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static float *take(float **p, size_t n)
+{
+    float *r = *p;
+    *p += round16(n);
+    return r;
+}
+
+/* ---- one head in and out ---------------------------------------------- */
+
+/* rows [T][D] = src[t*ld + 0:D] * mul */
+static INLINE void gather_t(float *restrict rows, const void *src, size_t ld, int T, int D, float mul, const int bf)
+{
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++) rows[(size_t)t * D + d] = cpu_ld(src, (size_t)t * ld + (size_t)d, bf) * mul;
+}
+
+DT_MULTIVERSION static void gather(float *rows, const void *src, size_t ld, int T, int D, float mul, int bf)
+{
+    if (bf) gather_t(rows, src, ld, T, D, mul, 1);
+    else gather_t(rows, src, ld, T, D, mul, 0);
+}
+
+/* dst[t*ld + 0:D] = rows [T][D] * mul */
+static INLINE void scatter_t(void *dst, size_t ld, const float *restrict rows, int T, int D, float mul, const int bf)
+{
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++) cpu_st(dst, (size_t)t * ld + (size_t)d, rows[(size_t)t * D + d] * mul, bf);
+}
+
+DT_MULTIVERSION static void scatter(void *dst, size_t ld, const float *rows, int T, int D, float mul, int bf)
+{
+    if (bf) scatter_t(dst, ld, rows, T, D, mul, 1);
+    else scatter_t(dst, ld, rows, T, D, mul, 0);
+}
+
+/* di[t] = a[t] . b[t] over rows [T][D], in 16 partial sums per row so the
+ * compiler can vectorize it (one float sum would be one long dependency
+ * chain: it cost as much as a GEMM). */
+DT_MULTIVERSION static void rowdot(float *restrict di, const float *restrict a, const float *restrict b, int T,
+                                   int D)
+{
+    for (int t = 0; t < T; t++) {
+        const float *x = a + (size_t)t * D, *y = b + (size_t)t * D;
+        float part[16] = {0};
+        int d = 0;
+        for (; d + 16 <= D; d += 16)
+            for (int l = 0; l < 16; l++) part[l] += x[d + l] * y[d + l];
+        for (; d < D; d++) part[0] += x[d] * y[d];
+        float s = 0.0f;
+        for (int l = 0; l < 16; l++) s += part[l];
+        di[t] = s;
+    }
+}
+
+static void check_shape(int T, int C, int H)
+{
+    if (H <= 0 || C % H != 0 || T < 0)
+        dt_die(__FILE__, __LINE__, "attention: %d channels do not split into %d heads (T = %d)", C, H, T);
+}
+
+/* The head after (b, h) in the loops below: its sample and head, or b = n. */
+static void next_head(int *b, int *h, int H)
+{
+    if (++*h == H) *h = 0, ++*b;
+}
+
+/* ---- forward ---------------------------------------------------------- */
+
+void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T, int C, int H, int bf)
+{
+    check_shape(T, C, H);
+    if (n <= 0 || T == 0) return;
+    const struct att_kernels *kk = kernels();
+    const int D = C / H, nb = (T + B - 1) / B;
+    const size_t ld = 3 * (size_t)C, TD = round16((size_t)nb * B * D);
+    const float scale = 1.0f / sqrtf((float)D), qmul = scale * LOG2E;
+    float *p = scratch(4 * TD + round16((size_t)B * B) + round16((size_t)B * D) + 3 * round16(B));
+    /* a head's q (scaled), k, v [T][D]; its k^T panels [nb][D][B] */
+    float *q = take(&p, TD), *k = take(&p, TD), *kt = take(&p, TD), *v = take(&p, TD);
+    float *s = take(&p, (size_t)B * B), *o = take(&p, (size_t)B * D), *mx = take(&p, B), *sum = take(&p, B),
+          *alpha = take(&p, B);
+
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < H; h++) {
+            const void *in = cpu_at(qkv, (size_t)b * T * ld + (size_t)h * D, bf);
+            void *oh = cpu_at(out, (size_t)b * T * C + (size_t)h * D, bf);
+            int nbx = b, nhx = h;
+            next_head(&nbx, &nhx, H);
+            const void *next = nbx < n ? cpu_at(qkv, (size_t)nbx * T * ld + (size_t)nhx * D, bf) : NULL;
+            gather(q, in, ld, T, D, qmul, bf);
+            gather(k, cpu_at(in, (size_t)C, bf), ld, T, D, 1.0f, bf);
+            gather(v, cpu_at(in, 2 * (size_t)C, bf), ld, T, D, 1.0f, bf);
+            kk->panels(kt, k, T, D);
+            float *lrow = lse + ((size_t)b * H + h) * T;
+            struct prefetch pf;
+            const size_t esz = bf ? 2 : 4, rowbytes = (size_t)D * esz;
+            pf_init(&pf, T);
+            pf_add(&pf, oh, (size_t)C * esz, rowbytes, 1);
+            for (int part = 0; part < 3 && next; part++)
+                pf_add(&pf, cpu_at(next, (size_t)part * C, bf), ld * esz, rowbytes, 0);
+            pf_pace(&pf, (long)nb * (nb + 1) / 2 * 2 * ((B + RT - 1) / RT)); /* 2 products a block pair */
+            for (int i0 = 0; i0 < T; i0 += B) {
+                const int m = imin(B, T - i0);
+                for (int r = 0; r < m; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
+                for (int j0 = 0; j0 <= i0; j0 += B) {
+                    const int diag = j0 == i0, kn = diag ? m : B;
+                    mm(kk, &pf, diag ? N_UPTO : FULL, m, kn, D, q + (size_t)i0 * D, D, 1, kt + (size_t)j0 * D, B,
+                       s, B, 0, NULL);
+                    kk->softmax(s, m, kn, diag, mx, sum, alpha);
+                    mm(kk, &pf, diag ? K_UPTO : FULL, m, D, kn, s, B, 1, v + (size_t)j0 * D, D, o, D, j0 > 0, alpha);
+                }
+                for (int r = 0; r < m; r++) {
+                    float inv = 1.0f / sum[r];
+                    for (int d = 0; d < D; d++) o[(size_t)r * D + d] *= inv;
+                    lrow[i0 + r] = (mx[r] + log2f(sum[r])) * LN2;
+                }
+                scatter(cpu_at(oh, (size_t)i0 * C, bf), (size_t)C, o, m, D, 1.0f, bf);
+            }
+            pf_finish(&pf);
+        }
+}
+
+/* ---- backward --------------------------------------------------------- */
+
+void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                            int n, int T, int C, int H, int bf)
+{
+    check_shape(T, C, H);
+    if (n <= 0 || T == 0) return;
+    const struct att_kernels *kk = kernels();
+    const int D = C / H, nb = (T + B - 1) / B;
+    const size_t ld = 3 * (size_t)C, TD = round16((size_t)nb * B * D);
+    const float scale = 1.0f / sqrtf((float)D), qmul = scale * LOG2E;
+    float *p = scratch(8 * TD + 2 * round16((size_t)B * B) + round16((size_t)nb * B));
+    /* a head's q (scaled), k, dout, dq, dk, dv [T][D]; k^T, v^T panels [nb][D][B] */
+    float *q = take(&p, TD), *k = take(&p, TD), *kt = take(&p, TD), *vt = take(&p, TD);
+    float *dO = take(&p, TD), *dq = take(&p, TD), *dk = take(&p, TD), *dv = take(&p, TD);
+    float *s = take(&p, (size_t)B * B), *dp = take(&p, (size_t)B * B), *di = take(&p, (size_t)nb * B);
+
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < H; h++) {
+            const size_t off = (size_t)b * T * ld + (size_t)h * D, aoff = (size_t)b * T * C + (size_t)h * D;
+            int nbx = b, nhx = h;
+            next_head(&nbx, &nhx, H);
+            const size_t noff = (size_t)nbx * T * ld + (size_t)nhx * D, naoff = (size_t)nbx * T * C + (size_t)nhx * D;
+            /* v and out pass through dv and dq, which the first products overwrite */
+            gather(q, cpu_at(qkv, off, bf), ld, T, D, qmul, bf);
+            gather(k, cpu_at(qkv, off + (size_t)C, bf), ld, T, D, 1.0f, bf);
+            kk->panels(kt, k, T, D);
+            gather(dv, cpu_at(qkv, off + 2 * (size_t)C, bf), ld, T, D, 1.0f, bf);
+            kk->panels(vt, dv, T, D);
+            gather(dO, cpu_at(dout, aoff, bf), (size_t)C, T, D, 1.0f, bf);
+            gather(dq, cpu_at(out, aoff, bf), (size_t)C, T, D, 1.0f, bf);
+            rowdot(di, dO, dq, T, D);
+            const float *lrow = lse + ((size_t)b * H + h) * T;
+            struct prefetch pf;
+            const size_t esz = bf ? 2 : 4, rowbytes = (size_t)D * esz;
+            pf_init(&pf, T);
+            for (int part = 0; part < 3; part++) {
+                pf_add(&pf, nbx < n ? cpu_at(qkv, noff + (size_t)part * C, bf) : NULL, ld * esz, rowbytes, 0);
+                pf_add(&pf, cpu_at(dqkv, off + (size_t)part * C, bf), ld * esz, rowbytes, 1);
+            }
+            pf_add(&pf, nbx < n ? cpu_at(dout, naoff, bf) : NULL, (size_t)C * esz, rowbytes, 0);
+            pf_add(&pf, nbx < n ? cpu_at(out, naoff, bf) : NULL, (size_t)C * esz, rowbytes, 0);
+            pf_pace(&pf, (long)nb * (nb + 1) / 2 * 5 * ((B + RT - 1) / RT)); /* 5 products a block pair */
+            for (int j0 = 0; j0 < T; j0 += B) {
+                const int kn = imin(B, T - j0);
+                float *dkj = dk + (size_t)j0 * D, *dvj = dv + (size_t)j0 * D;
+                for (int i0 = j0; i0 < T; i0 += B) {
+                    const int m = imin(B, T - i0), diag = i0 == j0;
+                    const float *qi = q + (size_t)i0 * D, *doi = dO + (size_t)i0 * D;
+                    /* P = 2^(Q_i K_j^T - lse log2(e)); dV_j += P^T dO_i */
+                    mm(kk, &pf, diag ? N_UPTO : FULL, m, kn, D, qi, D, 1, kt + (size_t)j0 * D, B, s, B, 0, NULL);
+                    kk->probs(s, m, kn, diag, lrow + i0);
+                    mm(kk, &pf, diag ? K_FROM : FULL, kn, D, m, s, 1, B, doi, D, dvj, D, !diag, NULL);
+                    /* dS = P * (dO_i V_j^T - Di); dQ_i += dS K_j; dK_j += dS^T Q_i */
+                    mm(kk, &pf, diag ? N_UPTO : FULL, m, kn, D, doi, D, 1, vt + (size_t)j0 * D, B, dp, B, 0, NULL);
+                    kk->dsoft(dp, s, m, kn, diag, di + i0);
+                    mm(kk, &pf, diag ? K_UPTO : FULL, m, D, kn, dp, B, 1, k + (size_t)j0 * D, D, dq + (size_t)i0 * D,
+                       D, j0 > 0, NULL);
+                    mm(kk, &pf, diag ? K_FROM : FULL, kn, D, m, dp, 1, B, qi, D, dkj, D, !diag, NULL);
+                }
+            }
+            pf_finish(&pf);
+            scatter(cpu_at(dqkv, off, bf), ld, dq, T, D, scale, bf);
+            scatter(cpu_at(dqkv, off + (size_t)C, bf), ld, dk, T, D, LN2, bf); /* q was scaled by log2(e) too */
+            scatter(cpu_at(dqkv, off + 2 * (size_t)C, bf), ld, dv, T, D, 1.0f, bf);
+        }
+}
