@@ -18,8 +18,9 @@ S=$TOP_SRCDIR/src
 
 # The data/ files that read HDF5 files, and so need parallel HDF5, whose
 # hdf5.h includes mpi.h: dataset.c opens and reads them through HDF5's
-# MPI-IO driver, rowmap.c asks HDF5 where each dataset's rows lie.
-NEEDS_HDF5="dataset.c rowmap.c"
+# MPI-IO driver (tokens.c its token streams), rowmap.c asks HDF5 where each
+# dataset's rows lie.
+NEEDS_HDF5="dataset.c tokens.c rowmap.c"
 # Headers of data/ with a collective in them: dataset.h (dt_dataset_open).
 NEEDS_MPI_H="dataset.h"
 

@@ -18,7 +18,7 @@ base="$fm --batch-size 32 --steps-per-epoch 10"
 # --- metrics file and summary ---
 run_np 2 $base --epochs 3 --metrics "$T/m.csv" --metrics-every 4
 if [ "$rc" = 0 ] && [ "$(grep -c '^epoch,' "$T/m.csv")" = 3 ] && [ "$(grep -c '^step,' "$T/m.csv")" = 7 ] &&
-   head -1 "$T/m.csv" | grep -q '^kind,epoch,step,global_step,samples,seconds,samples_per_s,loss,accuracy,val_loss,val_accuracy,lr,loss_scale,skipped,comm_ms,wait_ms,data_ms$'; then
+   head -1 "$T/m.csv" | grep -q '^kind,epoch,step,global_step,samples,seconds,samples_per_s,loss,accuracy,val_loss,val_accuracy,lr,loss_scale,skipped,comm_ms,wait_ms,data_ms,grad_norm,clipped$'; then
   pass "--metrics: header, 3 epoch rows, 7 step rows (every 4 of 30 steps)"
 else
   fail "--metrics rows: rc=$rc"; cat "$T/m.csv" "$err" >&2

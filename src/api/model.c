@@ -215,7 +215,7 @@ int dtrain_forward_backward(dtrain_model *m, const dtrain_batch *batch, double *
     m->pending = 1;
     m->last_ds = (dtrain_dataset *)batch->dataset;
     if (loss_sum) *loss_sum = r.loss_sum;
-    if (correct) *correct = r.correct;
+    if (correct) *correct = (long)r.correct;
     return DTRAIN_OK;
 }
 

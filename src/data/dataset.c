@@ -17,6 +17,7 @@
 #include "data/classes.h"
 #include "data/dataset.h"
 #include "data/shard.h"
+#include "data/tokens.h"
 
 /* dataset_rows.h holds the HDF5 ids as int64_t so that it needs no hdf5.h. */
 _Static_assert(_Generic((hid_t)0, int64_t: 1, default: 0), "hid_t is int64_t (HDF5 >= 1.10)");
@@ -33,6 +34,7 @@ static const char *split_name[2] = {"train", "test"};
 struct meta {            /* what rank 0 learns and broadcasts */
     int h, w, c, classes;
     int has_test;
+    int tokens;          /* token datasets (data/tokens.h): counts are tokens, not samples */
 };
 
 static void format_dims(const hsize_t *d, int nd, char *buf, size_t len)
@@ -257,7 +259,8 @@ out:
     return rc;
 }
 
-static int read_classes_attr(const char *path, hid_t file, int *classes, dt_status *st)
+/* A token file's num_classes is its vocabulary: up to 2^31 - 1 tokens. */
+static int read_classes_attr(const char *path, hid_t file, int tokens, int *classes, dt_status *st)
 {
     *classes = 0;
     if (H5Aexists(file, "num_classes") <= 0) return DT_OK;
@@ -275,11 +278,14 @@ static int read_classes_attr(const char *path, hid_t file, int *classes, dt_stat
         /* One integer (checked above), so reading one long long cannot overflow. */
         ok = H5Aread(a, H5T_NATIVE_LLONG, &v) >= 0;
         snprintf(what, sizeof what, "%lld", v);
-        ok = ok && v >= 2 && v <= 256;
+        ok = ok && v >= 2 && v <= (tokens ? 2147483647LL : 256);
     }
     if (sp >= 0) H5Sclose(sp);
     if (t >= 0) H5Tclose(t);
     if (a >= 0) H5Aclose(a);
+    if (!ok && tokens)
+        return dt_fail(st, DT_EINPUT, "%s: root attribute num_classes is %s; expected the vocabulary's size, one "
+                       "integer >= 2", path, what);
     if (!ok)
         return dt_fail(st, DT_EINPUT, "%s: root attribute num_classes is %s; expected one integer in [2, 256] "
                        "(labels are uint8)", path, what);
@@ -304,6 +310,27 @@ static int decide_classes(const struct labels_seen *ls, int classes, int declare
     return DT_OK;
 }
 
+/* A token file's tokenizer (data/tokens.h), the same in every shard: the
+ * first file's is kept in ds while validating, and compared. */
+static int same_tokenizer(struct dt_dataset *ds, int f, hid_t file, int vocab, dt_status *st)
+{
+    char name[16];
+    int32_t *merges;
+    uint32_t n;
+    if (dt_tokens_tokenizer(ds->paths[f], file, vocab, name, &merges, &n, st) != DT_OK) return st->code;
+    if (f == 0) {
+        memcpy(ds->tokenizer, name, sizeof name);
+        ds->merges = merges;
+        ds->nmerges = n;
+        return DT_OK;
+    }
+    if (strcmp(name, ds->tokenizer) || n != ds->nmerges || memcmp(merges, ds->merges, sizeof(int32_t) * 2 * n))
+        dt_fail(st, DT_EINPUT, "%s: its tokenizer (%s, %u merges) is not %s's (%s, %u merges): the shards' token ids "
+                "would mean different text", ds->paths[f], name, n, ds->paths[0], ds->tokenizer, ds->nmerges);
+    free(merges);
+    return st->code;
+}
+
 static int validate(struct dt_dataset *ds, int classes, struct meta *m, int64_t *counts, dt_status *st)
 {
     int shape_set = 0, declared = 0, test_files = 0, no_test = -1;
@@ -325,7 +352,14 @@ static int validate(struct dt_dataset *ds, int classes, struct meta *m, int64_t 
         if (file < 0)
             return dt_fail(st, DT_EINPUT, "%s: HDF5 cannot open it: %s (a truncated or damaged file?)", path,
                            h5_why(why));
-        int cls = 0, rc = read_classes_attr(path, file, &cls, st);
+        const int tok = dt_tokens_is(file);
+        if (f > 0 && tok != m->tokens) {
+            H5Fclose(file);
+            return dt_fail(st, DT_EINPUT, "%s: holds %s but %s holds %s (the files must be of one kind)", path,
+                           tok ? "tokens" : "images", ds->paths[0], m->tokens ? "tokens" : "images");
+        }
+        m->tokens = tok;
+        int cls = 0, rc = read_classes_attr(path, file, tok, &cls, st);
         if (rc == DT_OK && cls > 0) {
             if (declared && cls != declared)
                 rc = dt_fail(st, DT_EINPUT, "%s: num_classes = %d, but %s says %d", path, cls, ds->paths[0], declared);
@@ -339,12 +373,20 @@ static int validate(struct dt_dataset *ds, int classes, struct meta *m, int64_t 
                 ls.limit_by = "num_classes";
             }
         }
-        if (rc == DT_OK)
+        if (rc == DT_OK && tok) {
+            int64_t c[2];
+            rc = dt_tokens_validate(path, file, classes ? classes : cls, c, st);
+            if (rc == DT_OK) rc = same_tokenizer(ds, f, file, classes ? classes : cls, st);
+            counts[f] = c[0];
+            if (c[1] >= 0) counts[ds->nfiles + f] = c[1], test_files++;
+            else if (no_test < 0) no_test = f;
+        }
+        else if (rc == DT_OK)
             rc = check_split(path, file, DT_TRAIN, m, &shape_set, &ls, &counts[f], st);
-        if (rc == DT_OK && H5Lexists(file, "test", H5P_DEFAULT) > 0) {
+        if (rc == DT_OK && !tok && H5Lexists(file, "test", H5P_DEFAULT) > 0) {
             test_files++;
             rc = check_split(path, file, DT_TEST, m, &shape_set, &ls, &counts[ds->nfiles + f], st);
-        } else if (no_test < 0) {
+        } else if (!tok && no_test < 0) {
             no_test = f;
         }
         H5Fclose(file);
@@ -352,7 +394,9 @@ static int validate(struct dt_dataset *ds, int classes, struct meta *m, int64_t 
     }
     int64_t total = 0;
     for (int f = 0; f < ds->nfiles; f++) total += counts[f];
-    if (total == 0) return dt_fail(st, DT_EINPUT, "%s: /train/images holds no samples", ds->paths[0]);
+    if (total == 0)
+        return dt_fail(st, DT_EINPUT, "%s: /train/%s holds no %s", ds->paths[0], m->tokens ? "tokens" : "images",
+                       m->tokens ? "tokens" : "samples");
     if (test_files && test_files != ds->nfiles)
         return dt_fail(st, DT_EINPUT, "%s: no /test split, but %d of the %d shard files have one (expected all or none)",
                        ds->paths[no_test], test_files, ds->nfiles);
@@ -380,6 +424,8 @@ int dt_dataset_open_classes(struct dt_dataset *ds, char **paths, int nfiles, int
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our messages, not HDF5's stack */
     st->code = DT_OK;
     if (rank == 0) validate(ds, classes, &m, counts, st);
+    free(ds->merges); /* validation's copy; every rank reads the first file's below */
+    ds->merges = NULL;
     if (dt_status_agree(st, comm) != DT_OK) {
         free(counts);
         return st->code;
@@ -388,6 +434,7 @@ int dt_dataset_open_classes(struct dt_dataset *ds, char **paths, int nfiles, int
     MPI_Bcast(counts, 2 * nfiles, MPI_INT64_T, 0, comm);
     ds->shape = (struct dt_shape){m.h, m.w, m.c};
     ds->classes = m.classes;
+    ds->tokens = m.tokens;
 
     /* Parallel HDF5: the files are opened collectively through MPI-IO; each
      * rank then reads its own rows independently. */
@@ -400,16 +447,31 @@ int dt_dataset_open_classes(struct dt_dataset *ds, char **paths, int nfiles, int
         sp->file_start = dt_xcalloc((size_t)nfiles + 1, sizeof(int64_t));
         sp->images = dt_xcalloc((size_t)nfiles, sizeof(hid_t));
         sp->labels = dt_xcalloc((size_t)nfiles, sizeof(hid_t));
+        if (m.tokens) { /* samples are windows: dt_dataset_set_block counts them */
+            sp->ntokens = dt_xcalloc((size_t)nfiles, sizeof(int64_t));
+            for (int f = 0; f < nfiles; f++) sp->ntokens[f] = sp->present ? counts[s * nfiles + f] : 0;
+            continue;
+        }
         for (int f = 0; f < nfiles; f++) sp->file_start[f + 1] = sp->file_start[f] + (sp->present ? counts[s * nfiles + f] : 0);
         sp->n = sp->file_start[nfiles];
     }
     for (int f = 0; f < nfiles; f++) {
         ds->files[f] = H5Fopen(paths[f], H5F_ACC_RDONLY, fapl);
         if (ds->files[f] < 0) DT_DIE("%s: validated by rank 0 but cannot be opened here", paths[f]);
+        if (m.tokens && f == 0 && dt_tokens_tokenizer(paths[0], ds->files[0], m.classes, ds->tokenizer, &ds->merges,
+                                                      &ds->nmerges, st) != DT_OK)
+            DT_DIE("%s: validated by rank 0 but its tokenizer cannot be read here: %s", paths[0], st->msg);
         for (int s = 0; s < 2; s++) {
             struct dt_split *sp = &ds->split[s];
             char name[32];
             if (!sp->present) { sp->images[f] = sp->labels[f] = -1; continue; }
+            if (m.tokens) { /* the stream; no labels */
+                snprintf(name, sizeof name, "/%s/tokens", split_name[s]);
+                sp->images[f] = H5Dopen2(ds->files[f], name, H5P_DEFAULT);
+                sp->labels[f] = -1;
+                DT_H5_CHECK(sp->images[f]);
+                continue;
+            }
             snprintf(name, sizeof name, "/%s/images", split_name[s]);
             sp->images[f] = H5Dopen2(ds->files[f], name, H5P_DEFAULT);
             snprintf(name, sizeof name, "/%s/labels", split_name[s]);
@@ -511,7 +573,8 @@ int dt_dataset_read(struct dt_dataset *ds, int split, const int64_t *idx, int n,
         return DT_OK;
     }
     dt_h5_lock(); /* an asynchronous checkpoint may be inside HDF5 (runtime/h5lock.h) */
-    int rc = read_files(ds, split, idx, n, images, labels, st);
+    int rc = ds->tokens ? dt_tokens_read(ds, split, idx, n, images, labels, st)
+                        : read_files(ds, split, idx, n, images, labels, st);
     dt_h5_unlock();
     return rc;
 }
@@ -525,11 +588,40 @@ void dt_dataset_close(struct dt_dataset *ds)
             if (sp->labels[f] >= 0) H5Dclose(sp->labels[f]);
         }
         free(sp->file_start);
+        free(sp->ntokens);
         free(sp->images);
         free(sp->labels);
     }
     for (int f = 0; ds->files && f < ds->nfiles; f++) H5Fclose(ds->files[f]);
     free(ds->files);
     free(ds->scratch);
+    free(ds->merges);
     memset(ds, 0, sizeof *ds);
+}
+
+int dt_dataset_set_block(struct dt_dataset *ds, int T, dt_status *st)
+{
+    if (!ds->tokens) return DT_OK;
+    int64_t most = 0;
+    int longest = 0;
+    for (int s = 0; s < 2; s++) {
+        struct dt_split *sp = &ds->split[s];
+        if (!sp->present) continue;
+        for (int f = 0; f < ds->nfiles; f++) {
+            int64_t w = sp->ntokens[f] > T ? (sp->ntokens[f] - 1) / T : 0;
+            sp->file_start[f + 1] = sp->file_start[f] + w;
+            if (s == DT_TRAIN && sp->ntokens[f] > most) most = sp->ntokens[f], longest = f;
+        }
+        sp->n = sp->file_start[ds->nfiles];
+    }
+    if (ds->split[DT_TRAIN].n == 0)
+        return dt_fail(st, DT_EINPUT, "%s: block_size = %d is longer than the data: /train/tokens holds %lld tokens, "
+                       "and a window needs %d", ds->paths[longest], T, (long long)most, T + 1);
+    if (ds->split[DT_TEST].present && ds->split[DT_TEST].n == 0)
+        return dt_fail(st, DT_EINPUT, "%s: block_size = %d is longer than the validation data: /test/tokens holds "
+                       "fewer than the %d tokens of a window (prep with a larger --val-fraction)", ds->paths[0], T,
+                       T + 1);
+    ds->block = T;
+    ds->shape = (struct dt_shape){1, T + 1, (int)sizeof(int32_t)};
+    return DT_OK;
 }

@@ -28,4 +28,9 @@ int dt_dataset_open(struct dt_dataset *ds, char **paths, int nfiles, MPI_Comm co
 int dt_dataset_open_classes(struct dt_dataset *ds, char **paths, int nfiles, int classes, MPI_Comm comm,
                             dt_status *st);
 
+/* A token dataset's windows: T positions (the model's block_size), so
+ * T + 1 tokens a sample, the shape 1 x (T + 1) x 4 (int32 bytes), and each
+ * split's samples counted. Refused when no window fits. A no-op for images. */
+int dt_dataset_set_block(struct dt_dataset *ds, int T, dt_status *st);
+
 #endif

@@ -23,7 +23,9 @@ struct dt_split {
     int present;
     int64_t n;              /* samples over all files */
     int64_t *file_start;    /* [nfiles+1] prefix sums */
-    int64_t *images, *labels; /* per file, HDF5 dataset ids (hid_t); -1 where a file has no rows */
+    int64_t *images, *labels; /* per file, HDF5 dataset ids (hid_t); -1 where a file has no rows
+                                 (a token dataset: images are the /split/tokens streams, labels -1) */
+    int64_t *ntokens;       /* a token dataset: [nfiles] tokens per file */
 };
 
 struct dt_dataset {
@@ -36,6 +38,11 @@ struct dt_dataset {
     uint8_t *scratch;
     size_t scratch_bytes;
     int synthetic;          /* rows are generated (data/synthetic.c), no files */
+    int tokens;             /* token windows (data/tokens.h): classes is the vocabulary */
+    int block;              /* tokens: the window's positions T (dt_dataset_set_block) */
+    char tokenizer[16];     /* tokens: "byte" or "bpe", the files' tokenizer (dt_tokens_tokenizer) */
+    uint32_t nmerges;       /* tokens: its merges, [nmerges][2] (0 for bytes) */
+    int32_t *merges;
     uint64_t synth_seed;
 };
 

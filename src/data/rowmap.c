@@ -113,6 +113,60 @@ static int map_dset(struct dt_rowmap_dset *d, hid_t dset, hsize_t userblock, int
     return rc;
 }
 
+/* Tokens i..i+n-1 through HDF5 (as stored, the file's integer type) and through the table agree. */
+static int tokens_check_out(const struct dt_rowmap_dset *d, hid_t dset, int fd, int64_t i, hsize_t n)
+{
+    hid_t space = H5Dget_space(dset), type = H5Dget_type(dset), mspace = H5Screate_simple(1, &n, NULL);
+    hsize_t start = (hsize_t)i;
+    size_t bytes = (size_t)n * d->row_bytes;
+    uint8_t *a = dt_xmalloc(2 * bytes), *b = a + bytes;
+    int ok = H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, NULL, &n, NULL) >= 0 &&
+             H5Dread(dset, type, mspace, space, H5P_DEFAULT, a) >= 0 &&
+             pread(fd, b, bytes, (off_t)row_offset(d, i)) == (ssize_t)bytes && memcmp(a, b, bytes) == 0;
+    free(a);
+    H5Sclose(mspace);
+    H5Tclose(type);
+    H5Sclose(space);
+    return ok;
+}
+
+/* A token dataset's streams: contiguous (a window may cross any chunk), checked at both ends. */
+static int open_tokens(struct dt_rowmap *m, const struct dt_dataset *ds, int split, dt_status *st)
+{
+    const struct dt_split *sp = &ds->split[split];
+    char name[32];
+    snprintf(name, sizeof name, "/%s/tokens", split_name[split]);
+    m->block = ds->block;
+    int rc = DT_OK;
+    for (int f = 0; f < ds->nfiles && rc == DT_OK; f++) {
+        const int64_t n = sp->ntokens[f];
+        hid_t type = H5Dget_type(sp->images[f]), dcpl = H5Dget_create_plist(sp->images[f]);
+        m->tsize = H5Tget_size(type);
+        int contiguous = H5Pget_layout(dcpl) == H5D_CONTIGUOUS, native = H5Tget_order(type) == H5Tget_order(H5T_NATIVE_INT32);
+        H5Tclose(type);
+        H5Pclose(dcpl);
+        if (!native) {
+            rc = dt_fail(st, DT_EINPUT, "%s: %s is stored in the other byte order", ds->paths[f], name);
+            break;
+        }
+        if (!contiguous) {
+            rc = dt_fail(st, DT_EINPUT, "%s: %s is chunked (windows cross its chunks)", ds->paths[f], name);
+            break;
+        }
+        rc = map_dset(&m->images[f], sp->images[f], 0, n, m->tsize, ds->paths[f], name, st);
+        if (rc == DT_OK && (m->fd[f] = open(ds->paths[f], O_RDONLY | O_CLOEXEC)) < 0)
+            rc = dt_fail(st, DT_EINPUT, "%s: cannot open for reading: %s", ds->paths[f], strerror(errno));
+        const hsize_t k = (hsize_t)(n < ds->block + 1 ? n : ds->block + 1);
+        if (rc == DT_OK && n > 0 &&
+            (!tokens_check_out(&m->images[f], sp->images[f], m->fd[f], 0, k) ||
+             !tokens_check_out(&m->images[f], sp->images[f], m->fd[f], n - (int64_t)k, k)))
+            rc = dt_fail(st, DT_EINPUT, "%s: the file offsets HDF5 gives for %s do not match what it reads",
+                         ds->paths[f], name);
+    }
+    if (rc != DT_OK) dt_rowmap_close(m);
+    return rc;
+}
+
 int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, dt_status *st)
 {
     const struct dt_split *sp = &ds->split[split];
@@ -126,6 +180,7 @@ int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, 
     m->images = dt_xcalloc((size_t)ds->nfiles, sizeof *m->images);
     m->labels = dt_xcalloc((size_t)ds->nfiles, sizeof *m->labels);
     for (int f = 0; f < ds->nfiles; f++) m->fd[f] = -1;
+    if (ds->tokens) return open_tokens(m, ds, split, st);
     int rc = DT_OK;
     for (int f = 0; f < ds->nfiles && rc == DT_OK; f++) {
         int64_t rows = sp->file_start[f + 1] - sp->file_start[f];
@@ -190,9 +245,38 @@ size_t dt_rowmap_scratch_bytes(int n)
     return (size_t)(n > 0 ? n : 1) * sizeof(struct pos);
 }
 
+/* Token windows: T + 1 stored tokens at token r T, read into the end of
+ * the int32 row and widened from its start (a later token is never
+ * overwritten before it is read). */
+static int read_windows(const struct dt_rowmap *m, const int64_t *idx, int n, uint8_t *rows, uint8_t *labels,
+                        dt_status *st)
+{
+    const size_t k = (size_t)m->block + 1, stored = k * m->tsize;
+    for (int i = 0; i < n; i++) {
+        int64_t r;
+        int f = dt_shard_locate(m->file_start, m->nfiles, idx[i], &r);
+        uint8_t *row = rows + (size_t)i * m->row;
+        if (pread_full(m->fd[f], row + m->row - stored, stored, row_offset(&m->images[f], r * m->block), m->paths[f],
+                       st) != DT_OK)
+            return st->code;
+        if (m->tsize == 2) {
+            const uint8_t *src = row + m->row - stored;
+            for (size_t j = 0; j < k; j++) {
+                uint16_t v;
+                memcpy(&v, src + 2 * j, 2);
+                int32_t w = v;
+                memcpy(row + 4 * j, &w, 4);
+            }
+        }
+        labels[i] = 0;
+    }
+    return DT_OK;
+}
+
 int dt_rowmap_read(const struct dt_rowmap *m, const int64_t *idx, int n, uint8_t *images, uint8_t *labels,
                    void *scratch, dt_status *st)
 {
+    if (m->block) return read_windows(m, idx, n, images, labels, st);
     struct pos *p = scratch;
     for (int i = 0; i < n; i++) p[i] = (struct pos){idx[i], i};
     qsort(p, (size_t)n, sizeof *p, by_g); /* file order: fewer seeks, and runs to merge */

@@ -11,7 +11,9 @@
  * thread. Storage that cannot be read that way (compressed or otherwise
  * filtered chunks, compact or external storage, chunks that split rows or
  * were never written) is refused with the reason, and the caller reads
- * through HDF5 in the main thread instead. */
+ * through HDF5 in the main thread instead. A token dataset (data/tokens.h)
+ * maps its contiguous token streams, a window being T + 1 tokens at token
+ * i T, widened to int32 after the read. */
 #ifndef DT_ROWMAP_H
 #define DT_ROWMAP_H
 
@@ -38,7 +40,9 @@ struct dt_rowmap {
     char **paths;               /* the dataset's, for messages */
     int *fd;                    /* [nfiles] our own read-only descriptors */
     struct dt_rowmap_dset *images, *labels; /* [nfiles] */
-    size_t row;                 /* image bytes */
+    size_t row;                 /* image bytes (a token window: int32 [block + 1]) */
+    int block;                  /* a token dataset's window T (data/tokens.h); 0 for images */
+    size_t tsize;               /* its tokens' bytes in the file (2 or 4) */
 };
 
 /* In the thread that owns HDF5, after dt_dataset_open. Returns DT_OK, or

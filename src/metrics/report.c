@@ -21,7 +21,8 @@ static double wall_now(void)
 
 static const char *const columns[] = {"kind", "epoch", "step", "global_step", "samples", "seconds",
                                       "samples_per_s", "loss", "accuracy", "val_loss", "val_accuracy", "lr",
-                                      "loss_scale", "skipped", "comm_ms", "wait_ms", "data_ms"};
+                                      "loss_scale", "skipped", "comm_ms", "wait_ms", "data_ms", "grad_norm",
+                                      "clipped"};
 enum { NCOL = sizeof columns / sizeof *columns };
 
 int dt_report_open(struct dt_report *r, const struct dt_config *cfg, int rank, int nranks, FILE *out,
@@ -109,7 +110,7 @@ void dt_report_step(struct dt_report *r, int64_t step, int64_t steps, double los
     if (cfg->metrics_every > 0 && global_step % cfg->metrics_every == 0) {
         double v[NCOL - 1] = {r->epoch + 1, (double)step, (double)global_step, (double)samples, el,
                               el > 0 ? (double)samples / el : (double)NAN, loss, acc, NAN, NAN, NAN, NAN, NAN,
-                              NAN, NAN, NAN};
+                              NAN, NAN, NAN, NAN, NAN};
         metrics_row(r, "step", v);
     }
     if (!r->bar || (now - r->t_last_draw < 0.1 && step < steps)) return;
@@ -149,14 +150,18 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
     if (cfg->verbose >= DT_NORMAL) {
         FILE *out = r->out;
         if (r->bar) fputs("\r\033[K", out);
-        fprintf(out, "Epoch %d/%d - %.2f s - %.0f samples/s - loss: %.4f - accuracy: %.4f", epoch + 1, cfg->epochs,
-                es->seconds, rate, es->loss, es->accuracy);
+        fprintf(out, "Epoch %d/%d - %.2f s - %.0f samples/s", epoch + 1, cfg->epochs, es->seconds, rate);
+        if (r->positions) fprintf(out, " (%.0f tokens/s)", rate * r->positions);
+        fprintf(out, " - loss: %.4f - accuracy: %.4f", es->loss, es->accuracy);
         if (es->validated) fprintf(out, " - val_loss: %.4f - val_accuracy: %.4f", es->val_loss, es->val_accuracy);
+        if (es->validated && r->positions) fprintf(out, " - val_perplexity: %.2f", exp(es->val_loss));
         if (es->loss_scale > 0.0f)
             fprintf(out, " - loss scale: %g (%ld step%s skipped)", (double)es->loss_scale, es->skipped,
                     es->skipped == 1 ? "" : "s");
         else if (es->skipped > 0) /* --nan-policy skip */
             fprintf(out, " - %ld non-finite step%s skipped", es->skipped, es->skipped == 1 ? "" : "s");
+        if (!isnan(es->grad_norm))
+            fprintf(out, " - grad norm: %.4g (%.0f%% clipped)", es->grad_norm, 100.0 * es->clipped);
         if (r->nranks > 1 && (es->comm_ms > 0.0 || es->wait_ms > 0.0)) /* rank 0's view of the gradient exchange */
             fprintf(out, " - comm: %.2f ms/step, waited %.2f (%.0f%% hidden)", es->comm_ms, es->wait_ms,
                     es->comm_ms > es->wait_ms ? 100.0 * (1.0 - es->wait_ms / es->comm_ms) : 0.0);
@@ -171,7 +176,7 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
                           es->loss, es->accuracy, es->validated ? es->val_loss : (double)NAN,
                           es->validated ? es->val_accuracy : (double)NAN, lr,
                           es->loss_scale > 0.0f ? (double)es->loss_scale : (double)NAN, (double)es->skipped,
-                          es->comm_ms, es->wait_ms, es->data_ms};
+                          es->comm_ms, es->wait_ms, es->data_ms, es->grad_norm, es->clipped};
     metrics_row(r, "epoch", v);
     dt_status st;
     if (r->tb_train) {
@@ -182,9 +187,14 @@ void dt_report_epoch_end(struct dt_report *r, int epoch, const struct dt_epoch_s
             {"data_wait_ms", es->data_ms}, {"loss_scale", es->loss_scale}};
         int n = es->loss_scale > 0.0f ? 8 : 7;
         for (int i = 0; i < n; i++) dt_tfevents_scalar(r->tb_train, s[i].tag, (float)s[i].v, epoch, wt, &st);
+        if (!isnan(es->grad_norm)) { /* --clip-norm */
+            dt_tfevents_scalar(r->tb_train, "epoch_grad_norm", (float)es->grad_norm, epoch, wt, &st);
+            dt_tfevents_scalar(r->tb_train, "epoch_clipped_fraction", (float)es->clipped, epoch, wt, &st);
+        }
         dt_tfevents_flush(r->tb_train, &st);
         if (es->validated) {
             dt_tfevents_scalar(r->tb_val, "epoch_loss", (float)es->val_loss, epoch, wt, &st);
+            if (r->positions) dt_tfevents_scalar(r->tb_val, "epoch_perplexity", (float)exp(es->val_loss), epoch, wt, &st);
             dt_tfevents_scalar(r->tb_val, "epoch_accuracy", (float)es->val_accuracy, epoch, wt, &st);
             dt_tfevents_flush(r->tb_val, &st);
         }

@@ -29,6 +29,8 @@ struct dt_epoch_stats {
     long skipped;                   /* steps skipped by the loss scaler */
     float loss_scale;               /* at the epoch's end; 0 when off */
     float lr;                       /* learning rate used */
+    double grad_norm, clipped;      /* --clip-norm: the updates' mean global gradient norm (before
+                                       clipping) and the fraction clipped; NaN without it */
 };
 
 struct dt_tfevents;
@@ -39,6 +41,8 @@ struct dt_report {
     FILE *out;
     int bar;                        /* progress bar (a terminal, or --progress bar) */
     int nranks;
+    int positions;                  /* a language model's tokens a sample (its block_size): the epoch
+                                       line adds tokens/s and perplexity; 0 otherwise */
     FILE *metrics;
     int jsonl;
     struct dt_tfevents *tb_train, *tb_val;

@@ -65,7 +65,10 @@ static void usage(FILE *f)
         "The model and its step:\n"
         "  -m, --model NAME|FILE   cnn (default), mlp or a model file (inputs/*.cfg)\n"
         "      --input HxWxC:K     image shape and classes (default 28x28x1:10;\n"
-        "                          32x32x3:10 for a model file named resnet*)\n"
+        "                          32x32x3:10 for a model file named resnet*), or\n"
+        "                          tokens:V: windows of the model's block_size over\n"
+        "                          a vocabulary of V (default 256 for a model file\n"
+        "                          named gpt*)\n"
         "  -b, --batch B           samples per replica per step (default 64)\n"
         "      --compute-ms T      one replica's forward + backward + update at batch B\n"
         "      --metrics FILE.csv  ... or take it from a 1-rank dtrain --metrics file\n"
@@ -457,6 +460,34 @@ static void print_pipe_step(const struct opts *o, const struct dt_model *m, cons
     }
 }
 
+/* --input: HxWxC:CLASSES images, or tokens:V, windows of the model's
+ * block_size over a vocabulary of V (a language model: dtrain-prep --text). */
+static int token_input(const struct opts *o, struct dt_shape *in, int *classes, dt_status *st)
+{
+    char *end;
+    if (!strncmp(o->input, "tokens:", 7)) {
+        long v = strtol(o->input + 7, &end, 10);
+        if (end == o->input + 7 || *end || v < 2 || v > INT_MAX)
+            return dt_fail(st, DT_EUSAGE, "--input tokens:V: expected a vocabulary of at least 2 tokens, found '%s'",
+                           o->input);
+        struct dt_layer_spec *specs;
+        int n;
+        int rc = dt_model_specs(o->model, (int)v, 0.5f, &specs, &n, st);
+        if (rc == DT_OK && (n < 1 || strcmp(specs[0].type, "embedding")))
+            rc = dt_fail(st, DT_EUSAGE, "--input %s: model %s does not start with [embedding] (token windows need "
+                         "a language model)", o->input, o->model);
+        if (rc == DT_OK) *in = (struct dt_shape){1, specs[0].block + 1, (int)sizeof(int32_t)};
+        free(specs);
+        *classes = (int)v;
+        return rc;
+    }
+    if (sscanf(o->input, "%dx%dx%d:%d", &in->h, &in->w, &in->c, classes) != 4 || in->h < 1 || in->w < 1 ||
+        in->c < 1 || *classes < 2 || *classes > 256)
+        return dt_fail(st, DT_EUSAGE, "--input: expected HxWxC:CLASSES (e.g. 32x32x3:10, 2..256 classes) or "
+                       "tokens:V, found '%s'", o->input);
+    return DT_OK;
+}
+
 static int run(struct opts *o, dt_status *st)
 {
     struct dt_cluster c;
@@ -466,10 +497,7 @@ static int run(struct opts *o, dt_status *st)
     if (o->fit && !(o->compute_ms > 0.0) && !o->metrics && !o->compare) return DT_OK;
     struct dt_shape in;
     int classes;
-    if (sscanf(o->input, "%dx%dx%d:%d", &in.h, &in.w, &in.c, &classes) != 4 || in.h < 1 || in.w < 1 || in.c < 1 ||
-        classes < 2 || classes > 256)
-        return dt_fail(st, DT_EUSAGE, "--input: expected HxWxC:CLASSES (e.g. 32x32x3:10, 2..256 classes), found '%s'",
-                       o->input);
+    if (token_input(o, &in, &classes, st) != DT_OK) return st->code;
     struct dt_model m;
     struct pipe_plan pp = {0};
     int rc = DT_OK;
@@ -545,7 +573,9 @@ static int finish_opts(struct opts *o, dt_status *st)
                        "of them", o->pipe_p, o->csv ? "--csv" : o->compare ? "--compare" : "--grad-compression powersgd");
     if (!o->input) {
         const char *b = strrchr(o->model, '/');
-        o->input = !strncmp(b ? b + 1 : o->model, "resnet", 6) ? "32x32x3:10" : "28x28x1:10";
+        o->input = !strncmp(b ? b + 1 : o->model, "resnet", 6) ? "32x32x3:10"
+                   : !strncmp(b ? b + 1 : o->model, "gpt", 3)  ? "tokens:256"
+                                                               : "28x28x1:10";
     }
     if (!o->nalgo) {
         o->nalgo = DT_CM_NALGOS;

@@ -251,7 +251,7 @@ static int fsdp_setup(struct dt_strategy *s, dt_status *st)
     m->params = NULL;
     z->hook = (struct dt_param_hook){.at = hook_at, .after = hook_after, .arg = s};
     m->hook = &z->hook;
-    dt_optim_create(&s->optim, s->be, &s->optim_cfg, s->shard_len);
+    dt_strategy_create_optim(s, s->shard_off, s->shard_len);
     return DT_OK;
 }
 
@@ -274,6 +274,9 @@ static void fsdp_finish(struct dt_strategy *s, float *stats)
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->coll->topo.world));
     s->nonfinite = !ok;
     if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
+    /* The shards of z->comm (all ranks, or under HSDP the node's) make one
+     * copy; the other nodes hold the same sums and count them apart. */
+    if (ok) dt_strategy_clip(s, z->grad, s->shard_len, z->comm);
     DT_TL_BEGIN(tl0);
     if (ok) dt_optim_step(&s->optim, z->shard, z->grad);
     DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);

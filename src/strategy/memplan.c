@@ -30,6 +30,20 @@ int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, siz
     return nb;
 }
 
+/* What layers lo..hi-1 keep beside their outputs (layer.h's state_bytes),
+ * at n samples, and the largest shared scratch once. */
+static double layer_state(const struct dt_model *m, int lo, int hi, int n, size_t act_size)
+{
+    double own = 0.0, shared = 0.0;
+    for (int i = lo; i < hi; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        if (l->ops->state_bytes) own += l->ops->state_bytes(l, n, act_size);
+        double s = l->ops->scratch_bytes ? l->ops->scratch_bytes(l, n, act_size) : 0.0;
+        if (s > shared) shared = s;
+    }
+    return own + shared;
+}
+
 void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int nranks, int local, double bucket_mb,
                  int batch, size_t act_size, struct dt_mem_plan *p)
 {
@@ -53,11 +67,15 @@ void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int 
         p->grads = P / N;
         p->slots = slots * P / N;
         p->gathered = 4.0 * sizeof(float) * (double)largest;
+        const int head = dt_model_tied_head(m); /* its gradient of the table, kept aside (model.h's tie_grad) */
+        if (head >= 0) p->gathered += sizeof(float) * (double)m->layers[head].out.c * m->layers[head].in.c;
     }
     for (int i = 0; i <= m->nlayers; i++) {
         struct dt_shape sh = i == 0 ? m->input : m->layers[i - 1].out;
-        p->activations += (i == 0 ? 1.0 : 2.0) * (double)dt_shape_size(sh) * (double)batch * (double)act_size;
+        const int once = i == 0 || (i == m->nlayers && m->tokens); /* the input; logits and their gradient share */
+        p->activations += (once ? 1.0 : 2.0) * (double)dt_shape_size(sh) * (double)batch * (double)act_size;
     }
+    p->activations += layer_state(m, 0, m->nlayers, batch, act_size);
 }
 
 double dt_mem_plan_total(const struct dt_mem_plan *p) { return p->params + p->grads + p->slots + p->gathered + p->activations; }
@@ -125,8 +143,10 @@ void dt_mem_plan_pipeline(const struct dt_model *m, const int *cut, int P, int M
     p->slots = slots * len;
     const int K = M < P - stage ? M : P - stage, micro = batch / M + (batch % M != 0);
     double row = 0.0; /* one sample's activations and their gradients in the stage */
-    for (int i = lo; i <= hi; i++) row += (i == lo && lo == 0 ? 1.0 : 2.0) * act_row(m, i);
+    for (int i = lo; i <= hi; i++)
+        row += ((i == lo && lo == 0) || (i == m->nlayers && m->tokens) ? 1.0 : 2.0) * act_row(m, i);
     p->activations = row * (double)act_size * (double)K * (double)micro;
+    p->activations += (double)K * layer_state(m, lo, hi, micro, act_size);
 }
 
 double dt_pipe_bubble_ideal(int P, int M) { return (double)(P - 1) / (double)(M + P - 1); }

@@ -11,14 +11,18 @@
  *   sharded (ZeRO-1):  parameters 4P, gradients 4P, slots 4sP/N
  *   fsdp (ZeRO-3):     parameters 4P/N, gradients 4P/N, slots 4sP/N, and
  *                      two buckets of gathered parameters and two of
- *                      gradients (its largest bucket, four times)
+ *                      gradients (its largest bucket, four times), and a
+ *                      tied LM head's gradient of the embedding's table
  *   pipeline (P stages, M micro-batches, stage k):
  *                      its layers' parameters 4P_k, gradients 4P_k (and its
  *                      widest layer's once more), slots 4sP_k; activations
  *                      of its layers at the micro-batch in each copy of the
  *                      stage for micro-batches in flight (min(M, P-k) of
  *                      them; validation passes micro-batches too)
- * plus activations: every layer's output and its gradient at the batch.
+ * plus activations: every layer's output and its gradient at the batch,
+ * and what layers keep beside them for backward (attention's q, k, v and
+ * output, layernorm's statistics: nn/layer.h's state_bytes) with the
+ * largest shared scratch once.
  * With Adam that is ZeRO's 16P per rank for data parallelism and 16P/N for
  * stage 3. The one design decision: fsdp's buckets come from
  * dt_fsdp_group, the rule strategy/fsdp.c itself groups layers by, so the

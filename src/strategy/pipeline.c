@@ -112,7 +112,7 @@ static int pipe_setup(struct dt_strategy *s, dt_status *st)
     s->shard_len = len;
     s->replica = p->replica;
     s->nreplicas = p->D;
-    dt_optim_create(&s->optim, s->be, &s->optim_cfg, len);
+    dt_strategy_create_optim(s, p->off[p->stage], len);
     return DT_OK;
 }
 
@@ -131,6 +131,7 @@ static void pipe_finish(struct dt_strategy *s, float *stats)
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->coll->topo.world));
     s->nonfinite = !ok;
     if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
+    if (ok) dt_strategy_clip(s, p->grads, len, p->pipe_comm); /* this replica's stages make one copy */
     DT_TL_BEGIN(tl0);
     if (ok) dt_optim_step(&s->optim, p->params, p->grads);
     DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);

@@ -41,7 +41,7 @@ int dt_trainer_evaluate_slice(struct dt_trainer *t, struct dt_dataset *data, str
             dt_pipe_evaluate(t, n, sums);
         } else {
             dt_model_forward(&t->model, n, 0, NULL);
-            struct dt_loss_result r = dt_model_loss(&t->model, t->dev_labels, n, 0.0f);
+            struct dt_loss_result r = dt_model_loss(&t->model, t->dev_targets, n, 0.0f);
             sums[0] += r.loss_sum;
             sums[1] += (double)r.correct;
         }

@@ -179,6 +179,10 @@ static int plan_cut(struct dt_trainer *t, dt_status *st)
     if (P > m->nlayers)
         return dt_fail(st, DT_EUSAGE, "--pipeline-stages %d: more stages than model %s's %d layers", P,
                        t->cfg->model, m->nlayers);
+    if (dt_model_tied_head(m) >= 0)
+        return dt_fail(st, DT_EUSAGE, "--pipeline-stages %d: model %s's %s shares the embedding's table (tied = 1), "
+                       "and the first and last stages would each need it; set tied = 0 in the model file", P,
+                       t->cfg->model, m->layers[dt_model_tied_head(m)].name);
     t->pipe.cut[0] = 0;
     t->pipe.cut[P] = m->nlayers;
     if (marks) {
@@ -299,12 +303,12 @@ static void forward(struct dt_trainer *t, struct dt_model *m, MPI_Request *sent,
     const struct dt_pipe *p = dt_pipe_of(&t->strategy);
     const size_t row = dt_shape_size(t->model.input);
     wait_req(t, sent); /* this copy's last output has left */
-    if (p->stage == 0) t->be->images_to_float(m->act[0], t->dev_images + row * (size_t)u->at, row * (size_t)u->n);
+    if (p->stage == 0) dt_model_load_input(m, m->act[0], t->dev_images + row * (size_t)u->at, row * (size_t)u->n);
     else recv_act(t, m->act[m->lo], act_bytes(m, m->lo, u->n), p->prev, TAG_ACT, p->pipe_comm);
     double t0 = MPI_Wtime();
     dt_model_forward(m, u->n, train, train ? &t->dropout_rng : NULL);
     if (p->next == MPI_PROC_NULL) {
-        struct dt_loss_result r = dt_model_loss(m, t->dev_labels + u->at, u->n, u->scale);
+        struct dt_loss_result r = dt_model_loss(m, t->dev_targets + t->target_row * (size_t)u->at, u->n, u->scale);
         if (u->stats) {
             u->stats[0] += (float)r.loss_sum;
             u->stats[1] += (float)r.correct;

@@ -13,12 +13,15 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint/hf.h"
 #include "data/synthetic.h"
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
@@ -108,7 +111,47 @@ static void refuse_keras_export(struct dt_trainer *t, dt_status *st)
                 keras == cfg->export_keras ? "--export-keras" : "--save-best", keras, t->model.name);
 }
 
-int dt_trainer_build_model(struct dt_trainer *t, const struct dt_dataset *data, const char *when, dt_status *st)
+/* A token dataset's samples are windows of the model's block_size: its
+ * first layer must be the embedding that says how long. */
+static void token_windows(struct dt_dataset *data, const struct dt_layer_spec *specs, int n, const char *model,
+                          dt_status *st)
+{
+    if (n < 1 || strcmp(specs[0].type, "embedding"))
+        dt_fail(st, DT_EINPUT, "%s: a token dataset (dtrain-prep --text) needs a model that starts with [embedding] "
+                "(e.g. inputs/gpt-mini.cfg); model %s starts with [%s]", data->paths[0], model,
+                n > 0 ? specs[0].type : "nothing");
+    else
+        dt_dataset_set_block(data, specs[0].block, st);
+}
+
+/* The model file's text, read right after it was parsed, for the
+ * checkpoints: a checkpoint rebuilds its model without the file (it may be
+ * moved or edited since). */
+static void keep_model_text(struct dt_trainer *t, dt_status *st)
+{
+    enum { MAX_TEXT = 1 << 24 };
+    const char *path = t->cfg->model;
+    free(t->model_text);
+    t->model_text = NULL;
+    t->model_text_len = 0;
+    if (!dt_model_is_file(path)) return;
+    FILE *f = fopen(path, "rb");
+    char *buf = dt_xmalloc(MAX_TEXT + 1);
+    size_t n = f ? fread(buf, 1, MAX_TEXT + 1, f) : 0;
+    if (!f || ferror(f))
+        dt_fail(st, DT_EUSAGE, "--model %s: cannot read it again: %s", path, strerror(errno));
+    else if (n > MAX_TEXT)
+        dt_fail(st, DT_EUSAGE, "--model %s: more than %d bytes; a model file is a few kilobytes", path, MAX_TEXT);
+    if (f) fclose(f);
+    if (st->code != DT_OK) {
+        free(buf);
+        return;
+    }
+    t->model_text = buf;
+    t->model_text_len = n;
+}
+
+int dt_trainer_build_model(struct dt_trainer *t, struct dt_dataset *data, const char *when, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
     struct dt_layer_spec *specs;
@@ -116,16 +159,25 @@ int dt_trainer_build_model(struct dt_trainer *t, const struct dt_dataset *data, 
     st->code = DT_OK;
     /* A wrong model file is a usage error as it is; a model that is fine in
      * itself but does not build means the data's shape does not fit it. */
-    if (dt_model_specs(cfg->model, data->classes, cfg->dropout, &specs, &n, st) == DT_OK &&
-        dt_model_build_specs(&t->model, cfg->model, data->shape, data->classes, specs, n, st) != DT_OK) {
+    if (dt_model_specs(cfg->model, data->classes, cfg->dropout, &specs, &n, st) == DT_OK && data->tokens)
+        token_windows(data, specs, n, cfg->model, st);
+    if (st->code == DT_OK && dt_model_build_specs(&t->model, cfg->model, data->shape, data->classes, specs, n, st) != DT_OK) {
         dt_status why = *st;
-        dt_fail(st, DT_EINPUT, "%s: %dx%dx%d images do not fit model %s: %s", cfg->inputs[0], data->shape.h,
-                data->shape.w, data->shape.c, cfg->model, why.msg);
+        if (data->tokens)
+            dt_fail(st, DT_EINPUT, "%s: token windows (a vocabulary of %d) do not fit model %s: %s", cfg->inputs[0],
+                    data->classes, cfg->model, why.msg);
+        else
+            dt_fail(st, DT_EINPUT, "%s: %dx%dx%d images do not fit model %s: %s", cfg->inputs[0], data->shape.h,
+                    data->shape.w, data->shape.c, cfg->model, why.msg);
     }
     free(specs);
+    if (st->code == DT_OK) keep_model_text(t, st);
     if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
     if (st->code == DT_OK && cfg->cuda_graphs) dt_step_graphs_init(&t->graphs, &t->model, t->be, st);
     if (st->code == DT_OK && dt_model_is_branched(&t->model)) refuse_keras_export(t, st);
+    if (st->code == DT_OK && cfg->export_hf) /* refused now, not after training; rank 0 reads the files */
+        dt_hf_check(cfg->export_hf, &t->model, data->tokens && !data->synthetic, data->paths, data->nfiles,
+                    t->rank == 0, st);
     if (dt_status_agree(st, t->comm) != DT_OK) return st->code;
     return same_everywhere(t, data, when, st);
 }
@@ -219,6 +271,8 @@ void dt_trainer_alloc_step(struct dt_trainer *t)
     size_t row = dt_shape_size(t->model.input), B = (size_t)t->cfg->batch_size;
     t->dev_images = t->be->alloc(row * B);
     t->dev_labels = t->be->alloc(B);
+    t->dev_targets = t->model.tokens ? t->dev_images : t->dev_labels;
+    t->target_row = t->model.tokens ? row : 1;
     t->idx_scratch = dt_xmalloc(sizeof(int64_t) * B);
     if (t->cfg->grad_accum > 1 && !t->model.sharded) t->accum = t->be->alloc(sizeof(float) * (t->model.nparams ? t->model.nparams : 1));
 }
@@ -448,7 +502,7 @@ static double node_available(void)
 static int check_memory(struct dt_trainer *t, dt_status *st)
 {
     const struct dt_config *cfg = t->cfg;
-    const int slots = !strcmp(cfg->optimizer, "adam") ? 2 : cfg->momentum != 0.0f ? 1 : 0;
+    const int slots = dt_optim_nslots(cfg->optimizer, cfg->momentum);
     const int local = t->coll.topo.local_size > 0 ? t->coll.topo.local_size : 1;
     const size_t act = dt_act_size(t->be->act_type());
     struct dt_mem_plan p, fs;
@@ -528,6 +582,7 @@ void dt_trainer_free(struct dt_trainer *t)
     if (t->accum && t->be) t->be->free(t->accum);
     free(t->best_params);
     free(t->history);
+    free(t->model_text);
     dt_coll_free(&t->coll);
     memset(t, 0, sizeof *t);
 }

@@ -25,49 +25,64 @@
  * then the buffers (batchnorm's moving statistics), which the checkpoint
  * sees after the parameters: a batchnorm layer's gamma and beta are its
  * "kernel" and "bias", and an entry "<layer>.moving" holds its moving mean
- * (kernel) and variance (bias). *count receives the number of entries. */
-static struct dt_ckpt_layer *layer_table(const struct dt_model *m, int *count)
+ * (kernel) and variance (bias). A layer of more than one matrix has an entry
+ * for each, in block order: an embedding's wte is "<layer>" and its wpe
+ * "<layer>.position" (no bias), an attention's fused q, k, v projection is
+ * "<layer>" and its output projection "<layer>.proj"; a layernorm's gain and
+ * bias are kernel and bias, an untied lm_head's table a kernel without bias.
+ * *count receives the number of entries. */
+static void entry(struct dt_ckpt_layer *L, const char *name, size_t offset, int rank, int64_t d0, int64_t d1,
+                  int64_t d2, int64_t d3, int64_t bias)
 {
-    int nbn = 0;
-    for (int i = 0; i < m->nlayers; i++) nbn += m->layers[i].nbuffers > 0;
-    struct dt_ckpt_layer *L = dt_xcalloc((size_t)(m->nlayers + nbn) + 1, sizeof *L + 48);
-    char *names = (char *)(L + m->nlayers + nbn + 1);
-    int k = m->nlayers;
+    *L = (struct dt_ckpt_layer){.name = name, .offset = offset, .kernel_rank = rank, .kernel_dims = {d0, d1, d2, d3},
+                                .bias_len = bias};
+}
+
+struct dt_ckpt_layer *dt_ckpt_layer_table(const struct dt_model *m, int *count)
+{
+    int extra = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const struct dt_layer *l = &m->layers[i];
-        L[i].name = l->name;
-        L[i].offset = l->param_offset;
-        if (!l->nparams) continue;
-        int units = l->out.c * l->out.h * l->out.w;
-        if (l->ops == &dt_conv2d_ops) {
-            L[i].kernel_rank = 4;
-            L[i].kernel_dims[0] = l->spec.kernel;
-            L[i].kernel_dims[1] = l->spec.kernel;
-            L[i].kernel_dims[2] = l->in.c;
-            L[i].kernel_dims[3] = l->out.c;
-            L[i].bias_len = l->out.c;
+        extra += l->nbuffers > 0 || (l->nparams && (l->ops == &dt_embedding_ops || l->ops == &dt_attention_ops));
+    }
+    struct dt_ckpt_layer *L = dt_xcalloc((size_t)(m->nlayers + extra) + 1, sizeof *L + 48);
+    char *names = (char *)(L + m->nlayers + extra + 1);
+    int k = 0, nb = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct dt_layer *l = &m->layers[i];
+        const size_t o = l->param_offset;
+        const int64_t C = l->in.c, units = (int64_t)l->out.c * l->out.h * l->out.w;
+        char *second = names + 48 * (size_t)(k - i); /* this layer's second entry's name, if it has one */
+        if (!l->nparams) {
+            entry(&L[k++], l->name, o, 0, 0, 0, 0, 0, 0);
+        } else if (l->ops == &dt_conv2d_ops) {
+            entry(&L[k++], l->name, o, 4, l->spec.kernel, l->spec.kernel, C, l->out.c, l->out.c);
+        } else if (l->ops == &dt_batchnorm_ops || l->ops == &dt_layernorm_ops) { /* gamma, beta */
+            entry(&L[k++], l->name, o, 1, l->out.c, 0, 0, 0, l->out.c);
+        } else if (l->ops == &dt_embedding_ops) { /* wte [V][C], wpe [T][C] */
+            const int64_t V = l->spec.vocab, T = l->out.w, W = l->out.c;
+            entry(&L[k++], l->name, o, 2, V, W, 0, 0, 0);
+            snprintf(second, 48, "%s.position", l->name);
+            entry(&L[k++], second, o + (size_t)(V * W), 2, T, W, 0, 0, 0);
+        } else if (l->ops == &dt_attention_ops) { /* Wqkv [C][3C], bqkv; Wo [C][C], bo */
+            entry(&L[k++], l->name, o, 2, C, 3 * C, 0, 0, 3 * C);
+            snprintf(second, 48, "%s.proj", l->name);
+            entry(&L[k++], second, o + (size_t)(3 * C * C + 3 * C), 2, C, C, 0, 0, C);
+        } else if (l->ops == &dt_linear_ops) { /* [C][units] on each position */
+            entry(&L[k++], l->name, o, 2, C, l->out.c, 0, 0, l->out.c);
+        } else if (l->ops == &dt_lm_head_ops) { /* untied: [V][C] */
+            entry(&L[k++], l->name, o, 2, l->out.c, C, 0, 0, 0);
+        } else { /* dense: [in][units] */
+            entry(&L[k++], l->name, o, 2, (int64_t)dt_shape_size(l->in), units, 0, 0, units);
         }
-        else if (l->ops == &dt_batchnorm_ops) { /* gamma, beta */
-            L[i].kernel_rank = 1;
-            L[i].kernel_dims[0] = l->out.c;
-            L[i].bias_len = l->out.c;
-        }
-        else { /* dense: [in][units] */
-            L[i].kernel_rank = 2;
-            L[i].kernel_dims[0] = (int64_t)dt_shape_size(l->in);
-            L[i].kernel_dims[1] = units;
-            L[i].bias_len = units;
-        }
-        if (l->nbuffers) { /* moving mean, moving variance */
-            char *name = names + 48 * (size_t)(k - m->nlayers);
-            snprintf(name, 48, "%s.moving", l->name);
-            L[k].name = name;
-            L[k].offset = m->nparams + l->buffer_offset;
-            L[k].kernel_rank = 1;
-            L[k].kernel_dims[0] = (int64_t)l->nbuffers / 2;
-            L[k].bias_len = (int64_t)l->nbuffers / 2;
-            k++;
-        }
+    }
+    for (int i = 0; i < m->nlayers; i++) { /* moving mean, moving variance */
+        const struct dt_layer *l = &m->layers[i];
+        if (!l->nbuffers) continue;
+        char *name = names + 48 * (size_t)(m->nlayers + extra - 1 - nb++);
+        snprintf(name, 48, "%s.moving", l->name);
+        entry(&L[k++], name, m->nparams + l->buffer_offset, 1, (int64_t)l->nbuffers / 2, 0, 0, 0,
+              (int64_t)l->nbuffers / 2);
     }
     *count = k;
     return L;
@@ -75,7 +90,7 @@ static struct dt_ckpt_layer *layer_table(const struct dt_model *m, int *count)
 
 static int optim_slots(const struct dt_strategy *s, const char **names)
 {
-    if (strcmp(s->optim_cfg.name, "adam") == 0) {
+    if (dt_optim_nslots(s->optim_cfg.name, 0.0f) == 2) { /* adam, adamw */
         names[0] = "m";
         names[1] = "v";
         return 2;
@@ -301,7 +316,15 @@ struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, i
     c->data_checksum = t->data_checksum;
     c->nparams = m->nparams;
     c->nbuffers = m->nbuffers;
-    snap->layers = layer_table(m, &c->nlayers);
+    c->classes = m->classes; /* what rebuilds the model without its files (dtrain-generate) */
+    c->model_text = t->model_text;
+    c->model_text_len = t->model_text_len;
+    if (t->data.tokens) {
+        c->tokenizer = t->data.tokenizer;
+        c->merges = t->data.merges;
+        c->nmerges = t->data.nmerges;
+    }
+    snap->layers = dt_ckpt_layer_table(m, &c->nlayers);
     c->layers = snap->layers;
     c->params = snap->params;
     dt_strategy_get_block(&t->strategy, 0, c->params, -1); /* gathered, under fsdp */
@@ -361,7 +384,7 @@ void dt_trainer_set_params(struct dt_trainer *t, const float *host) { place_para
 static struct dt_ckpt_layer *read_setup(const struct dt_model *m, struct dt_ckpt *c)
 {
     memset(c, 0, sizeof *c);
-    struct dt_ckpt_layer *layers = layer_table(m, &c->nlayers);
+    struct dt_ckpt_layer *layers = dt_ckpt_layer_table(m, &c->nlayers);
     c->nparams = m->nparams;
     c->nbuffers = m->nbuffers;
     c->layers = layers;

@@ -31,7 +31,7 @@ void dt_step_load(struct dt_trainer *t, const struct dt_batch *b, int n)
     if (n == 0) return;
     t->be->upload(t->dev_images, b->images, bytes);
     t->be->upload(t->dev_labels, b->labels, (size_t)n);
-    if (!t->pipe.on) t->be->images_to_float(t->model.act[0], t->dev_images, bytes); /* a pipeline: by micro-batch */
+    if (!t->pipe.on) dt_model_load_input(&t->model, t->model.act[0], t->dev_images, bytes); /* a pipeline: by micro-batch */
 }
 
 /* Step s's batch from the loader, the wait counted as data time and shown
@@ -118,7 +118,7 @@ static struct dt_loss_result forward_loss(struct dt_trainer *t, struct dt_epoch_
     struct dt_loss_result r = {0.0, 0};
     if (*graphed) {
         DT_TL_BEGIN(tl_graph);
-        r = dt_step_graphs_run(&t->graphs, &t->model, t->dev_labels, n, scale * s->loss_scale.scale,
+        r = dt_step_graphs_run(&t->graphs, &t->model, t->dev_targets, n, scale * s->loss_scale.scale,
                                &t->dropout_rng, t->rank == 0 && t->cfg->verbose ? stdout : NULL);
         DT_TL_END(tl_graph, DT_TL_COMPUTE, "forward+loss+backward (graph)", NULL);
     }
@@ -127,7 +127,7 @@ static struct dt_loss_result forward_loss(struct dt_trainer *t, struct dt_epoch_
     read_ahead(t, ep, u + 1);
     if (!*graphed) {
         DT_TL_BEGIN(tl_loss);
-        r = dt_model_loss(&t->model, t->dev_labels, n, scale * s->loss_scale.scale);
+        r = dt_model_loss(&t->model, t->dev_targets, n, scale * s->loss_scale.scale);
         DT_TL_END(tl_loss, DT_TL_COMPUTE, "loss", NULL);
     }
     stats[0] += (float)r.loss_sum;

@@ -77,7 +77,9 @@ struct dt_loss_result dt_step_graphs_run(struct dt_step_graphs *sg, struct dt_mo
         sg->slot[k].g = g;
         sg->recorded++;
     }
-    r.loss_sum = be->graph_run(g, &r.correct);
+    long correct = 0;
+    r.loss_sum = be->graph_run(g, &correct);
+    r.correct = (double)correct;
     sg->replayed++;
     return r;
 }

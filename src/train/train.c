@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "checkpoint/hf.h"
 #include "checkpoint/keras.h"
 #include "collectives/sum_large.h"
 #include "metrics/timeline.h"
@@ -121,6 +122,7 @@ static void epoch_begin(struct dt_trainer *t, int epoch, struct dt_epoch_run *ep
     ep->per_update = cfg->grad_accum > 1 ? cfg->grad_accum : 1;
     dt_shard_epoch(&t->plan, cfg->seed, epoch, 1);
     dt_reducer_stats_reset(&t->strategy.reducer);
+    memset(&t->strategy.clip, 0, sizeof t->strategy.clip); /* --clip-norm's figures are the epoch's */
     ep->t0 = MPI_Wtime();
     if (t->resumed && epoch == t->start_epoch && t->start_step > 0 && t->start_step < ep->steps) {
         ep->first = t->start_step; /* where its checkpoint was taken */
@@ -158,6 +160,8 @@ static int after_step(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t don
         if (r->overflows)
             snprintf(note, sizeof note, " - gradient overflow: step skipped, loss scale now %g",
                      (double)t->strategy.loss_scale.scale);
+        else if (cfg->clip_norm > 0.0f) /* the norm before clipping */
+            snprintf(note, sizeof note, " - grad norm: %.6g", t->strategy.clip.last);
         fprintf(out, "step %lld/%lld - loss: %.6f - accuracy: %.4f%s\n", (long long)done, (long long)ep->steps,
                 r->loss_sum / (double)r->samples, r->correct / (double)r->samples, note);
     }
@@ -195,6 +199,9 @@ static void epoch_figures(struct dt_trainer *t, const struct dt_epoch_run *ep, s
     es->lr = dt_lr_at(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0); /* the epoch's last step */
     es->skipped = strat->loss_scale.skipped + strat->nan_skipped - t->skipped_before;
     es->loss_scale = strat->loss_scale.on ? strat->loss_scale.scale : 0.0f;
+    const double updates = (double)strat->clip.updates; /* --clip-norm */
+    es->grad_norm = updates > 0 ? strat->clip.norm_sum / updates : (double)NAN;
+    es->clipped = updates > 0 ? (double)strat->clip.clipped / updates : (double)NAN;
     t->skipped_before = strat->loss_scale.skipped + strat->nan_skipped;
     if (strat->reducer.steps) {
         es->comm_ms = 1e3 * strat->reducer.comm_seconds / (double)strat->reducer.steps;
@@ -220,6 +227,11 @@ static int epoch_end(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t s, s
     if (!strat->lockstep) dt_trainer_average_buffers(t); /* workers step on their own: at the epoch's end */
     if (strat->local_stats) {
         dt_allreduce_sum_f64(ep->sums, 2, t->comm);
+        double clip[3] = {strat->clip.norm_sum, (double)strat->clip.updates, (double)strat->clip.clipped};
+        dt_allreduce_sum_f64(clip, 3, t->comm); /* the ranks that clipped: workers, or sync's server */
+        strat->clip.norm_sum = clip[0];
+        strat->clip.updates = (long)clip[1];
+        strat->clip.clipped = (long)clip[2];
         if (!isfinite(ep->sums[0]) && dt_step_read_failure(t, &t->loader, st) != DT_OK) return st->code;
         if (!isfinite(ep->sums[0]))
             return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", ep->epoch + 1, ep->sums[0]);
@@ -239,6 +251,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         dt_autotune_before_step(t);
         double t0 = MPI_Wtime();
         if (dt_step(t, &ep, s, end, &r, st) != DT_OK) return st->code;
+        dt_sample_log_write(t->sample_log, t, epoch, s, end);
         dt_autotune_after_step(t, MPI_Wtime() - t0);
         if (after_step(t, &ep, end, &r, es, out, st) != DT_OK) return st->code;
     }
@@ -253,19 +266,23 @@ static double monitored(const struct dt_epoch_stats *es, const char *name)
     return es->loss;
 }
 
-/* Rank 0 writes the model's weights in Keras 3's .weights.h5 layout. */
-static int export_keras(struct dt_trainer *t, const char *path, dt_status *st)
+/* Rank 0 writes the model's weights in Keras 3's .weights.h5 layout, or
+ * (hf) as a Hugging Face GPT-2 directory with the data's tokenizer. */
+static int export_weights(struct dt_trainer *t, const char *path, int hf, dt_status *st)
 {
     st->code = DT_OK;
     float *host = t->rank == 0 ? dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1)) : NULL;
-    dt_strategy_get_block(&t->strategy, 0, host, 0); /* gathered on rank 0, under fsdp */
+    dt_strategy_get_block(&t->strategy, 0, host, 0); /* gathered on rank 0, under fsdp and pipeline stages */
     if (t->rank == 0) {
         t->be->download(host + t->model.nparams, t->model.buffers, sizeof(float) * t->model.nbuffers);
-        dt_keras_export(path, &t->model, host, host + t->model.nparams, st);
+        if (hf) dt_hf_export(path, &t->model, host, t->data.paths[0], st);
+        else dt_keras_export(path, &t->model, host, host + t->model.nparams, st);
         free(host);
     }
     return dt_status_agree(st, t->comm);
 }
+
+static int export_keras(struct dt_trainer *t, const char *path, dt_status *st) { return export_weights(t, path, 0, st); }
 
 /* --save-best: ModelCheckpoint(save_best_only) after epoch e, on value v. */
 static int save_best(struct dt_trainer *t, int e, double v, FILE *out, dt_status *st)
@@ -366,10 +383,12 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
     const struct dt_config *cfg = t->cfg;
     int validate = cfg->validation && t->data.split[DT_TEST].present && t->data.split[DT_TEST].n > 0;
     dt_report_open(&t->report, cfg, t->rank, t->nranks, out, st); /* rank 0 opens the files */
+    if (dt_model_is_lm(&t->model)) t->report.positions = t->model.layers[t->model.nlayers - 1].out.w;
     if (dt_status_agree(st, t->comm) != DT_OK) {
         dt_report_close(&t->report);
         return st->code;
     }
+    if (dt_sample_log_open(t, &t->sample_log, st) != DT_OK) return st->code;
     if (dt_autotune_start(t, out, st) != DT_OK) return st->code;
     if (cfg->timeline && dt_timeline_start(t->comm, cfg->timeline, st) != DT_OK) return st->code;
     if (t->start_epoch >= cfg->epochs && t->rank == 0 && cfg->verbose >= DT_NORMAL)
@@ -403,6 +422,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
     if (collect_async(t, out, st) != DT_OK) return st->code; /* a write still in flight ends with the run */
     restore_best(t, validate, out);
     if (cfg->export_keras && export_keras(t, cfg->export_keras, st) != DT_OK) return st->code;
+    if (cfg->export_hf && export_weights(t, cfg->export_hf, 1, st) != DT_OK) return st->code;
     return DT_OK;
 }
 
@@ -486,6 +506,15 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
     if (dt_timeline && dt_timeline_finish(t->comm, &tst) != DT_OK && rc == DT_OK) {
         *st = tst;
         rc = st->code;
+    }
+    if (t->cfg->sample_log) { /* every rank: rank 0's write error is the run's */
+        dt_status lst = {0};
+        dt_sample_log_close(t->sample_log, &lst);
+        t->sample_log = NULL;
+        if (dt_status_agree(&lst, t->comm) != DT_OK && rc == DT_OK) {
+            *st = lst;
+            rc = st->code;
+        }
     }
     dt_report_close(&t->report);
     return rc;

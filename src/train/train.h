@@ -27,6 +27,7 @@
 #include "metrics/report.h"
 #include "train/step_graph.h"
 #include "train/pipeline.h"
+#include "train/sample_log.h"
 #include "data/shard.h"
 #include "nn/model.h"
 #include "optim/optim.h"
@@ -51,6 +52,11 @@ struct dt_trainer {
     struct dt_step_graphs graphs;   /* --cuda-graphs */
     struct dt_loader loader;        /* the training batches, read ahead (--prefetch, --cache) */
     uint8_t *dev_images, *dev_labels;
+    /* What the loss reads (dt_model_loss's labels): dev_labels, or for a
+     * token model dev_images (the windows hold their targets); bytes of it
+     * per sample. */
+    uint8_t *dev_targets;
+    size_t target_row;
     int epochs_done;
     long global_step;               /* steps taken in this run */
     long skipped_before;            /* loss-scale skips before this epoch */
@@ -73,6 +79,7 @@ struct dt_trainer {
                                        in the step, [1] handed to the writer thread */
     long ckpt_count[2];             /* checkpoints taken, the same two ways */
     struct dt_report report;        /* progress, metrics file, TensorBoard (rank 0) */
+    struct dt_sample_log *sample_log; /* --sample-log (rank 0; NULL elsewhere and when off) */
     struct dt_lr_schedule sched;    /* the learning rate per step */
     int lr_epochs[16];              /* its step boundaries, 0-based epochs */
     float *accum;                   /* --grad-accum: the micro-batches' gradient sum (device) */
@@ -83,6 +90,8 @@ struct dt_trainer {
     MPI_Comm bn_comm;               /* --sync-bn's reductions (0 without) */
     struct dt_watchdog watchdog;    /* --stall-timeout */
     struct dt_autotune *autotune;   /* --autotune while it times (train/autotune.h); NULL otherwise */
+    char *model_text;               /* the model file's text, as parsed (checkpoints keep it); NULL: a built-in */
+    size_t model_text_len;
 };
 
 /* train/setup.c. Collective over comm. Returns DT_OK or a user error
@@ -98,7 +107,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st);
 /* Collective: cfg->model built for data's images, checked against the
  * backend (and --cuda-graphs, --export-keras), and the same on every rank
  * (when names the moment in the message). */
-int dt_trainer_build_model(struct dt_trainer *t, const struct dt_dataset *data, const char *when, dt_status *st);
+int dt_trainer_build_model(struct dt_trainer *t, struct dt_dataset *data, const char *when, dt_status *st);
 /* Collective: the model's buffers, rank 0's initial parameters and
  * statistics on every rank, this rank's dropout stream. */
 void dt_trainer_create_model(struct dt_trainer *t);
@@ -169,6 +178,12 @@ int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_
  * into reuse's buffers when given: a snapshot of the same trainer already
  * written), then written (collective over comm) from any thread while the
  * trainer lives. */
+/* The checkpoint's names for m's parameters (train/state.c): one entry per
+ * layer, or per matrix of a layer with two (an embedding's "<layer>" and
+ * "<layer>.position", an attention's "<layer>" and "<layer>.proj"), then
+ * the buffers ("<layer>.moving"). *count receives the entries; the table
+ * and its names are one allocation (free it). */
+struct dt_ckpt_layer *dt_ckpt_layer_table(const struct dt_model *m, int *count);
 struct dt_snapshot *dt_trainer_snapshot(struct dt_trainer *t, int epochs_done, int64_t step,
                                         const double progress[3], struct dt_snapshot *reuse);
 int dt_snapshot_write(const struct dt_snapshot *snap, MPI_Comm comm, const char *dir, int keep, char *path,
