@@ -7,6 +7,13 @@
  *   root attributes: format_version, num_classes, source, [class_names],
  *   and in shard files shard_index, shard_count, {train,test}_{offset,total}.
  *
+ * or with --text tokenizes text files into a token dataset (prep_text.c):
+ *
+ *   /train/tokens  uint16 or uint32 [N]  /test/tokens  the same [M]
+ *   /tokenizer/merges  int32 [merges, 2]
+ *   root attributes: format_version, num_classes (the vocabulary size),
+ *   kind = "tokens", tokenizer = "byte" or "bpe", source.
+ *
  * Design decisions a reader must know:
  * - Datasets are contiguous and uncompressed: a random sample is then one
  *   small read at a computed offset. Chunked layouts were 5-10x slower for
@@ -72,7 +79,7 @@ void *xmalloc(size_t n)
     return p;
 }
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec ts;
 
@@ -87,10 +94,14 @@ static void usage(FILE *out)
     fprintf(out,
 "Usage: " PROG " [OPTIONS] OUTPUT.h5\n"
 "       " PROG " --synthetic HxWxC:CLASSES:NTRAIN[:NTEST] [OPTIONS] OUTPUT.h5\n"
+"       " PROG " --text FILE [FILE...] --tokenizer byte|bpe:N [OPTIONS] OUTPUT.h5\n"
 "Convert IDX image/label files (MNIST format, plain or .gz) into the HDF5\n"
 "layout dtrain reads: /train/images uint8 [N,H,W,1], /train/labels uint8 [N],\n"
 "/test/images, /test/labels, and root attributes num_classes, source,\n"
-"class_names, format_version. Or write generated data in that layout.\n"
+"class_names, format_version. Or write generated data in that layout. Or\n"
+"tokenize UTF-8 text into a token dataset: /train/tokens, /test/tokens\n"
+"(uint16; uint32 for a vocabulary over 65536), /tokenizer/merges int32\n"
+"[N,2], root attributes num_classes (the vocabulary, 256 + N), kind, tokenizer.\n"
 "\n"
 "Input (default: --source " DEFAULT_SOURCE "):\n"
 "  --source DIR           read {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
@@ -116,6 +127,17 @@ static void usage(FILE *out)
 "                         rows dtrain --synthetic generates; written 64 MiB at\n"
 "                         a time, so the file may be larger than memory\n"
 "  --seed N               seed of the generated data (default 42)\n"
+"\n"
+"Text (a token dataset, instead of IDX input):\n"
+"  --text FILE [FILE...]  UTF-8 text files, tokenized and concatenated in the\n"
+"                         order given (more files: further operands before\n"
+"                         OUTPUT.h5, or --text repeated)\n"
+"  --tokenizer byte       tokens are the bytes (vocabulary 256)\n"
+"  --tokenizer bpe:N      byte-level BPE (GPT-2's chunking): N merges learned\n"
+"                         from the text, vocabulary 256 + N; refused when the\n"
+"                         text allows fewer\n"
+"  --val-fraction F       the last F of the token stream is /test/tokens\n"
+"                         (0 < F < 1, default 0.1)\n"
 "\n"
 "Output:\n"
 "  --shards K             write K files OUTPUT-00000-of-0000K.h5 ..., each with a\n"
@@ -146,13 +168,53 @@ static long parse_count(const char *flag, const char *arg, long min, long max)
 enum {
     OPT_SOURCE = 256, OPT_TRAIN_IMAGES, OPT_TRAIN_LABELS, OPT_TEST_IMAGES,
     OPT_TEST_LABELS, OPT_LIMIT_TRAIN, OPT_LIMIT_TEST, OPT_CLASSES,
-    OPT_CLASS_NAMES, OPT_SHARDS, OPT_SYNTHETIC, OPT_SEED,
+    OPT_CLASS_NAMES, OPT_SHARDS, OPT_SYNTHETIC, OPT_SEED, OPT_TEXT, OPT_TOKENIZER,
+    OPT_VAL_FRACTION,
 };
+
+/* A fraction strictly between 0 and 1 for FLAG, or a usage error naming it. */
+static double parse_fraction(const char *flag, const char *arg)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(arg, &end);
+    if (end == arg || *end != '\0' || errno == ERANGE || !(v > 0 && v < 1))
+        die(EXIT_USAGE, "%s: expected a number between 0 and 1 (both excluded), found '%s'",
+            flag, arg);
+    return v;
+}
+
+/* --text: a token dataset, which none of the image options apply to. */
+static void check_text_inputs(struct options *o)
+{
+    const char *other = o->source ? "--source" : o->train_images ? "--train-images" :
+        o->train_labels ? "--train-labels" : o->test_images ? "--test-images" :
+        o->test_labels ? "--test-labels" : o->synthetic ? "--synthetic" :
+        o->limit_train ? "--limit-train" : o->limit_test ? "--limit-test" :
+        o->classes ? "--classes" : o->class_names ? "--class-names" :
+        o->shards ? "--shards" : o->seed_set ? "--seed" : NULL;
+
+    if (other)
+        die(EXIT_USAGE, "--text cannot be combined with %s: a token dataset has no images, "
+            "labels, classes or shards", other);
+    if (o->tokenizer == NULL)
+        die(EXIT_USAGE, "--text needs --tokenizer byte or --tokenizer bpe:N");
+    if (!o->val_fraction_set)
+        o->val_fraction = 0.1;
+}
 
 /* The input flags together: --synthetic or IDX files, never both, and the
  * IDX files in pairs (or the default --source). */
 static void check_inputs(struct options *o)
 {
+    if (o->n_text > 0) {
+        check_text_inputs(o);
+        return;
+    }
+    if (o->tokenizer || o->val_fraction_set)
+        die(EXIT_USAGE, "%s is only used with --text", o->tokenizer ? "--tokenizer" : "--val-fraction");
     if (o->synthetic) {
         const char *idx_flag = o->source ? "--source" : o->train_images ? "--train-images" :
             o->train_labels ? "--train-labels" : o->test_images ? "--test-images" :
@@ -186,6 +248,27 @@ static void check_inputs(struct options *o)
     }
 }
 
+/* OUTPUT.h5, the last operand; with --text, the operands before it are
+ * further text files (after the first --text, so not with --text repeated,
+ * where the order would be unclear). */
+static void take_operands(int argc, char **argv, struct options *o, int text_flags)
+{
+    if (optind == argc)
+        die(EXIT_USAGE, "missing the OUTPUT.h5 operand");
+    if (argc - optind > 1 && o->n_text == 0)
+        die(EXIT_USAGE, "expected one OUTPUT.h5 operand, found %d (first extra: '%s')",
+            argc - optind, argv[optind + 1]);
+    if (argc - optind > 1 && text_flags > 1)
+        die(EXIT_USAGE, "text file '%s' is an operand, but --text is given %d times: list the "
+            "files as --text A B ... OUTPUT.h5 or as --text A --text B ... OUTPUT.h5",
+            argv[optind], text_flags);
+    for (int i = optind; i < argc - 1; i++)
+        o->text[o->n_text++] = argv[i];
+    o->output = argv[argc - 1];
+    if (o->output[0] == '\0')
+        die(EXIT_USAGE, "OUTPUT.h5 operand is empty");
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
     static const struct option longopts[] = {
@@ -202,15 +285,19 @@ static void parse_args(int argc, char **argv, struct options *o)
         {"shards",       required_argument, NULL, OPT_SHARDS},
         {"synthetic",    required_argument, NULL, OPT_SYNTHETIC},
         {"seed",         required_argument, NULL, OPT_SEED},
+        {"text",         required_argument, NULL, OPT_TEXT},
+        {"tokenizer",    required_argument, NULL, OPT_TOKENIZER},
+        {"val-fraction", required_argument, NULL, OPT_VAL_FRACTION},
         {"force",        no_argument,       NULL, 'f'},
         {"quiet",        no_argument,       NULL, 'q'},
         {"help",         no_argument,       NULL, 'h'},
         {"version",      no_argument,       NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int c, li = -1;
+    int c, li = -1, text_flags = 0;
 
     memset(o, 0, sizeof *o);
+    o->text = xmalloc((size_t)argc * sizeof *o->text);
     opterr = 0; /* we print our own messages */
     while ((c = getopt_long(argc, argv, ":fqhV", longopts, &li)) != -1) {
         switch (c) {
@@ -238,6 +325,15 @@ static void parse_args(int argc, char **argv, struct options *o)
             o->seed = parse_count("--seed", optarg, 0, LONG_MAX);
             o->seed_set = 1;
             break;
+        case OPT_TEXT:
+            o->text[o->n_text++] = optarg;
+            text_flags++;
+            break;
+        case OPT_TOKENIZER:    parse_tokenizer(o, optarg); break;
+        case OPT_VAL_FRACTION:
+            o->val_fraction = parse_fraction("--val-fraction", optarg);
+            o->val_fraction_set = 1;
+            break;
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); exit(0);
@@ -251,14 +347,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         }
     }
 
-    if (optind == argc)
-        die(EXIT_USAGE, "missing the OUTPUT.h5 operand");
-    if (argc - optind > 1)
-        die(EXIT_USAGE, "expected one OUTPUT.h5 operand, found %d (first extra: '%s')",
-            argc - optind, argv[optind + 1]);
-    o->output = argv[optind];
-    if (o->output[0] == '\0')
-        die(EXIT_USAGE, "OUTPUT.h5 operand is empty");
+    take_operands(argc, argv, o, text_flags);
     check_inputs(o);
 }
 
@@ -363,10 +452,30 @@ static void print_summary(const char *const *names, int count, int sharded, cons
     printf("\n");
 }
 
+static void print_text_summary(const char *name, const struct options *o,
+                               const struct token_data *t, double seconds)
+{
+    const uint32_t vocab = DT_BPE_BYTES + t->bpe.n_merges;
+
+    printf(PROG ": wrote %s in %.2f s\n", name, seconds);
+    printf("  text  %d file%s, %zu bytes, read and checked in %.2f s\n", o->n_text,
+           o->n_text == 1 ? "" : "s", t->bytes, t->read_s);
+    if (t->bpe.n_merges > 0)
+        printf("  tokenizer bpe: %u merges, vocabulary %u, learned in %.2f s\n",
+               t->bpe.n_merges, vocab, t->train_s);
+    else
+        printf("  tokenizer byte: vocabulary 256\n");
+    printf("  tokens %zu (%.2f bytes each), encoded in %.2f s, stored as %s\n", t->n,
+           (double)t->bytes / (double)t->n, t->encode_s, vocab <= 65536 ? "uint16" : "uint32");
+    printf("  train %zu tokens\n", t->n_train);
+    printf("  test  %zu tokens (--val-fraction %g)\n", t->n - t->n_train, o->val_fraction);
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
     struct dataset d;
+    struct token_data td;
     const char **names;
     int count;
     double t0 = now_s(), t_write;
@@ -374,18 +483,22 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &o);
     names = output_names(&o, &count);
     check_outputs(names, count, o.force);
-    if (o.synthetic) {
-        load_synthetic(&d, &o);
+    if (o.n_text > 0) {
+        load_text(&td, &o);
     } else {
-        resolve_inputs(&o);
-        load_dataset(&d, &o);
+        if (o.synthetic) {
+            load_synthetic(&d, &o);
+        } else {
+            resolve_inputs(&o);
+            load_dataset(&d, &o);
+        }
+        if (o.shards > 0 && (size_t)o.shards > d.train.n)
+            die(EXIT_USAGE, "--shards %ld: more shards than the %zu training samples "
+                "(each shard needs at least one)", o.shards, d.train.n);
+        if (o.shards > 0 && d.has_test && (size_t)o.shards > d.test.n)
+            die(EXIT_USAGE, "--shards %ld: more shards than the %zu test samples "
+                "(each shard needs at least one)", o.shards, d.test.n);
     }
-    if (o.shards > 0 && (size_t)o.shards > d.train.n)
-        die(EXIT_USAGE, "--shards %ld: more shards than the %zu training samples "
-            "(each shard needs at least one)", o.shards, d.train.n);
-    if (o.shards > 0 && d.has_test && (size_t)o.shards > d.test.n)
-        die(EXIT_USAGE, "--shards %ld: more shards than the %zu test samples "
-            "(each shard needs at least one)", o.shards, d.test.n);
 
     /* After a failed write HDF5's exit handler would flush the still-open
      * file again (and can crash doing so); die() has removed it already. */
@@ -397,6 +510,15 @@ int main(int argc, char **argv)
     /* Past a file-size limit, write(2) then fails with EFBIG and we clean up. */
     signal(SIGXFSZ, SIG_IGN);
     t_write = now_s();
+    if (o.n_text > 0) {
+        write_token_output(names[0], &td);
+        if (!o.quiet)
+            print_text_summary(names[0], &o, &td, now_s() - t0);
+        free_text(&td);
+        free(names);
+        free(o.text);
+        return 0;
+    }
     write_outputs(names, count, o.shards > 0, &d);
 
     if (!o.quiet)
@@ -404,5 +526,6 @@ int main(int argc, char **argv)
     for (int i = 0; o.shards > 0 && i < count; i++) free((char *)names[i]); /* one file: names[0] is argv's */
     free(names);
     free_dataset(&d, &o);
+    free(o.text);
     return 0;
 }

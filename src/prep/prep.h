@@ -2,7 +2,9 @@
  * part of libdtcore):
  *   prep.c        main, the command line, output names, the summary
  *   prep_input.c  the data: IDX files read, or synthetic rows generated
+ *   prep_text.c   --text: text files read, checked and tokenized
  *   prep_write.c  the HDF5 files, written under temporary names
+ *   tokenizer.c   byte-level BPE and the UTF-8 check (no MPI, no HDF5)
  *
  * The one rule they keep: every error ends in die(), which removes every
  * partial output (prep_write.c tracks them) before exiting with the code
@@ -14,6 +16,7 @@
 #include <stdint.h>
 
 #include "prep/idx.h"
+#include "prep/tokenizer.h"
 
 enum { EXIT_WRITE = 1, EXIT_USAGE = 2, EXIT_DATA = 3 };
 
@@ -31,6 +34,12 @@ struct options {
     const char *synthetic;        /* --synthetic spec, or NULL */
     long seed;
     int seed_set;
+    const char **text;            /* [n_text] --text files, in order; n_text 0: not text */
+    int n_text;
+    const char *tokenizer;        /* --tokenizer as given, or NULL */
+    uint32_t bpe_merges;          /* N of bpe:N; 0 for byte */
+    double val_fraction;          /* --val-fraction, default 0.1 with --text */
+    int val_fraction_set;
     int force, quiet;
 };
 
@@ -57,12 +66,24 @@ struct dataset {
     long seed;                /* --seed, for the summary of synthetic data */
 };
 
+/* A token dataset (--text): one stream, the training part then the test. */
+struct token_data {
+    uint32_t *tokens;        /* [n]: every file's tokens, in order */
+    size_t n, n_train;       /* /train/tokens: [0, n_train), /test/tokens: the rest */
+    struct dt_bpe bpe;       /* the merges (none for byte): V = 256 + bpe.n_merges */
+    const char *tokenizer;   /* "byte" or "bpe" */
+    char *source;            /* the source attribute */
+    size_t bytes;            /* of text read */
+    double read_s, train_s, encode_s;
+};
+
 /* ---- prep.c ---------------------------------------------------------------- */
 
 /* "dtrain-prep: MESSAGE" on stderr, partial outputs removed, exit(code). */
 __attribute__((format(printf, 2, 3), noreturn))
 void die(int code, const char *fmt, ...);
 void *xmalloc(size_t n);
+double now_s(void); /* monotonic seconds */
 
 /* ---- prep_input.c ------------------------------------------------------------ */
 
@@ -79,10 +100,20 @@ uint64_t synth_row_base(const struct split *s, uint64_t row);
 void synth_bytes(uint8_t *out, uint64_t base, size_t b0, size_t b1);
 uint8_t synth_label(const struct split *s, uint64_t row);
 
+/* ---- prep_text.c ------------------------------------------------------------- */
+
+/* --tokenizer's value into O (usage error when malformed). */
+void parse_tokenizer(struct options *o, const char *arg);
+/* --text files read (each nonempty UTF-8), tokenized, split by --val-fraction. */
+void load_text(struct token_data *t, const struct options *o);
+void free_text(struct token_data *t);
+
 /* ---- prep_write.c -------------------------------------------------------------- */
 
 /* All COUNT outputs under temporary names, then each renamed into place. */
 void write_outputs(const char **names, int count, int sharded, const struct dataset *d);
+/* The token dataset T as NAME (through a temporary, as write_outputs). */
+void write_token_output(const char *name, const struct token_data *t);
 /* Unlinks the temporaries and the outputs already renamed (die's cleanup). */
 void remove_partial_outputs(void);
 /* SIGINT/SIGTERM/SIGHUP: the temporaries removed, then the default action. */

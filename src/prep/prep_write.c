@@ -1,7 +1,8 @@
-/* prep_write.c: dtrain-prep's output, one HDF5 file or K shards, each
- * written under OUTPUT.tmp.<pid> and renamed into place only once all are
- * complete; the temporaries (and outputs already renamed) are removed on
- * any failure or signal, so a finished-looking file is a complete one.
+/* prep_write.c: dtrain-prep's output, one HDF5 file or K shards (or one
+ * token dataset, --text), each written under OUTPUT.tmp.<pid> and renamed
+ * into place only once all are complete; the temporaries (and outputs
+ * already renamed) are removed on any failure or signal, so a
+ * finished-looking file is a complete one.
  *
  * The one thing to know: datasets are contiguous and uncompressed, written
  * a piece of at most CHUNK_BYTES at a time (whole samples, or bands of
@@ -140,9 +141,9 @@ static void attr_strings(hid_t loc, const char *out, const char *name,
     free(buf);
 }
 
-/* An uninitialised uint8 dataset of shape DIMS; write_rows fills it. */
-static hid_t create_u8(hid_t group, const char *out, const char *what, const char *name,
-                       int rank, const hsize_t *dims)
+/* An uninitialised dataset of TYPE and shape DIMS; write_rows fills it. */
+static hid_t create_dataset(hid_t group, const char *out, const char *what, const char *name,
+                            hid_t type, int rank, const hsize_t *dims)
 {
     hid_t space, dcpl, dset;
 
@@ -152,25 +153,39 @@ static hid_t create_u8(hid_t group, const char *out, const char *what, const cha
     H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), out, what);
     /* No timestamps: the same input and options give the same bytes. */
     H5_TRY(H5Pset_obj_track_times(dcpl, 0), out, what);
-    H5_TRY(dset = H5Dcreate2(group, name, H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-           out, what);
+    H5_TRY(dset = H5Dcreate2(group, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), out, what);
     H5Pclose(dcpl);
     H5Sclose(space);
     return dset;
 }
 
-/* DATA (shape COUNT) into the block of DSET that starts at START. */
+/* DATA (shape COUNT, MEM_TYPE) into the block of DSET that starts at START;
+ * HDF5 converts it to the dataset's type. */
 static void write_rows(hid_t dset, const char *out, const char *what, int rank,
-                       const hsize_t *start, const hsize_t *count, const uint8_t *data)
+                       const hsize_t *start, const hsize_t *count, hid_t mem_type, const void *data)
 {
     hid_t fspace, mspace;
 
     H5_TRY(fspace = H5Dget_space(dset), out, what);
     H5_TRY(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), out, what);
     H5_TRY(mspace = H5Screate_simple(rank, count, NULL), out, what);
-    H5_TRY(H5Dwrite(dset, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, data), out, what);
+    H5_TRY(H5Dwrite(dset, mem_type, mspace, fspace, H5P_DEFAULT, data), out, what);
     H5Sclose(mspace);
     H5Sclose(fspace);
+}
+
+/* Group NAME of FILE, without timestamps (the same input gives the same bytes). */
+static hid_t create_group(hid_t file, const char *out, const char *name)
+{
+    char what[64];
+    hid_t gcpl, g;
+
+    snprintf(what, sizeof what, "group /%s", name);
+    H5_TRY(gcpl = H5Pcreate(H5P_GROUP_CREATE), out, what);
+    H5_TRY(H5Pset_obj_track_times(gcpl, 0), out, what);
+    H5_TRY(g = H5Gcreate2(file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT), out, what);
+    H5Pclose(gcpl);
+    return g;
 }
 
 /* Samples [first, first + n) of split S as /NAME/images and /NAME/labels,
@@ -187,17 +202,13 @@ static void write_split(hid_t file, const char *out, const struct split *s,
     hsize_t idims[4] = {n, s->height, s->width, s->channels}, ldims[1] = {n};
     uint8_t *buf = NULL, *lbuf = NULL; /* [piece samples, piece lines, W, C], [piece samples] */
     char iwhat[64], lwhat[64];
-    hid_t gcpl, g, images, labels;
+    hid_t g, images, labels;
 
-    snprintf(iwhat, sizeof iwhat, "group /%s", s->name);
-    H5_TRY(gcpl = H5Pcreate(H5P_GROUP_CREATE), out, iwhat);
-    H5_TRY(H5Pset_obj_track_times(gcpl, 0), out, iwhat);
-    H5_TRY(g = H5Gcreate2(file, s->name, H5P_DEFAULT, gcpl, H5P_DEFAULT), out, iwhat);
-    H5Pclose(gcpl);
+    g = create_group(file, out, s->name);
     snprintf(iwhat, sizeof iwhat, "/%s/images", s->name);
     snprintf(lwhat, sizeof lwhat, "/%s/labels", s->name);
-    images = create_u8(g, out, iwhat, "images", 4, idims);
-    labels = create_u8(g, out, lwhat, "labels", 1, ldims);
+    images = create_dataset(g, out, iwhat, "images", H5T_STD_U8LE, 4, idims);
+    labels = create_dataset(g, out, lwhat, "labels", H5T_STD_U8LE, 1, ldims);
     if (s->synthetic) {
         size_t k = piece_samples < n ? piece_samples : n;
         buf = xmalloc(k * piece_lines * line);
@@ -223,7 +234,7 @@ static void write_split(hid_t file, const char *out, const struct split *s,
             } else {
                 img = s->images.data + (first + i) * sample + l * line;
             }
-            write_rows(images, out, iwhat, 4, istart, icount, img);
+            write_rows(images, out, iwhat, 4, istart, icount, H5T_NATIVE_UINT8, img);
         }
         if (s->synthetic) {
             for (size_t r = 0; r < k; r++)
@@ -233,7 +244,7 @@ static void write_split(hid_t file, const char *out, const struct split *s,
             lbl = s->labels.data + first + i;
         }
         lcount[0] = k;
-        write_rows(labels, out, lwhat, 1, lstart, lcount, lbl);
+        write_rows(labels, out, lwhat, 1, lstart, lcount, H5T_NATIVE_UINT8, lbl);
     }
 
     free(buf);
@@ -287,7 +298,8 @@ static void write_file(const char *tmp, const char *out, const struct dataset *d
     H5_TRY(H5Fclose(f), out, "the file (closing)");
 }
 
-void write_outputs(const char **names, int count, int sharded, const struct dataset *d)
+/* The temporary names: NAME.tmp.<pid> for each of the COUNT outputs. */
+static void name_temporaries(const char *const *names, int count)
 {
     g_tmp_paths = xmalloc((size_t)count * sizeof *g_tmp_paths);
     g_done_paths = xmalloc((size_t)count * sizeof *g_done_paths);
@@ -296,19 +308,24 @@ void write_outputs(const char **names, int count, int sharded, const struct data
         g_tmp_paths[i] = xmalloc(len);
         snprintf(g_tmp_paths[i], len, "%s.tmp.%ld", names[i], (long)getpid());
     }
+}
 
-    for (int i = 0; i < count; i++) {
-        /* Create it ourselves first: open(2)'s errno says why far better
-         * than HDF5's error stack does. */
-        int fd = open(g_tmp_paths[i], O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0)
-            die(EXIT_WRITE, "%s: cannot create the output (as temporary file %s): %s",
-                names[i], g_tmp_paths[i], strerror(errno));
-        close(fd);
-        g_tmp_live = i + 1;
-        write_file(g_tmp_paths[i], names[i], d, i, count, sharded);
-    }
+/* Temporary I created (and from now on removed on failure). */
+static void create_temporary(const char *name, int i)
+{
+    /* Create it ourselves first: open(2)'s errno says why far better than
+     * HDF5's error stack does. */
+    int fd = open(g_tmp_paths[i], O_WRONLY | O_CREAT | O_EXCL, 0666);
 
+    if (fd < 0)
+        die(EXIT_WRITE, "%s: cannot create the output (as temporary file %s): %s",
+            name, g_tmp_paths[i], strerror(errno));
+    close(fd);
+    g_tmp_live = i + 1;
+}
+
+static void rename_into_place(const char *const *names, int count)
+{
     for (int i = 0; i < count; i++) {
         if (rename(g_tmp_paths[i], names[i]) != 0)
             die(EXIT_WRITE, "%s: cannot rename %s into place: %s",
@@ -319,3 +336,73 @@ void write_outputs(const char **names, int count, int sharded, const struct data
     g_done = 0; /* all in place: nothing to undo any more */
 }
 
+void write_outputs(const char **names, int count, int sharded, const struct dataset *d)
+{
+    name_temporaries(names, count);
+    for (int i = 0; i < count; i++) {
+        create_temporary(names[i], i);
+        write_file(g_tmp_paths[i], names[i], d, i, count, sharded);
+    }
+    rename_into_place(names, count);
+}
+
+/* ---- Token datasets (--text) ---------------------------------------------------- */
+
+/* /NAME/tokens: the N tokens at TOK, as TYPE (uint16 or uint32), in pieces
+ * of at most CHUNK_BYTES of the uint32 stream. */
+static void write_tokens(hid_t file, const char *out, const char *name, hid_t type,
+                         const uint32_t *tok, size_t n)
+{
+    const size_t piece = CHUNK_BYTES / sizeof *tok;
+    hsize_t dims[1] = {n};
+    char what[64];
+    hid_t g = create_group(file, out, name), dset;
+
+    snprintf(what, sizeof what, "/%s/tokens", name);
+    dset = create_dataset(g, out, what, "tokens", type, 1, dims);
+    for (size_t i = 0, k; i < n; i += k) {
+        hsize_t start[1] = {i}, count[1];
+        k = piece < n - i ? piece : n - i;
+        count[0] = k;
+        write_rows(dset, out, what, 1, start, count, H5T_NATIVE_UINT32, tok + i);
+    }
+    H5_TRY(H5Dclose(dset), out, what);
+    H5_TRY(H5Gclose(g), out, what);
+}
+
+static void write_token_file(const char *tmp, const char *out, const struct token_data *t)
+{
+    const uint32_t vocab = DT_BPE_BYTES + t->bpe.n_merges;
+    const char *kind = "tokens";
+    hsize_t mdims[2] = {t->bpe.n_merges, 2}, start[2] = {0, 0};
+    hid_t f, g, merges;
+
+    H5_TRY(f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), out, "the file");
+    /* uint16 while every token fits: half the bytes to read per sample. */
+    write_tokens(f, out, "train", vocab <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE,
+                 t->tokens, t->n_train);
+    write_tokens(f, out, "test", vocab <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE,
+                 t->tokens + t->n_train, t->n - t->n_train);
+    g = create_group(f, out, "tokenizer");
+    merges = create_dataset(g, out, "/tokenizer/merges", "merges", H5T_STD_I32LE, 2, mdims);
+    if (t->bpe.n_merges > 0) /* byte: the dataset is there, with no rows */
+        write_rows(merges, out, "/tokenizer/merges", 2, start, mdims, H5T_NATIVE_INT32,
+                   t->bpe.merges);
+    H5_TRY(H5Dclose(merges), out, "/tokenizer/merges");
+    H5_TRY(H5Gclose(g), out, "/tokenizer/merges");
+
+    attr_i32(f, out, "format_version", FORMAT_VERSION);
+    attr_i32(f, out, "num_classes", (int32_t)vocab);
+    attr_strings(f, out, "kind", &kind, 0);
+    attr_strings(f, out, "tokenizer", &t->tokenizer, 0);
+    attr_strings(f, out, "source", (const char *const *)&t->source, 0);
+    H5_TRY(H5Fclose(f), out, "the file (closing)");
+}
+
+void write_token_output(const char *name, const struct token_data *t)
+{
+    name_temporaries(&name, 1);
+    create_temporary(name, 0);
+    write_token_file(g_tmp_paths[0], name, t);
+    rename_into_place(&name, 1);
+}
