@@ -251,6 +251,11 @@ static int check_combinations(const struct dt_config *cfg, dt_status *st)
     const char *ckpt_flag = NULL; /* a checkpoint option given without --checkpoint-dir */
     if (given(cfg, "momentum") && strcmp(cfg->optimizer, "sgd") != 0 && cfg->momentum != 0.0f)
         return dt_fail(st, DT_EUSAGE, "--momentum: only meaningful with --optimizer sgd (optimizer is %s)", cfg->optimizer);
+    if (given(cfg, "weight-decay") && strcmp(cfg->optimizer, "adamw") != 0 && cfg->weight_decay != 0.0f)
+        return dt_fail(st, DT_EUSAGE, "--weight-decay: only with --optimizer adamw, whose decay is decoupled from the "
+                       "gradient (optimizer is %s, which has no weight decay here)", cfg->optimizer);
+    if (cfg->decay_all && strcmp(cfg->optimizer, "adamw") != 0)
+        return dt_fail(st, DT_EUSAGE, "--decay-all: only with --optimizer adamw (optimizer is %s)", cfg->optimizer);
     if (cfg->compress_cross_only && cfg->powersgd_rank)
         return dt_fail(st, DT_EUSAGE, "--compress-cross-only: compresses the fp16/bf16 transport between nodes; "
                        "--grad-compression powersgd:%d sends low-rank factors on every hop", cfg->powersgd_rank);

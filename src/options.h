@@ -40,8 +40,11 @@ struct dt_config {
     int batch_size;         /* per replica: 64; global = batch_size * ranks */
     long steps_per_epoch;   /* 0 = a full pass over the data */
     float lr;               /* 0 = the optimizer's Keras default */
-    const char *optimizer;  /* adam | sgd */
+    const char *optimizer;  /* adam | adamw | sgd */
     float momentum;         /* sgd */
+    float weight_decay;     /* --weight-decay: adamw's decoupled decay per unit of lr (0.01) */
+    int decay_all;          /* --decay-all: adamw decays biases, gains and embeddings too */
+    float clip_norm;        /* --clip-norm: the update's gradient clipped to this global L2 norm; 0 off */
     int grad_accum;         /* micro-batches per update: 1 */
     int pipeline_stages;    /* --pipeline-stages P: 1 = no pipeline */
     int micro_batches;      /* --micro-batches M: a pipelined batch's parts */
@@ -107,6 +110,7 @@ struct dt_config {
     double min_delta;
     int restore_best;
     const char *export_keras; /* .weights.h5 path; NULL */
+    const char *export_hf;  /* Hugging Face GPT-2 directory (checkpoint/hf.h); NULL */
     char *command_line;     /* argv joined, for checkpoints (allocated) */
     /* what training reports (src/metrics/) */
     int progress;           /* enum dt_progress: auto = a bar on a terminal */
@@ -116,6 +120,7 @@ struct dt_config {
     int histogram_freq;     /* TensorBoard histograms every N epochs; 0 off */
     int histograms;         /* what they show: DT_HIST_WEIGHTS | DT_HIST_GRADS */
     const char *timeline;   /* Chrome trace JSON; NULL */
+    const char *sample_log; /* --sample-log: rank 0 writes each step's global sample indices; NULL */
     int verbose;            /* enum dt_verbose: quiet, normal, verbose = per-step */
     int help, version;      /* print and exit 0 */
     int given[DT_OPTIONS_MAX]; /* per table row: when it was last given on the

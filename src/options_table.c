@@ -173,6 +173,11 @@ static int verify_file(const char *flag, const char *arg, dt_status *st)
     return *arg ? DT_OK : dt_fail(st, DT_EUSAGE, "%s: expected a file name, found ''", flag);
 }
 
+static int verify_dir(const char *flag, const char *arg, dt_status *st)
+{
+    return *arg ? DT_OK : dt_fail(st, DT_EUSAGE, "%s: expected a directory name, found ''", flag);
+}
+
 static int verify_metrics(const char *flag, const char *arg, dt_status *st)
 {
     size_t n = strlen(arg);
@@ -213,12 +218,18 @@ const struct dt_option dt_option_table[] = {
      .help = "dropout rate of the CNN, in [0, 1) (default %D)"},
     {"sync-bn", 0, DT_OPT_FLAG, 0, F(sync_bn), .set = 1,
      .help = "batch normalization over the global batch: its\nstatistics summed over all replicas each step"},
-    {"optimizer", 'o', DT_OPT_NAME, 0, F(optimizer), .def_str = "adam", .names = NAMES("adam", "sgd"),
-     .arg = "NAME", .help = "adam (default) or sgd"},
+    {"optimizer", 'o', DT_OPT_NAME, 0, F(optimizer), .def_str = "adam", .names = NAMES("adam", "adamw", "sgd"),
+     .arg = "NAME", .help = "adam (default, Keras's), adamw (PyTorch's AdamW:\ndecoupled weight decay) or sgd"},
     {"lr", 0, DT_OPT_FLOAT, DT_OPT_LO_OPEN, F(lr), R(0.0, 1e6), .arg = "RATE",
-     .help = "learning rate (default 0.001 adam, 0.01 sgd)"},
+     .help = "learning rate (default 0.001 adam and adamw, 0.01 sgd)"},
     {"momentum", 0, DT_OPT_FLOAT, DT_OPT_HI_OPEN, F(momentum), R(0.0, 1.0), .arg = "M",
      .help = "SGD momentum, in [0, 1) (default %D)"},
+    {"weight-decay", 0, DT_OPT_FLOAT, 0, F(weight_decay), R(0.0, 1e6), .def = 0.01, .arg = "W",
+     .help = "adamw: each step multiplies the decayed parameters\nby 1 - lr x W (default %D)"},
+    {"decay-all", 0, DT_OPT_FLAG, 0, F(decay_all), .set = 1,
+     .help = "adamw: decay every parameter (default: the weight\nmatrices only, not biases, gains or embeddings)"},
+    {"clip-norm", 0, DT_OPT_FLOAT, DT_OPT_LO_OPEN, F(clip_norm), R(0.0, 1e30), .arg = "G",
+     .help = "scale each update's gradient down to global L2 norm\nG when it is larger (clip_grad_norm_; default off)"},
     {"lr-schedule", 0, DT_OPT_CHOICE, 0, F(lr_schedule), .def = DT_LR_CONSTANT,
      .names = NAMES("constant", "step", "cosine"), .values = VALUES(DT_LR_CONSTANT, DT_LR_STEP, DT_LR_COSINE),
      .arg = "S", .help = "constant (default), step or cosine"},
@@ -387,6 +398,9 @@ const struct dt_option dt_option_table[] = {
      .help = "end with the weights of the best epoch"},
     {"export-keras", 0, DT_OPT_STRING, 0, F(export_keras), .verify = verify_keras, .arg = "PATH",
      .help = "write the final weights as a Keras 3 .weights.h5"},
+    {"export-hf", 0, DT_OPT_STRING, 0, F(export_hf), .verify = verify_dir, .arg = "DIR",
+     .help = "write a GPT model, its config and tokenizer as a\n"
+             "Hugging Face transformers GPT-2 directory"},
 
     /* Monitoring */
     {"progress", 0, DT_OPT_CHOICE, 0, F(progress), .def = DT_PROGRESS_AUTO, .names = NAMES("auto", "bar", "plain"),
@@ -410,6 +424,10 @@ const struct dt_option dt_option_table[] = {
     {"timeline", 0, DT_OPT_STRING, 0, F(timeline), .arg = "FILE",
      .help = "Chrome trace (Perfetto, chrome://tracing) of every\n"
              "rank's layers, all-reduces, data reads, checkpoints"},
+    {"sample-log", 0, DT_OPT_STRING, 0, F(sample_log), .verify = verify_file, .arg = "FILE",
+     .help = "rank 0 writes a line per step: the update, epoch,\n"
+             "step and the global sample indices of every replica\n"
+             "in order (a reference can train on the same samples)"},
 
     /* Before a big job */
     {"preflight", 0, DT_OPT_FLAG, 0, F(preflight), .set = 1, .section = "Before a big job",

@@ -21,7 +21,7 @@ expect_fail 2 "--batch-size: expected an integer in \[1, .*found 0" 2 "$good" --
 expect_fail 2 "--epochs: missing value" 2 "$good" --epochs
 expect_fail 2 "missing INPUT.h5" 2
 expect_fail 2 "--model: expected cnn, mlp or a model file (.cfg), found 'resnet'" 2 "$good" --model resnet
-expect_fail 2 "--optimizer: expected adam or sgd, found 'lion'" 2 "$good" --optimizer lion
+expect_fail 2 "--optimizer: expected adam, adamw or sgd, found 'lion'" 2 "$good" --optimizer lion
 expect_fail 2 "--lr: expected a positive number, found 0" 2 "$good" --lr 0
 expect_fail 2 "--dropout: expected a number in \[0, 1), found 1" 2 "$good" --dropout 1
 expect_fail 2 "--momentum: only meaningful with --optimizer sgd" 2 "$good" --momentum 0.9

@@ -1,5 +1,8 @@
 /* adam.c: Adam as Keras 3 computes it (bias correction folded into the step
- * size; epsilon added to sqrt(v) uncorrected). Two slots: m and v. */
+ * size; epsilon added to sqrt(v) uncorrected). Two slots: m and v.
+ * PyTorch's torch.optim.Adam adds epsilon to sqrt(v_hat) instead: its eps is
+ * this one over sqrt(1 - beta2^t), which matters while v is tiny (and its
+ * default is 1e-8, Keras's 1e-7). --optimizer adamw follows PyTorch. */
 #include "config.h"
 
 #include <math.h>

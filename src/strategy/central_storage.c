@@ -38,7 +38,7 @@ static int central_setup(struct dt_strategy *s, dt_status *st)
     /* Gradients and buckets as mirrored, without its optimizer. */
     int rc = dt_allreduce_strategy_setup(s, st);
     dt_optim_free(&s->optim);
-    if (c->topo.local_rank == 0) dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
+    if (c->topo.local_rank == 0) dt_strategy_create_optim(s, 0, m->nparams);
     return rc;
 }
 
@@ -51,6 +51,7 @@ static void central_finish(struct dt_strategy *s, float *stats)
      * while the leader writes them, nor read them before it is done. */
     /* Every rank checks the same reduced gradient: the same verdict. */
     int apply = dt_strategy_gradient_ok(s, m->grads, m->nparams);
+    if (apply) dt_strategy_clip(s, m->grads, m->nparams, MPI_COMM_NULL); /* each rank its own reduced copy */
     dt_shm_fence(s->coll, shm);
     if (s->coll->topo.local_rank == 0 && apply) dt_optim_step(&s->optim, m->params, m->grads);
     dt_shm_fence(s->coll, shm);

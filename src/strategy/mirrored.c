@@ -103,7 +103,7 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
         s->overlap = dt_nccl_buckets(s->nccl) > 0; /* streams overlap by themselves */
         s->shard_off = 0;
         s->shard_len = m->nparams;
-        dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
+        dt_strategy_create_optim(s, 0, m->nparams);
         return DT_OK;
     }
 #endif
@@ -129,7 +129,7 @@ int dt_allreduce_strategy_setup(struct dt_strategy *s, dt_status *st)
         printf("powersgd:%d: one replica: nothing to send, the gradient is used as it is\n", cfg->powersgd_rank);
     s->shard_off = 0;
     s->shard_len = m->nparams;
-    dt_optim_create(&s->optim, s->be, &s->optim_cfg, m->nparams);
+    dt_strategy_create_optim(s, 0, m->nparams);
     (void)st;
     return DT_OK;
 }
@@ -191,6 +191,7 @@ void dt_allreduce_strategy_finish(struct dt_strategy *s, float *stats)
     if (s->psgd && !apply) dt_powersgd_discard(s->psgd);
     else if (s->psgd && ls->scale != scale_before) dt_powersgd_rescale(s->psgd, ls->scale / scale_before);
     if (apply) {
+        dt_strategy_clip(s, m->grads, m->nparams, MPI_COMM_NULL); /* every replica holds the whole gradient */
         DT_TL_BEGIN(tl0);
         dt_optim_step(&s->optim, m->params, m->grads);
         DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);

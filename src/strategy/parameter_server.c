@@ -54,6 +54,10 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
                        "--ps-transport two-sided (or auto), or Open MPI", K);
     if (K > 1 && want == PS_TRANSPORT_AUTO) want = PS_TRANSPORT_MSG;
 #endif
+    if (cfg->clip_norm > 0.0f && cfg->ps_mode == PS_SYNC && K > 1)
+        return dt_fail(st, DT_EUSAGE, "--clip-norm with --ps-mode sync --num-ps %d: a sync update is the sum of "
+                       "the pushes, whose norm no server sees whole; use --num-ps 1, or --ps-mode async or ssp "
+                       "(there each worker clips its own push)", K);
     if ((size_t)K > m->nparams)
         return dt_fail(st, DT_EUSAGE, "--num-ps %d: more servers than the model's %zu parameters", K, m->nparams);
     struct ps *p = dt_xcalloc(1, sizeof *p);
@@ -95,7 +99,7 @@ static int ps_setup(struct dt_strategy *s, dt_status *st)
         size_t mylen = p->len[p->server];
         /* My shard of the broadcast parameters; empty inbox and zero counters (open). */
         memcpy(p->params, m->params + p->off[p->server], sizeof(float) * mylen);
-        dt_optim_create(&s->optim, s->be, &s->optim_cfg, mylen);
+        dt_strategy_create_optim(s, p->off[p->server], mylen);
         if (p->mode == PS_SYNC) p->sum = dt_xcalloc(mylen ? mylen : 1, sizeof(float));
         s->shard_off = p->off[p->server];
         s->shard_len = mylen;
@@ -143,6 +147,9 @@ static void ps_finish(struct dt_strategy *s, float *stats)
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, DT_ERUNTIME); /* the servers and other workers do not know to stop */
     }
+    /* async, ssp: each push is an update of its own, whose whole gradient is
+     * here; sync's update is the servers' sum (ps_apply.c). */
+    if (p->mode != PS_SYNC) dt_strategy_clip(s, s->model->grads, s->model->nparams, MPI_COMM_NULL);
     p->tr->push(s);
     p->pushes++;
     memcpy(stats, s->stats, sizeof s->stats); /* this worker's own; summed at the epoch's end */

@@ -45,6 +45,7 @@ void dt_ps_apply_round(struct dt_strategy *s)
         for (size_t i = 0; i < len; i++) p->sum[i] += g[i];
         memset(g, 0, sizeof(float) * len);
     }
+    dt_strategy_clip(s, p->sum, len, MPI_COMM_NULL); /* --num-ps 1 (parameter_server.c): the whole gradient */
     dt_optim_step(&s->optim, p->params, p->sum);
     p->applied_total += p->nworkers;
 }

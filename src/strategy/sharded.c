@@ -40,7 +40,7 @@ static int sharded_setup(struct dt_strategy *s, dt_status *st)
     dt_segment(n, t->size, t->rank, &s->shard_off, &s->shard_len);
     z->shard_grads = s->be->alloc(sizeof(float) * (s->shard_len ? s->shard_len : 1));
     s->priv = z;
-    dt_optim_create(&s->optim, s->be, &s->optim_cfg, s->shard_len);
+    dt_strategy_create_optim(s, s->shard_off, s->shard_len);
     return DT_OK;
 }
 
@@ -62,6 +62,7 @@ static void sharded_finish(struct dt_strategy *s, float *stats)
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, world));
     s->nonfinite = !ok;
     if (s->nonfinite && s->nan_policy == DT_NAN_SKIP) s->nan_skipped++;
+    if (ok) dt_strategy_clip(s, z->shard_grads, s->shard_len, world); /* the shards make one copy */
     DT_TL_BEGIN(tl0);
     if (ok) dt_optim_step(&s->optim, m->params + s->shard_off, z->shard_grads);
     DT_TL_END(tl0, DT_TL_COMPUTE, "optimizer", NULL);

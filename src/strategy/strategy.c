@@ -19,6 +19,7 @@ int dt_strategy_create(struct dt_strategy *s, const struct dt_config *cfg, struc
     dt_optim_defaults(&s->optim_cfg, cfg->optimizer, st);
     if (cfg->lr > 0.0f) s->optim_cfg.lr = cfg->lr;
     s->optim_cfg.momentum = cfg->momentum;
+    if (s->optim_cfg.name && !strcmp(s->optim_cfg.name, "adamw")) s->optim_cfg.weight_decay = cfg->weight_decay;
     s->cuda = strcmp(s->be->name, "cuda") == 0;
     dt_loss_scale_init(&s->loss_scale, cfg->loss_scale);
     s->nan_policy = cfg->nan_policy;

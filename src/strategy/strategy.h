@@ -21,6 +21,15 @@
 
 enum { DT_STATS = 2 }; /* per-step statistics reduced with the gradients: loss sum, correct */
 
+/* --clip-norm: the global L2 norms of the update gradients this rank saw
+ * (before clipping), since the trainer last cleared them. */
+struct dt_clip_stats {
+    double last;        /* the latest update's */
+    double norm_sum;    /* summed over the updates */
+    long updates;       /* updates whose norm was taken */
+    long clipped;       /* of them, those scaled down */
+};
+
 struct dt_strategy;
 struct dt_nccl;
 
@@ -79,6 +88,7 @@ struct dt_strategy {
     int nan_policy;              /* --nan-policy: DT_NAN_ABORT or DT_NAN_SKIP */
     int nonfinite;               /* the last step's reduced gradient held a NaN or infinity */
     long nan_skipped;            /* steps skipped for that (--nan-policy skip), in total */
+    struct dt_clip_stats clip;   /* --clip-norm's norms (dt_strategy_clip) */
     /* Optional: a parameter server calls it after each update it applies, as
      * it may serve for a whole epoch inside one wait (the trainer's stall
      * watchdog then counts its timeout from there). */
@@ -93,6 +103,18 @@ enum dt_nan_policy { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };
  * finite; records a non-finite step in s->nonfinite (and s->nan_skipped
  * under --nan-policy skip). Returns 1 when the optimizer may apply it. */
 int dt_strategy_gradient_ok(struct dt_strategy *s, const float *g, size_t n);
+
+/* strategy/optimizer.c. The strategy's optimizer over [off, off + len) of the flat block, with
+ * AdamW's decay ranges there: the layers' `decayed` parts, or the whole
+ * block under --decay-all. Every strategy makes its optimizer this way. */
+void dt_strategy_create_optim(struct dt_strategy *s, size_t off, size_t len);
+/* --clip-norm (a no-op without it): g holds n floats of the update's
+ * gradient, reduced, unscaled and finite; its squares summed over comm
+ * (MPI_COMM_NULL: g is the whole gradient), the ranks that together hold one
+ * copy of it, give the global norm; above the limit, g is scaled by
+ * torch.nn.utils.clip_grad_norm_'s factor. Collective over comm; counted in
+ * s->clip. */
+void dt_strategy_clip(struct dt_strategy *s, float *g, size_t n, MPI_Comm comm);
 
 extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
     dt_strategy_central_storage, dt_strategy_parameter_server, dt_strategy_fsdp, dt_strategy_pipeline;
