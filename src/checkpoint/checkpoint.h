@@ -11,10 +11,13 @@
  * pointer valid. Only the newest `keep` checkpoints are kept.
  *
  * Layout (h5dump-able; documented in doc/guide.md):
- *   /                      attrs format="dtrain-checkpoint", format_version=1,
+ *   /                      attrs format="dtrain-checkpoint", format_version=2,
  *                          dtrain_version, created (ISO 8601), nranks,
  *                          strategy, model, epoch, step, global_step,
- *                          data_checksum (uint64), state_checksum (uint64)
+ *                          num_classes (the data's classes, or a language
+ *                          model's vocabulary), data_checksum (uint64),
+ *                          state_checksum (uint64); tokenizer ("byte" or
+ *                          "bpe") when trained on a token dataset
  *   /config                attrs: every option, as text; command_line
  *   /model/<layer>/kernel  float32, Keras shapes (HWIO; [in][units])
  *   /model/<layer>/bias    float32 [units]
@@ -28,9 +31,20 @@
  *   /history               float64 [epochs][6]: loss, accuracy, val_loss,
  *                          val_accuracy, seconds, samples per finished epoch
  *   /monitor               attrs best, best_epoch, wait (early stopping)
+ *   /model_text            uint8 [bytes]: the model file's text as dtrain
+ *                          read it (0 bytes: a built-in model, named by the
+ *                          attribute model), so the file alone rebuilds it
+ *   /tokenizer/merges      int32 [N][2], a token dataset's tokenizer (its
+ *                          own /tokenizer/merges; N = 0 for bytes): merge i
+ *                          joins (a, b) into token 256 + i. Absent for images.
+ *
+ * Version 1 files (before /model_text, /tokenizer and num_classes) are
+ * read too; those fields are then empty.
  *
  * state_checksum covers every dataset's bytes (FNV-1a 64 over the values in
- * file order), so a flipped byte or a truncated file is detected on read. */
+ * file order: the layers, the slots, /rng/dropout, /history, then
+ * /model_text and /tokenizer/merges where present), so a flipped byte or a
+ * truncated file is detected on read. */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 
@@ -92,6 +106,16 @@ struct dt_ckpt {
     double (*history)[DT_CKPT_HIST];  /* [nhistory]; read: allocated by dt_ckpt_read */
     double best;
     int best_epoch, wait;
+    /* What the model is used with on its own (dtrain-generate rebuilds it
+     * from these): written as given, filled by dt_ckpt_read (storage owned
+     * by c until dt_ckpt_release; empty for a version 1 file). */
+    int classes;                    /* the data's classes, or the vocabulary (num_classes) */
+    const char *model_text;         /* the model file's text, model_text_len bytes (NUL after them
+                                       when read); NULL or 0 bytes: a built-in model */
+    size_t model_text_len;
+    const char *tokenizer;          /* "byte" or "bpe" (trained on a token dataset); NULL: images */
+    uint32_t nmerges;               /* the tokenizer's merges: [nmerges][2] */
+    const int32_t *merges;
 };
 
 /* Collective. Writes c into dir (created if missing) and updates dir/latest;
@@ -117,6 +141,11 @@ int dt_ckpt_resolve(MPI_Comm comm, const char *what, const char *dir, char *path
  * filled from the file. Strings read (strategy, model, optimizer, config)
  * point into storage owned by c until dt_ckpt_release. */
 int dt_ckpt_read(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st);
+/* Collective. What a checkpoint says about itself before there is a model
+ * to read it into: format and state checksum checked (a pass over the
+ * file), the attributes and configuration (as dt_ckpt_read fills them),
+ * classes, model_text, tokenizer and merges; no parameters, no slots. */
+int dt_ckpt_read_info(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st);
 void dt_ckpt_release(struct dt_ckpt *c);
 
 /* Checksums. dt_fnv1a64 hashes bytes (h: 0 to start, or a previous result

@@ -110,6 +110,8 @@ static int create_all(struct wfile *w, const struct view *v, const uint64_t (*rn
     TRY(put_i64(root, "step", m->step), "writing attribute step");
     TRY(put_i64(root, "global_step", m->global_step), "writing attribute global_step");
     TRY(put_u64(root, "data_checksum", m->data_checksum), "writing attribute data_checksum");
+    TRY(put_i32(root, "num_classes", m->classes), "writing attribute num_classes");
+    if (m->tokenizer) TRY(put_str(root, "tokenizer", m->tokenizer), "writing attribute tokenizer");
 
     TRY(g = add_group(w, root, "config"), "creating group /config");
     for (int i = 0; i < m->nconfig; i++) TRY(put_str(g, v->keys[i], v->values[i]), "writing /config %s", v->keys[i]);
@@ -181,6 +183,17 @@ static int create_all(struct wfile *w, const struct view *v, const uint64_t (*rn
     TRY(put_f64(g, "best", m->best), "writing /monitor best");
     TRY(put_i32(g, "best_epoch", m->best_epoch), "writing /monitor best_epoch");
     TRY(put_i32(g, "wait", m->wait), "writing /monitor wait");
+
+    /* What rebuilds the model without its files: after /history in the checksum's order. */
+    hsize_t td[1] = {(hsize_t)m->model_text_len};
+    TRY(add_dataset(w, root, "model_text", "/model_text", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, 1, td, m->model_text, -1),
+        "creating /model_text");
+    if (m->tokenizer) {
+        hsize_t md[2] = {(hsize_t)m->nmerges, 2};
+        TRY(g = add_group(w, root, "tokenizer"), "creating group /tokenizer");
+        TRY(add_dataset(w, g, "merges", "/tokenizer/merges", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, 2, md, m->merges, -1),
+            "creating /tokenizer/merges");
+    }
 #undef TRY
     return DT_OK;
 }
@@ -260,7 +273,7 @@ int ckpt_write_file(const char *tmp, const char *where, const struct view *v, in
     int nparam_layers = 0;
     memset(&w, 0, sizeof w);
     for (int l = 0; l < m->nlayers; l++) nparam_layers += has_params(&v->layers[l]);
-    w.ds = dt_xcalloc((size_t)(2 * nparam_layers + m->nslots + 2), sizeof *w.ds);
+    w.ds = dt_xcalloc((size_t)(2 * nparam_layers + m->nslots + 4), sizeof *w.ds);
 
     /* Every rank's dropout stream goes to rank 0, which writes them all. */
     uint64_t (*rng_all)[4] = dt_xcalloc((size_t)size, sizeof *rng_all);

@@ -24,7 +24,8 @@
 #include "runtime/checks.h" /* dt_status_agree, DT_H5_CHECK */
 
 #define FORMAT_NAME "dtrain-checkpoint"
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 2       /* 2: /model_text, /tokenizer, num_classes */
+#define FORMAT_OLDEST 1        /* the oldest version still read */
 #define MAX_NAME 256          /* layer and slot names */
 #define HASH_CHUNK (1u << 22) /* values read at a time by the checksum passes */
 
@@ -109,7 +110,8 @@ struct view {
     const char **keys, **values;   /* [m.nconfig] */
     const char *slot_names[2];
     char created[32];
-    struct pack pk;                /* holds the strings */
+    int32_t *merges;               /* [m.nmerges][2], copied out of the pack */
+    struct pack pk;                /* holds the strings and the model text */
 };
 
 /* Bounds of the file's size, for the room made before writing. */
@@ -125,7 +127,7 @@ int ckpt_write_file(const char *tmp, const char *where, const struct view *v, in
 
 /* ---- ckpt_validate.c: what a file holds ------------------------------------------ */
 
-enum dkind { D_KERNEL, D_BIAS, D_SLOT, D_RNG, D_HIST };
+enum dkind { D_KERNEL, D_BIAS, D_SLOT, D_RNG, D_HIST, D_TEXT, D_MERGES };
 
 /* One dataset of the file. */
 struct dent {
@@ -140,11 +142,14 @@ struct dent {
 };
 
 /* Every dataset of the file, in checksum order: kernel and bias of each
- * layer, the slots, /rng/dropout, /history (the last two always last). */
+ * layer, the slots, /rng/dropout, /history, then /model_text and
+ * /tokenizer/merges where the file has them (version 2). */
 struct dlist {
     struct dent *d;
     int n, cap;
     int nlayers;            /* groups under /model */
+    int rng, hist;          /* indices of /rng/dropout and /history */
+    int text, merges;       /* of /model_text and /tokenizer/merges; -1: absent */
 };
 
 /* Opens path collectively for reading; -1 (on every rank) on failure. */

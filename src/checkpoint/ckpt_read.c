@@ -409,7 +409,7 @@ out:
 static int read_tail(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int rank, MPI_Comm comm, uint64_t *sum,
                      const char *path, dt_status *st)
 {
-    const struct dent *rng = &dl->d[dl->n - 2], *hist = &dl->d[dl->n - 1];
+    const struct dent *rng = &dl->d[dl->rng], *hist = &dl->d[dl->hist];
     c->file_nranks = (int)rng->rows;
     c->nhistory = (int)hist->rows;
     c->all_rng = dt_xcalloc(rng->rows + 1, sizeof *c->all_rng);
@@ -423,7 +423,7 @@ static int read_tail(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int ran
             if (d < 0 || H5Dread(d, e2[j]->mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst[j]) < 0)
                 ckpt_h5_fail(st, DT_EINPUT, path, "reading %s", e2[j]->path);
             else
-                sum[dl->n - 2 + j] += ckpt_hash_values(dst[j], (size_t)e2[j]->count, 8, 0);
+                sum[j == 0 ? dl->rng : dl->hist] += ckpt_hash_values(dst[j], (size_t)e2[j]->count, 8, 0);
             if (d >= 0) H5Dclose(d);
         }
     }
@@ -434,16 +434,112 @@ static int read_tail(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int ran
     return DT_OK;
 }
 
+/* A small dataset e whole into a new buffer (one spare byte, zeroed: the
+ * model text ends with a NUL), hashed into *sum. */
+static void *read_whole(hid_t f, const struct dent *e, uint64_t *sum, const char *path, dt_status *st)
+{
+    void *buf = dt_xcalloc((size_t)e->count * e->esz + 1, 1);
+    if (e->count == 0) return buf;
+    hid_t d = H5Dopen2(f, e->path, H5P_DEFAULT);
+    if (d < 0 || H5Dread(d, e->mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+        ckpt_h5_fail(st, DT_EINPUT, path, "reading %s", e->path);
+    else
+        *sum += ckpt_hash_values(buf, (size_t)e->count, e->esz, 0);
+    if (d >= 0) H5Dclose(d);
+    return buf;
+}
+
+/* What rebuilds the model on its own (version 2): num_classes, the model
+ * text, the tokenizer; rank 0 reads, everyone gets them. Merges are checked
+ * here only for their range (a token below 256 + i for merge i); the
+ * tokenizer itself (prep/tokenizer.h) checks the rest when it is built. */
+static int read_extras(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int rank, MPI_Comm comm, uint64_t *sum,
+                       const char *path, dt_status *st)
+{
+    uint64_t ntext = dl->text >= 0 ? dl->d[dl->text].count : 0, nm = dl->merges >= 0 ? dl->d[dl->merges].rows : 0;
+    char *text = NULL, *tokenizer = NULL;
+    int32_t *merges = NULL;
+    int classes = 0;
+    if (rank == 0) {
+        const int has_tok = H5Aexists(f, "tokenizer") > 0;
+        if (H5Aexists(f, "num_classes") > 0 && (ckpt_read_attr(f, "/", "num_classes", H5T_NATIVE_INT, &classes) < 0 ||
+                                                 classes < 0))
+            dt_fail(st, DT_EINPUT, "checkpoint %s: attribute num_classes is not a count", path);
+        if (has_tok && !(tokenizer = ckpt_read_str(f, "/", "tokenizer")))
+            dt_fail(st, DT_EINPUT, "checkpoint %s: attribute tokenizer is not text", path);
+        else if (has_tok != (dl->merges >= 0))
+            dt_fail(st, DT_EINPUT, "checkpoint %s: %s", path, has_tok ? "attribute tokenizer without /tokenizer/merges"
+                                                                      : "/tokenizer/merges without attribute tokenizer");
+        if (st->code == DT_OK && dl->text >= 0) text = read_whole(f, &dl->d[dl->text], &sum[dl->text], path, st);
+        if (st->code == DT_OK && dl->merges >= 0) merges = read_whole(f, &dl->d[dl->merges], &sum[dl->merges], path, st);
+        for (uint64_t i = 0; st->code == DT_OK && i < 2 * nm; i++)
+            if (merges[i] < 0 || (uint64_t)merges[i] >= 256 + i / 2)
+                dt_fail(st, DT_EINPUT, "checkpoint %s: /tokenizer/merges[%llu] names token %d, which does not exist "
+                        "before merge %llu (the file is damaged)", path, (unsigned long long)(i / 2), merges[i],
+                        (unsigned long long)(i / 2));
+    }
+    if (agree(st, comm) != DT_OK) {
+        free(text);
+        free(tokenizer);
+        free(merges);
+        return st->code;
+    }
+    if (rank != 0) {
+        text = dt_xcalloc((size_t)ntext + 1, 1);
+        merges = dt_xcalloc(2 * (size_t)nm + 1, sizeof *merges);
+    }
+    struct pack tk = {0};
+    if (rank == 0) ckpt_pack_str(&tk, tokenizer ? tokenizer : "");
+    ckpt_pack_bcast(&tk, rank, comm);
+    const char *name = ckpt_unpack_str(&tk);
+    c->tokenizer = name[0] ? strdup(name) : NULL;
+    free(tk.buf);
+    free(tokenizer);
+    DT_MPI_CHECK(MPI_Bcast(&classes, 1, MPI_INT, 0, comm));
+    if (ntext) ckpt_bcast_big(text, ntext, MPI_BYTE, 1, comm);
+    if (nm) ckpt_bcast_big(merges, 2 * nm, MPI_INT32_T, 4, comm);
+    c->classes = classes;
+    c->model_text = text;
+    c->model_text_len = (size_t)ntext;
+    c->merges = merges;
+    c->nmerges = (uint32_t)nm;
+    if (!c->tokenizer) { /* an image model has no tokenizer, not an empty one */
+        free(merges);
+        c->merges = NULL;
+        c->nmerges = 0;
+    }
+    return DT_OK;
+}
+
 static int read_data(hid_t f, const struct dlist *dl, struct dt_ckpt *c, int rank, int size, MPI_Comm comm,
                      uint64_t *sum, const char *path, dt_status *st)
 {
     if (read_params(f, dl, c, rank, comm, sum, path, st) != DT_OK ||
-        read_slots(f, dl, c, rank, size, comm, sum, path, st) != DT_OK)
+        read_slots(f, dl, c, rank, size, comm, sum, path, st) != DT_OK ||
+        read_tail(f, dl, c, rank, comm, sum, path, st) != DT_OK)
         return st->code;
-    return read_tail(f, dl, c, rank, comm, sum, path, st);
+    return read_extras(f, dl, c, rank, comm, sum, path, st);
 }
 
-static int read_locked(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st)
+/* The state checksum of the whole file, each rank hashing its share of
+ * every dataset's rows (dt_ckpt_read_info, which reads no data but the
+ * extras, still vouches for what it returns). */
+static int hash_all(hid_t f, const struct dlist *dl, uint64_t stored, int rank, int size, MPI_Comm comm,
+                    const char *path, dt_status *st)
+{
+    uint64_t *sum = dt_xcalloc((size_t)dl->n + 1, sizeof *sum);
+    for (int k = 0; k < dl->n && st->code == DT_OK; k++) {
+        const struct dent *e = &dl->d[k];
+        ckpt_hash_rows(f, e, e->rows * (uint64_t)rank / (uint64_t)size, e->rows * (uint64_t)(rank + 1) / (uint64_t)size,
+                       &sum[k], path, st);
+    }
+    if (agree(st, comm) == DT_OK) ckpt_compare_checksum(dl, sum, stored, path, comm, st);
+    free(sum);
+    return st->code;
+}
+
+/* info: dt_ckpt_read_info's part only (no layout check; of the data, the extras; the checksum over all). */
+static int read_locked(MPI_Comm comm, const char *path, struct dt_ckpt *c, int info, dt_status *st)
 {
     struct h5quiet q;
     struct dlist dl;
@@ -457,18 +553,25 @@ static int read_locked(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_st
     c->all_rng = NULL;
     c->history = NULL;
     c->config_keys = c->config_values = NULL;
+    c->model_text = c->tokenizer = NULL;
+    c->merges = NULL;
+    c->classes = 0;
+    c->model_text_len = 0;
+    c->nmerges = 0;
     st->code = DT_OK;
     st->msg[0] = '\0';
     ckpt_h5_quiet(&q);
     hid_t f = ckpt_open(comm, path, st);
     if (f < 0) goto done;
     if (ckpt_check_format(f, path, st) == DT_OK && ckpt_read_checksum(f, path, &stored, st) == DT_OK &&
-        ckpt_list_datasets(f, path, &dl, st) == DT_OK && check_layout(&dl, c, path, st) == DT_OK)
+        ckpt_list_datasets(f, path, &dl, st) == DT_OK && (info || check_layout(&dl, c, path, st) == DT_OK))
         read_meta(f, c, &s, path, st);
     if (agree(st, comm) != DT_OK) goto close;
     strread_install(&s, c);
     sum = dt_xcalloc((size_t)dl.n + 1, sizeof *sum);
-    if (read_data(f, &dl, c, rank, size, comm, sum, path, st) == DT_OK)
+    if (info && read_extras(f, &dl, c, rank, comm, sum, path, st) == DT_OK)
+        hash_all(f, &dl, stored, rank, size, comm, path, st);
+    else if (!info && read_data(f, &dl, c, rank, size, comm, sum, path, st) == DT_OK)
         ckpt_compare_checksum(&dl, sum, stored, path, comm, st);
 close:
     H5Fclose(f);
@@ -486,6 +589,13 @@ void dt_ckpt_release(struct dt_ckpt *c)
     free((void *)c->config_keys);  /* the block behind every string read (strread_install) */
     free(c->all_rng);
     free(c->history);
+    free((void *)c->model_text);
+    free((void *)c->tokenizer);
+    free((void *)c->merges);
+    c->model_text = c->tokenizer = NULL;
+    c->merges = NULL;
+    c->model_text_len = 0;
+    c->nmerges = 0;
     c->config_keys = c->config_values = NULL;
     c->dtrain_version = c->strategy = c->model = c->command_line = c->optimizer = NULL;
     c->nconfig = 0;
@@ -497,7 +607,15 @@ void dt_ckpt_release(struct dt_ckpt *c)
 int dt_ckpt_read(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st)
 {
     dt_h5_lock(); /* runtime/h5lock.h */
-    int rc = read_locked(comm, path, c, st);
+    int rc = read_locked(comm, path, c, 0, st);
+    dt_h5_unlock();
+    return rc;
+}
+
+int dt_ckpt_read_info(MPI_Comm comm, const char *path, struct dt_ckpt *c, dt_status *st)
+{
+    dt_h5_lock();
+    int rc = read_locked(comm, path, c, 1, st);
     dt_h5_unlock();
     return rc;
 }

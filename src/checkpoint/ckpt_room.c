@@ -29,8 +29,8 @@ void ckpt_size_bounds(const struct view *v, int size, uint64_t *low, uint64_t *h
 {
     const struct dt_ckpt *m = &v->m;
     uint64_t data = 4 * (uint64_t)m->nparams * (1 + (uint64_t)m->nslots) + 4 * (uint64_t)m->nbuffers + 32 * (uint64_t)size +
-                    8 * DT_CKPT_HIST * (uint64_t)m->nhistory;
-    uint64_t text = strlen(m->command_line), objects = 2 * (uint64_t)m->nlayers + (uint64_t)m->nslots + 10;
+                    8 * DT_CKPT_HIST * (uint64_t)m->nhistory + m->model_text_len + 8 * (uint64_t)m->nmerges;
+    uint64_t text = strlen(m->command_line), objects = 2 * (uint64_t)m->nlayers + (uint64_t)m->nslots + 13;
     for (int i = 0; i < m->nconfig; i++) text += strlen(v->keys[i]) + strlen(v->values[i]);
     *low = data + text + 2048 + 256 * objects;
     *high = data + 2 * text + 65536 + 4096 * objects;

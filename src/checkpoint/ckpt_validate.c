@@ -84,7 +84,7 @@ static int list_group(hid_t f, const char *path, struct names *ns)
 static int describe(hid_t f, struct dent *e, int kind, H5T_class_t cls, size_t esz, int nd, hsize_t last,
                     const char *file, dt_status *st)
 {
-    static const char *what[] = {"float32", "float32", "float32", "uint64", "float64"};
+    static const char *what[] = {"float32", "float32", "float32", "uint64", "float64", "uint8", "int32"};
     e->kind = kind;
     hid_t d = H5Dopen2(f, e->path, H5P_DEFAULT);
     if (d < 0) return ckpt_h5_fail(st, DT_EINPUT, file, "cannot open dataset %s", e->path);
@@ -101,9 +101,11 @@ static int describe(hid_t f, struct dent *e, int kind, H5T_class_t cls, size_t e
         return dt_fail(st, DT_EINPUT, "checkpoint %s: %s is not %s", file, e->path, what[kind]);
     if (e->nd < 1 || e->nd > 4 || (nd && e->nd != nd) || (last && e->dims[e->nd - 1] != last))
         return dt_fail(st, DT_EINPUT, "checkpoint %s: %s has shape %s (expected %s)", file, e->path, shape,
-                       kind == D_RNG ? "[nranks,4]" : kind == D_HIST ? "[epochs,6]" : kind == D_BIAS || kind == D_SLOT ? "[n]" : "rank 1-4");
+                       kind == D_RNG ? "[nranks,4]" : kind == D_HIST ? "[epochs,6]" : kind == D_MERGES ? "[merges,2]"
+                       : kind == D_BIAS || kind == D_SLOT || kind == D_TEXT ? "[n]" : "rank 1-4");
     e->esz = esz;
-    e->mtype = kind == D_RNG ? H5T_NATIVE_UINT64 : kind == D_HIST ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT;
+    e->mtype = kind == D_RNG ? H5T_NATIVE_UINT64 : kind == D_HIST ? H5T_NATIVE_DOUBLE : kind == D_TEXT ? H5T_NATIVE_UINT8
+               : kind == D_MERGES ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
     /* dtrain writes every dataset contiguous and uncompressed, so none can hold
      * more bytes than the file: a larger shape is damage, and would size the
      * checksum's read buffer (found by tests/fuzz/fuzz_checkpoint). */
@@ -166,6 +168,24 @@ int ckpt_list_datasets(hid_t f, const char *file, struct dlist *dl, dt_status *s
             return dt_fail(st, DT_EINPUT, "checkpoint %s: no dataset %s", file, e->path);
         if (k == 0 && describe(f, e, D_RNG, H5T_INTEGER, 8, 2, 4, file, st) != DT_OK) return st->code;
         if (k == 1 && describe(f, e, D_HIST, H5T_FLOAT, 8, 2, DT_CKPT_HIST, file, st) != DT_OK) return st->code;
+    }
+    dl->rng = dl->n - 2;
+    dl->hist = dl->n - 1;
+    dl->text = dl->merges = -1;
+    /* Version 2's additions, where present (a version 1 file has neither). */
+    if (H5Lexists(f, "model_text", H5P_DEFAULT) > 0) {
+        struct dent *e = dl_add(dl);
+        snprintf(e->path, sizeof e->path, "/model_text");
+        if (describe(f, e, D_TEXT, H5T_INTEGER, 1, 1, 0, file, st) != DT_OK) return st->code;
+        dl->text = dl->n - 1;
+    }
+    if (H5Lexists(f, "tokenizer", H5P_DEFAULT) > 0) {
+        struct dent *e = dl_add(dl);
+        snprintf(e->path, sizeof e->path, "/tokenizer/merges");
+        if (H5Lexists(f, e->path, H5P_DEFAULT) <= 0)
+            return dt_fail(st, DT_EINPUT, "checkpoint %s: no dataset %s", file, e->path);
+        if (describe(f, e, D_MERGES, H5T_INTEGER, 4, 2, 2, file, st) != DT_OK) return st->code;
+        dl->merges = dl->n - 1;
     }
     return DT_OK;
 }
@@ -256,9 +276,9 @@ int ckpt_check_format(hid_t f, const char *path, dt_status *st)
                        path, FORMAT_NAME);
     if (ckpt_read_attr(f, "/", "format_version", H5T_NATIVE_INT, &version) < 0)
         return dt_fail(st, DT_EINPUT, "checkpoint %s: no attribute format_version", path);
-    if (version != FORMAT_VERSION)
-        return dt_fail(st, DT_EINPUT, "checkpoint %s: format_version %d; this dtrain reads version %d", path,
-                       version, FORMAT_VERSION);
+    if (version < FORMAT_OLDEST || version > FORMAT_VERSION)
+        return dt_fail(st, DT_EINPUT, "checkpoint %s: format_version %d; this dtrain reads versions %d to %d", path,
+                       version, FORMAT_OLDEST, FORMAT_VERSION);
     return DT_OK;
 }
 

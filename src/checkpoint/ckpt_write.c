@@ -54,6 +54,12 @@ static void view_build(struct view *v, const struct dt_ckpt *c, int rank, MPI_Co
             ckpt_pack_bytes(p, &c->layers[l], sizeof c->layers[l]);
             ckpt_pack_str(p, c->layers[l].name);
         }
+        uint64_t ntext = c->model_text ? c->model_text_len : 0, nm = c->tokenizer && c->merges ? c->nmerges : 0;
+        ckpt_pack_bytes(p, &ntext, sizeof ntext);
+        if (ntext) ckpt_pack_bytes(p, c->model_text, ntext);
+        ckpt_pack_str(p, c->tokenizer ? c->tokenizer : "");
+        ckpt_pack_bytes(p, &nm, sizeof nm);
+        if (nm) ckpt_pack_bytes(p, c->merges, nm * 2 * sizeof(int32_t));
     }
     ckpt_pack_bcast(p, rank, comm);
     ckpt_unpack_bytes(p, &v->m, sizeof v->m);
@@ -76,6 +82,18 @@ static void view_build(struct view *v, const struct dt_ckpt *c, int rank, MPI_Co
         ckpt_unpack_bytes(p, &v->layers[l], sizeof v->layers[l]);
         v->layers[l].name = ckpt_unpack_str(p);
     }
+    uint64_t ntext, nm;
+    ckpt_unpack_bytes(p, &ntext, sizeof ntext);
+    v->m.model_text = p->buf + p->pos;  /* bytes, not a string: model_text_len of them */
+    v->m.model_text_len = (size_t)ntext;
+    p->pos += ntext;
+    const char *tokenizer = ckpt_unpack_str(p);
+    v->m.tokenizer = tokenizer[0] ? tokenizer : NULL;
+    ckpt_unpack_bytes(p, &nm, sizeof nm);
+    v->merges = dt_xmalloc(sizeof(int32_t) * 2 * (size_t)nm + 1); /* aligned, unlike the packed bytes */
+    ckpt_unpack_bytes(p, v->merges, sizeof(int32_t) * 2 * (size_t)nm);
+    v->m.merges = v->merges;
+    v->m.nmerges = (uint32_t)nm;
     /* This rank's own fields. */
     v->m.params = c->params;
     v->m.slots[0] = c->slots[0];
@@ -90,6 +108,7 @@ static void view_build(struct view *v, const struct dt_ckpt *c, int rank, MPI_Co
 
 static void view_free(struct view *v)
 {
+    free(v->merges);
     free(v->keys);
     free(v->values);
     free(v->layers);
@@ -106,8 +125,10 @@ static int view_check(const struct view *v, const char *dir, dt_status *st)
     int64_t total = 0;
     if (m->nslots < 0 || m->nslots > 2)
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: %d optimizer slots (0, 1 or 2 expected)", dir, m->nslots);
-    if (m->nlayers < 0 || m->nconfig < 0 || m->nhistory < 0 || m->epoch < 0 || m->step < 0)
+    if (m->nlayers < 0 || m->nconfig < 0 || m->nhistory < 0 || m->epoch < 0 || m->step < 0 || m->classes < 0)
         return dt_fail(st, DT_ERUNTIME, "checkpoint %s: negative count in the state to write", dir);
+    if (m->tokenizer && strlen(m->tokenizer) >= MAX_NAME)
+        return dt_fail(st, DT_ERUNTIME, "checkpoint %s: tokenizer name of %zu bytes", dir, strlen(m->tokenizer));
     for (int l = 0; l < m->nlayers; l++) {
         const struct dt_ckpt_layer *L = &v->layers[l];
         if (!has_params(L)) continue;
