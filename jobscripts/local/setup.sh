@@ -27,8 +27,10 @@ pkgs=(build-essential autoconf automake libtool pkg-config zlib1g-dev
       libdnnl-dev libopenblas-dev check dataset-fashion-mnist
       python3-venv   # python3-venv: tests/interop's Keras venv
       python3-h5py   # python3-h5py: tests/bad-inputs writes its malformed HDF5 files with it
+      python3-torch  # python3-torch: tests/interop_hf.sh's transformers runs on it (PyPI's torch brings ~3 GB of CUDA)
       valgrind       # valgrind: tests/valgrind.sh (make check-valgrind), a stage of tests/run-all.sh
-      gnuplot-nox)   # gnuplot-nox: jobscripts/scaling-study's plots (PNG, SVG)
+      gnuplot-nox    # gnuplot-nox: jobscripts/scaling-study's plots (PNG, SVG)
+      bible-kjv)     # bible-kjv (with bible-kjv-text): real text, the transformer's example and tests
 [[ $with_mpich == yes ]] && pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
 # tests/cluster/: hosts in network namespaces (ip, nsenter), a real Slurm on them.
 # gdb: a job that hangs there has its ranks' stacks printed (tests/cluster/run.sh).
