@@ -18,7 +18,8 @@
 #   val_perplexity = exp(val_loss).
 # - Refused with one message: heads not dividing the width, block_size longer
 #   than the data, a token dataset with an image model and images with a GPT,
-#   a tied head under pipeline stages.
+#   a tied head under pipeline stages, a uint16 stream with a vocabulary past
+#   65536, a token id not below the vocabulary.
 . "$TOP_SRCDIR/tests/common.sh"
 T=$TEST_TMP/gpt.$$
 rm -rf "$T"; mkdir -p "$T"
@@ -113,5 +114,23 @@ expect_fail 3 "embedding: expects windows of tokens (a dataset from dtrain-prep 
   2 "$img" --model "$T/tied.cfg"
 expect_fail 2 "--pipeline-stages 2: model .*tied.cfg's lm_head shares the embedding's table (tied = 1)" 2 "$fm" \
   --model "$T/tied.cfg" --pipeline-stages 2
+# Token files dtrain-prep would not write (h5py): a vocabulary past uint16's
+# 65536 in a uint16 stream, a token id not below the vocabulary.
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+  /usr/bin/python3 - "$T" <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+for name, vocab, toks in (("wide", 70000, np.arange(200) % 300), ("oob", 100, np.r_[np.arange(150) % 100, [100], np.arange(49)])):
+    with h5py.File(f"{d}/{name}.h5", "w") as f:
+        f.attrs["num_classes"] = np.int32(vocab)
+        f.create_dataset("train/tokens", data=np.asarray(toks, dtype=np.uint16))
+PY
+  expect_fail 3 "wide.h5: num_classes = 70000 tokens do not fit /train/tokens's uint16 (at most 65536)" 1 "$T/wide.h5" \
+    --model "$T/tied.cfg"
+  expect_fail 3 "oob.h5: /train/tokens\[150\] = 100, but num_classes (the vocabulary) is 100" 1 "$T/oob.h5" \
+    --model "$T/tied.cfg"
+else
+  echo "note: /usr/bin/python3 has no h5py (python3-h5py): the malformed token files are not tested"
+fi
 rm -rf "$T"
 finish
