@@ -69,7 +69,7 @@ AC_DEFUN([DT_CHECK_CBLAS], [
     [AC_MSG_RESULT([no])
      AC_MSG_ERROR([no CBLAS found (needed for dense layers).
   Install OpenBLAS (Debian: libopenblas-dev) or name another: ./configure --with-blas=LIB])])
-  AC_CHECK_FUNCS([openblas_set_num_threads])
+  AC_CHECK_FUNCS([openblas_set_num_threads openblas_get_corename])
   CPPFLAGS="$dt_save_CPPFLAGS"; LIBS="$dt_save_LIBS"
   AC_SUBST([BLAS_CFLAGS])
   AC_SUBST([BLAS_LIBS])

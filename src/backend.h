@@ -242,4 +242,16 @@ struct dt_backend {
 
 extern const struct dt_backend dt_backend_cpu;
 
+/* Before MPI_Init, first thing in main: where OpenBLAS took this CPU for a
+ * generic one (SSE3 kernels on a CPU newer than the library), restart the
+ * program once with OPENBLAS_CORETYPE naming the kernels its flags allow
+ * (cpu/cpu_blas_core.c). Returns only when nothing needed changing. */
+void dt_cpu_blas_prepare(char **argv);
+/* OpenBLAS's kernel set now ("SkylakeX"; NULL without OpenBLAS), the one the
+ * CPU's flags allow (NULL: no AVX2), and what OpenBLAS had chosen by itself
+ * before dt_cpu_blas_prepare restarted (NULL: it did not). */
+const char *dt_cpu_blas_core(void);
+const char *dt_cpu_blas_wanted(void);
+const char *dt_cpu_blas_from(void);
+
 #endif

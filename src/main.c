@@ -168,6 +168,12 @@ static void print_setup(const struct dt_trainer *tr, int nranks)
            (double)tr->model.act_bytes / 1048576.0, tr->model.max_n,
            ls->on ? (ls->dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
            tr->graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
+    const char *core = dt_cpu_blas_core(), *from = dt_cpu_blas_from();
+    if (core && from)
+        printf("BLAS: OpenBLAS %s kernels (OpenBLAS took this CPU for %s; dtrain restarted with OPENBLAS_CORETYPE=%s)\n",
+               core, from, core);
+    else if (core)
+        printf("BLAS: OpenBLAS %s kernels%s\n", core, getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     print_layout(tr, nranks);
     if (cfg.verbose >= DT_VERBOSE) dt_model_summary(&tr->model, stdout);
     if (cfg.verbose >= DT_VERBOSE && tr->pipe.cost) { /* why the cut is where it is */
@@ -193,6 +199,7 @@ int main(int argc, char **argv)
     struct dt_trainer trainer;
     dt_status st = {0};
     int rank, nranks;
+    dt_cpu_blas_prepare(argv);
     if (start_mpi(&argc, &argv, &rank, &nranks) != DT_OK) return finish(DT_ERUNTIME);
     if (dt_options_parse(&cfg, argc, argv, &st) != DT_OK) {
         say_error(rank, &st);

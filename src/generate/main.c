@@ -447,6 +447,7 @@ int main(int argc, char **argv)
 {
     struct opts o = {.temperature = 1.0, .seed = 42, .threads = 1};
     dt_status st = {0};
+    dt_cpu_blas_prepare(argv); /* before anything: OpenBLAS's kernels (backend.h) */
     int rc = parse(argc, argv, &o, &st);
     if (rc == SHOW_HELP) {
         usage(stdout);
