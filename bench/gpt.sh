@@ -208,11 +208,14 @@ vocab=$("$torch_python" -c 'import sys, h5py; print(int(h5py.File(sys.argv[1], "
 # 2 x 2 C (T + 1) / 2 per layer forward, 3x for forward + backward.
 flop_token=$(awk -v L="$nlayer" -v C="$width" -v T="$block" -v H="$hidden" -v V="$vocab" \
     'BEGIN { printf "%.0f", 6 * (L * (4 * C * C + 2 * C * H) + V * C) + 3 * L * 2 * C * (T + 1) }')
+# OpenBLAS's own choice of kernels, then the one dtrain runs (src/cpu/cpu_blas_core.c).
+blas_cores=$(OPENBLAS_VERBOSE=2 "$dtrain" --version 2>&1 | sed -n 's/^Core: //p' | awk 'NR == 1 { a = $0 } { b = $0 }
+    END { if (!NR) print "not OpenBLAS"; else if (a == b) print a; else print a " chosen by OpenBLAS, " b " run by dtrain" }')
 meta=(
     "gpt: $(basename "$model") ($nlayer blocks, width $width, block_size $block, MLP $hidden, vocabulary $vocab), $(basename "$data"), batch $batch windows of $block tokens"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
-    "isa: ${isa:-none of avx2 avx512f avx512_bf16 amx}; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+    "isa: ${isa:-none of avx2 avx512f avx512_bf16 amx}; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; OpenBLAS kernels: $blas_cores"
     "peak (bench/peak, one core): fp32_fma ${pk[fp32_fma]:-?} GFLOP/s, bf16_dot ${pk[bf16_dot]:-?}, amx_bf16 ${pk[amx_bf16]:-?}"
     "dtrain: $dtrain_version, $dtrain, git $git_rev"
     "mpi: $("$mpirun" --version 2>/dev/null | head -n 1)"
