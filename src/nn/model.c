@@ -362,14 +362,23 @@ int dt_model_can_cut(const struct dt_model *m, int c)
 
 void dt_model_init_params(struct dt_model *m, uint64_t seed)
 {
-    float *host = dt_xcalloc(m->nparams ? m->nparams : 1, sizeof(float));
+    /* Layer by layer through one host buffer of the largest layer (the
+     * generator's stream runs through the layers in order, as before): a
+     * host copy of the whole model would add its size to the peak memory. */
+    size_t widest = 1;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].nparams > widest) widest = m->layers[i].nparams;
+    float *host = dt_xmalloc(sizeof(float) * widest);
     dt_rng rng;
     dt_rng_seed(&rng, seed, 0x1417); /* the initialiser's own stream */
+    m->be->zero(m->params, sizeof(float) * m->nparams); /* layers without an initialiser start at 0 */
     for (int i = 0; i < m->nlayers; i++) {
         struct dt_layer *l = &m->layers[i];
-        if (l->ops->init) l->ops->init(l, host + l->param_offset, &rng);
+        if (!l->ops->init) continue;
+        memset(host, 0, sizeof(float) * l->nparams);
+        l->ops->init(l, host, &rng);
+        m->be->upload(m->params + l->param_offset, host, sizeof(float) * l->nparams);
     }
-    m->be->upload(m->params, host, sizeof(float) * m->nparams);
     free(host);
     host = dt_xcalloc(m->nbuffers ? m->nbuffers : 1, sizeof(float));
     for (int i = 0; i < m->nlayers; i++) {

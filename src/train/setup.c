@@ -252,16 +252,21 @@ void dt_trainer_create_model(struct dt_trainer *t)
         dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank);
         return;
     }
-    /* Through host memory (they may live on a GPU): the parameters, then the
-     * buffers (batchnorm's moving statistics: zeros and ones). */
-    float *host = dt_xmalloc(sizeof(float) * (m->nparams + m->nbuffers + 1));
-    if (t->rank == 0) {
-        t->be->download(host, m->params, sizeof(float) * m->nparams);
-        t->be->download(host + m->nparams, m->buffers, sizeof(float) * m->nbuffers);
+    /* Through host memory (they may live on a GPU), 4 MiB at a time (a host
+     * copy of the whole model would add its size to the peak): the
+     * parameters, then the buffers (batchnorm's moving statistics). */
+    const size_t piece = (size_t)1 << 20;
+    float *host = dt_xmalloc(sizeof(float) * piece);
+    for (int part = 0; part < 2; part++) {
+        float *dst = part ? m->buffers : m->params;
+        const size_t n = part ? m->nbuffers : m->nparams;
+        for (size_t at = 0; at < n; at += piece) {
+            const size_t k = n - at < piece ? n - at : piece;
+            if (t->rank == 0) t->be->download(host, dst + at, sizeof(float) * k);
+            DT_MPI_CHECK(MPI_Bcast(host, (int)k, MPI_FLOAT, 0, t->comm));
+            t->be->upload(dst + at, host, sizeof(float) * k);
+        }
     }
-    DT_MPI_CHECK(MPI_Bcast(host, (int)(m->nparams + m->nbuffers), MPI_FLOAT, 0, t->comm));
-    t->be->upload(m->params, host, sizeof(float) * m->nparams);
-    t->be->upload(m->buffers, host + m->nparams, sizeof(float) * m->nbuffers);
     free(host);
     dt_rng_seed(&t->dropout_rng, cfg->seed, 0xd50000ULL + (uint64_t)t->rank); /* a checkpoint may replace it */
 }
