@@ -7,9 +7,10 @@
 #   the CNN; tests/sanitizers/small.cfg (conv, batchnorm, add, route, pools,
 #   dense) split into one bucket per layer at 3 ranks; --grad-accum 2;
 #   --precision bf16. Another --seed is told apart.
-# - The gathered parameters never exceed the two largest buckets (fsdp's own
-#   count of the bytes it holds, printed by --verbose), and stay below the
-#   whole model where there are more than two buckets.
+# - The gathered parameters never exceed its two buffers (the largest even
+#   and odd bucket; fsdp's own count of the bytes it holds, printed by
+#   --verbose), and stay below the whole model where there are more than two
+#   buckets.
 # - Checkpoints move: fsdp's epoch-1 checkpoint at 2 ranks resumed by
 #   mirrored (2 ranks) and by sharded (3 ranks, the same global batch) gives
 #   fsdp's own epoch-2 losses; mirrored's resumed by fsdp at 3 ranks gives
@@ -55,12 +56,12 @@ awk "BEGIN{exit !($w > 100 * $tol)}" && pass "negative control: another seed dif
 # The bytes of gathered parameters held, as fsdp counts them.
 line=$(grep '^fsdp: ' "$T/fs-small.out")
 held=$(echo "$line" | sed -n 's/.*held at most \([0-9]*\) bytes.*/\1/p')
-two=$(echo "$line" | sed -n 's/.*the two largest buckets: \([0-9]*\) bytes.*/\1/p')
+two=$(echo "$line" | sed -n 's/.*its two buffers, the largest even and odd bucket: \([0-9]*\) bytes.*/\1/p')
 whole=$(echo "$line" | sed -n 's/.*the model: \([0-9]*\)).*/\1/p')
 nb=$(sed -n 's/^layout: .*strategy fsdp, \([0-9]*\) buckets.*/\1/p' "$T/fs-small.out")
 if [ -n "$held" ] && [ -n "$two" ] && [ -n "$whole" ] && [ "${nb:-0}" -gt 2 ] &&
    [ "$held" -gt 0 ] && [ "$held" -le "$two" ] && [ "$held" -lt "$whole" ]; then
-  pass "small.cfg in $nb buckets: gathered parameters held at most $held bytes <= the two largest buckets ($two) < the model ($whole)"
+  pass "small.cfg in $nb buckets: gathered parameters held at most $held bytes <= its two buffers ($two) < the model ($whole)"
 else
   fail "held bytes: '$line', $nb buckets"
 fi

@@ -30,8 +30,10 @@ else fail "cnn table (rc=$rc, $rows rows)"; cat "$T/cnn" >&2; fi
 
 # The memory table (strategy/memplan.h): wide-mlp.cfg's 456263690 parameters
 # at 4 ranks a node. mirrored: 4 + 4 + 8 bytes a parameter on every rank;
-# fsdp: the same over the ranks, plus 4 x its largest bucket (the first
-# layer: 62919680 parameters) gathered; sharded: the slots over the ranks.
+# fsdp: the same over the ranks, plus parameters and gradients of its two
+# buffers gathered (bucket k in buffer k % 2: the first layer's 62919680
+# parameters and a 5120x5120 layer's 26219520); sharded: the slots over the
+# ranks. mirrored's RSS also maps the 3 other ranks' gradient windows.
 mem() { # STRATEGY NODES: GiB per rank, from the table's row
   "$P" --model "$TOP_SRCDIR/inputs/wide-mlp.cfg" --input 64x64x3:10 --ranks-per-node 4 --batch 16 --memory \
     --strategy "$1" --nodes "$2" 2>&1 | sed -n 's/^ *[0-9]* nodes* *, *[0-9]* ranks: .* = \([0-9.]*\) (.*/\1/p'
@@ -39,14 +41,19 @@ mem() { # STRATEGY NODES: GiB per rank, from the table's row
 G=1073741824
 P4=$((456263690 * 4))
 want_m=$(awk -v p="$P4" -v g="$G" 'BEGIN { printf "%.3f", (4 * p) / g }')  # + activations (0.010)
-want_f=$(awk -v p="$P4" -v g="$G" 'BEGIN { printf "%.3f", (4 * p / 8 + 4 * 62919680 * 4) / g }')
+want_f=$(awk -v p="$P4" -v g="$G" 'BEGIN { printf "%.3f", (4 * p / 8 + 2 * 4 * (62919680 + 26219520)) / g }')
 got_m=$(mem mirrored 1) got_f=$(mem fsdp 2) got_s=$(mem sharded 1)
 if awk -v a="$got_m" -v b="$want_m" -v c="$got_f" -v d="$want_f" -v s="$got_s" \
    'BEGIN { exit !(a - b > 0.005 && a - b < 0.02 && c - d > 0.005 && c - d < 0.02 && s < a && s > c) }'; then
-  pass "--memory: wide-mlp.cfg mirrored $got_m GiB a rank (16P = $want_m + activations), fsdp at 8 ranks $got_f (16P/8 + 4 buckets = $want_f + activations), sharded between ($got_s)"
+  pass "--memory: wide-mlp.cfg mirrored $got_m GiB a rank (16P = $want_m + activations), fsdp at 8 ranks $got_f (16P/8 + 2 buffers x 2 = $want_f + activations), sharded between ($got_s)"
 else
   fail "--memory: mirrored $got_m (want $want_m + activations), fsdp $got_f (want $want_f + activations), sharded $got_s"
 fi
+mapped=$("$P" --model "$TOP_SRCDIR/inputs/wide-mlp.cfg" --input 64x64x3:10 --ranks-per-node 4 --batch 16 --memory \
+  --strategy mirrored --nodes 1 2>&1 | sed -n "s/.*RSS also counts the node's other ranks' shared windows it maps: + \([0-9.]*\) = .*/\1/p")
+want_w=$(awk -v p="$P4" -v g="$G" 'BEGIN { printf "%.3f", 3 * p / g }')
+[ "$mapped" = "$want_w" ] && pass "--memory: mirrored's RSS at 4 ranks a node maps 3 peers' gradient windows, + $mapped GiB" ||
+  fail "--memory: mirrored's mapped windows '$mapped', expected $want_w"
 "$P" --model cnn --compute-ms 20 --nodes 8 --algorithms ring --bucket-mb 1 >"$T/dp" 2>&1
 "$P" --model cnn --compute-ms 20 --nodes 8 --algorithms ring --bucket-mb 1 --strategy fsdp >"$T/fs" 2>&1
 e_dp=$(sed -n 's/^ring .*1M *\([0-9.]*\) .*/\1/p' "$T/dp") e_fs=$(sed -n 's/^ring .*1M *\([0-9.]*\) .*/\1/p' "$T/fs")

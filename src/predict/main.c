@@ -51,6 +51,9 @@ static void print_memory(const struct opts *o, const struct dt_model *m, const s
         printf("  %5d node%s, %6d ranks: %.3f + %.3f + %.3f%s + %.3f = %.3f (%.2f)\n", o->nodes[i],
                o->nodes[i] == 1 ? " " : "s", ranks, p.params / G, p.grads / G, p.slots / G, gathered,
                p.activations / G, dt_mem_plan_total(&p) / G, dt_mem_plan_total(&p) * c->ranks_per_node / G);
+        if (p.mapped > 0)
+            printf("  %18s each rank's RSS also counts the node's other ranks' shared windows it maps: + %.3f = "
+                   "%.3f\n", "", p.mapped / G, dt_mem_plan_rss(&p) / G);
     }
 }
 

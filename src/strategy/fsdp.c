@@ -46,6 +46,7 @@ struct fsdp {
     float *rs;                 /* [shard_len] a later micro-batch's reduce-scatter lands here (--grad-accum) */
     int *rs_seen;              /* [nb]: this update's gradients of the bucket added so far */
     size_t max_len;            /* the largest bucket (floats) */
+    size_t slot_len[2];        /* the largest bucket k with k % 2 = slot: that slot's buffers */
     float *pbuf[2], *gbuf[2];  /* gathered parameters / gradients on their way, by bucket % 2 */
     int pb[2], gb[2];          /* the bucket in each buffer; -1 none */
     int direct[2];             /* the reduce-scatter from gbuf lands in grad itself (the update's first) */
@@ -70,6 +71,9 @@ void dt_fsdp_segment(int node, const struct dt_topo *t, size_t n, int rank, size
 }
 
 /* ---- buckets ---------------------------------------------------------------- */
+
+/* Floats of a large bucket's reduce-scatter at a time (16 MiB; scatter_grads). */
+#define PIECE ((size_t)1 << 22)
 
 static void make_buckets(struct dt_strategy *s, struct fsdp *z, int nranks)
 {
@@ -102,6 +106,7 @@ static void make_buckets(struct dt_strategy *s, struct fsdp *z, int nranks)
             if (r == z->rank) b->at = hi > lo ? lo - s->shard_off : 0;
         }
         if (b->len > z->max_len) z->max_len = b->len;
+        if (b->len > z->slot_len[k % 2]) z->slot_len[k % 2] = b->len;
     }
 }
 
@@ -178,7 +183,31 @@ static void scatter_grads(struct fsdp *z, int k)
     z->direct[slot] = z->rs_seen[k] == 0;
     if (!z->direct[slot] && !z->rs) z->rs = dt_xcalloc(z->shard_len ? z->shard_len : 1, sizeof(float));
     float *to = (z->direct[slot] ? z->grad : z->rs) + b->at;
-    DT_MPI_CHECK(MPI_Ireduce_scatter(z->gbuf[slot], to, b->counts, MPI_FLOAT, MPI_SUM, z->comm, &z->greq[slot]));
+    if (b->len <= PIECE) {
+        DT_MPI_CHECK(MPI_Ireduce_scatter(z->gbuf[slot], to, b->counts, MPI_FLOAT, MPI_SUM, z->comm, &z->greq[slot]));
+        return;
+    }
+    /* A large bucket (a transformer's embedding, a wide first layer: the
+     * last in backward, so nothing is left to overlap) goes in pieces, one
+     * after another: Open MPI's non-blocking reduce-scatter takes a
+     * temporary of twice the whole call, which would be the rank's peak. */
+    DT_TL_BEGIN(tl0);
+    int *pc = dt_xcalloc((size_t)z->nshards, sizeof(int));
+    const size_t mine_lo = (size_t)b->displs[z->rank], mine_hi = mine_lo + (size_t)b->counts[z->rank];
+    for (size_t p0 = 0; p0 < b->len; p0 += PIECE) {
+        const size_t p1 = b->len - p0 < PIECE ? b->len : p0 + PIECE;
+        for (int r = 0; r < z->nshards; r++) {
+            const size_t lo = (size_t)b->displs[r], hi = lo + (size_t)b->counts[r];
+            const size_t a = lo > p0 ? lo : p0, e = hi < p1 ? hi : p1;
+            pc[r] = e > a ? (int)(e - a) : 0;
+        }
+        const size_t at = mine_lo > p0 ? mine_lo : p0;
+        float *dst = at < mine_hi ? to + (at - mine_lo) : to;
+        DT_MPI_CHECK(MPI_Reduce_scatter(z->gbuf[slot] + p0, dst, pc, MPI_FLOAT, MPI_SUM, z->comm));
+    }
+    free(pc);
+    z->greq[slot] = MPI_REQUEST_NULL;
+    DT_TL_END(tl0, DT_TL_COMM, "fsdp reduce-scatter in pieces", NULL);
 }
 
 /* ---- the model's hook -------------------------------------------------------------- */
@@ -240,8 +269,10 @@ static int fsdp_setup(struct dt_strategy *s, dt_status *st)
     z->shard_len = s->shard_len;
     z->rs_seen = dt_xcalloc((size_t)z->nb + 1, sizeof(int));
     for (int k = 0; k < 2; k++) {
-        z->pbuf[k] = dt_xmalloc(sizeof(float) * (z->max_len ? z->max_len : 1));
-        z->gbuf[k] = dt_xmalloc(sizeof(float) * (z->max_len ? z->max_len : 1));
+        /* Each slot as large as its own buckets: a transformer's embedding
+         * (bucket 0) is 5x a block, and only slot 0 ever holds it. */
+        z->pbuf[k] = dt_xmalloc(sizeof(float) * (z->slot_len[k] ? z->slot_len[k] : 1));
+        z->gbuf[k] = dt_xmalloc(sizeof(float) * (z->slot_len[k] ? z->slot_len[k] : 1));
         z->pb[k] = z->gb[k] = -1;
         z->preq[k] = z->greq[k] = MPI_REQUEST_NULL;
     }
@@ -328,17 +359,7 @@ static void fsdp_load_block(struct dt_strategy *s, const float *host)
 size_t dt_fsdp_held_peak(const struct dt_strategy *s, size_t *two_largest)
 {
     const struct fsdp *z = s->priv;
-    size_t a = 0, b = 0;
-    for (int k = 0; k < z->nb; k++) {
-        size_t n = z->b[k].len * sizeof(float);
-        if (n > a) {
-            b = a;
-            a = n;
-        } else if (n > b) {
-            b = n;
-        }
-    }
-    if (two_largest) *two_largest = a + b;
+    if (two_largest) *two_largest = (z->slot_len[0] + z->slot_len[1]) * sizeof(float);
     return z->held_peak;
 }
 

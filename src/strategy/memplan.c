@@ -9,10 +9,10 @@
 
 #include "strategy/memplan.h"
 
-int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, size_t *largest)
+int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, size_t largest[2])
 {
     const size_t limit = bucket_mb > 0 ? (size_t)(bucket_mb * 1048576.0 / sizeof(float)) : m->nparams;
-    size_t len = 0, most = 0, start = 0;
+    size_t len = 0, most[2] = {0, 0}, start = 0;
     int nb = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const struct dt_layer *l = &m->layers[i];
@@ -23,10 +23,13 @@ int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, siz
             start = l->param_offset;
         }
         len = l->param_offset + l->nparams - start;
-        if (len > most) most = len;
+        if (len > most[(nb - 1) % 2]) most[(nb - 1) % 2] = len;
         if (of_layer) of_layer[i] = nb - 1;
     }
-    if (largest) *largest = most;
+    if (largest) {
+        largest[0] = most[0];
+        largest[1] = most[1];
+    }
     return nb;
 }
 
@@ -56,17 +59,20 @@ void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int 
     if (!strcmp(s, "central-storage")) {
         p->params = P / Q;
         p->slots = slots * P / Q;
+        p->mapped = P - P / Q;
+    } else if (!strcmp(s, "mirrored") || !strcmp(s, "multi-worker") || !strcmp(s, "auto")) {
+        p->mapped = (Q - 1.0) * P; /* the peers' gradient windows (strategy/mirrored.c) */
     } else if (!strcmp(s, "parameter-server")) {
         p->slots = 0; /* a worker's: the servers keep the slots of their ranges */
     } else if (!strcmp(s, "sharded")) {
         p->slots = slots * P / N;
     } else if (!strcmp(s, "fsdp")) {
-        size_t largest = 0;
-        dt_fsdp_group(m, bucket_mb, NULL, &largest);
+        size_t largest[2] = {0, 0};
+        dt_fsdp_group(m, bucket_mb, NULL, largest);
         p->params = P / N;
         p->grads = P / N;
         p->slots = slots * P / N;
-        p->gathered = 4.0 * sizeof(float) * (double)largest;
+        p->gathered = 2.0 * sizeof(float) * (double)(largest[0] + largest[1]); /* parameters + gradients a slot */
         const int head = dt_model_tied_head(m); /* its gradient of the table, kept aside (model.h's tie_grad) */
         if (head >= 0) p->gathered += sizeof(float) * (double)m->layers[head].out.c * m->layers[head].in.c;
     }
@@ -79,6 +85,8 @@ void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int 
 }
 
 double dt_mem_plan_total(const struct dt_mem_plan *p) { return p->params + p->grads + p->slots + p->gathered + p->activations; }
+
+double dt_mem_plan_rss(const struct dt_mem_plan *p) { return dt_mem_plan_total(p) + p->mapped; }
 
 /* Dynamic programming over the layers: best(k, i), the least slowest stage
  * of the first i layers as k stages, from best(k-1, j) for every allowed j;

@@ -38,19 +38,27 @@ struct dt_mem_plan {
     double params, grads, slots; /* bytes per rank */
     double gathered;             /* fsdp's gathered buckets (parameters and gradients) */
     double activations;
+    /* Not in the total: the node's other ranks' shared windows that this
+     * rank maps and touches (the hierarchical all-reduce reads its peers'
+     * gradients in place; central-storage's one copy of the parameters).
+     * They count in each rank's RSS, once in the node's memory (and PSS). */
+    double mapped;
 };
 
 /* fsdp's buckets: whole layers in order, a new bucket once one holds
  * bucket_mb MiB (0: one bucket); of_layer[i] (when not NULL, [nlayers])
- * receives layer i's bucket or -1 (no parameters). Returns the count; the
- * largest bucket's floats into *largest when not NULL. */
-int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, size_t *largest);
+ * receives layer i's bucket or -1 (no parameters). Returns the count; when
+ * largest is not NULL, largest[j] receives the floats of the largest bucket
+ * k with k % 2 = j (fsdp.c gathers bucket k into buffer k % 2). */
+int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, size_t largest[2]);
 /* The plan for strategy (a --strategy name; auto counts as mirrored) on
  * nranks ranks, local of them on this node, slots optimizer slots, batch
  * samples of act_size-byte activations. */
 void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int nranks, int local, double bucket_mb,
                  int batch, size_t act_size, struct dt_mem_plan *p);
 double dt_mem_plan_total(const struct dt_mem_plan *p);
+/* What each rank's RSS will show: the total and the mapped windows. */
+double dt_mem_plan_rss(const struct dt_mem_plan *p);
 /* Pipeline stages: cut[0..P] into P contiguous stages at the places the
  * model may be cut (dt_model_can_cut) with the least slowest stage, by
  * cost[nlayers] (seconds a layer, or any measure that adds up). The

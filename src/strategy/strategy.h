@@ -119,7 +119,8 @@ void dt_strategy_clip(struct dt_strategy *s, float *g, size_t n, MPI_Comm comm);
 extern const struct dt_strategy_ops dt_strategy_mirrored, dt_strategy_multi_worker, dt_strategy_sharded,
     dt_strategy_central_storage, dt_strategy_parameter_server, dt_strategy_fsdp, dt_strategy_pipeline;
 /* fsdp: the most bytes of gathered parameters it ever held, and (into
- * two_largest) its two largest buckets' bytes, the bound it keeps to. */
+ * two_largest) its two buffers' bytes, the bound it keeps to: the largest
+ * even-numbered bucket and the largest odd one (bucket k uses buffer k % 2). */
 size_t dt_fsdp_held_peak(const struct dt_strategy *s, size_t *two_largest);
 /* fsdp: the segment [*off, *off + *len) of an n-parameter block that rank
  * keeps: one of all ranks', or with node (--fsdp-shard node) one of its

@@ -71,11 +71,21 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
 int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_status *st)
 {
     size_t np = t->model.nparams, nb = t->model.nbuffers;
-    float *host = dt_xmalloc(sizeof(float) * (np + nb + 1));
     if (dt_strategy_shards_params(&t->strategy)) np = 0; /* one copy of each, nothing to diverge */
-    else t->be->download(host, t->model.params, sizeof(float) * np);
-    t->be->download(host + np, t->model.buffers, sizeof(float) * nb);
-    uint64_t h = dt_fnv1a64(host, sizeof(float) * (np + nb), 0); /* the values' bits */
+    /* The values' bits, hashed through a 4 MiB window: a whole host copy of
+     * the model would raise every rank's peak memory by the model's size. */
+    const size_t piece = (size_t)1 << 20;
+    float *host = dt_xmalloc(sizeof(float) * piece);
+    uint64_t h = 0;
+    for (int part = 0; part < 2; part++) {
+        const float *src = part ? t->model.buffers : t->model.params;
+        const size_t n = part ? nb : np;
+        for (size_t at = 0; at < n; at += piece) {
+            const size_t k = n - at < piece ? n - at : piece;
+            t->be->download(host, src + at, sizeof(float) * k);
+            h = dt_fnv1a64(host, sizeof(float) * k, h);
+        }
+    }
     free(host);
     static const char *const names[] = {"parameters and statistics (a hash of their bits)"};
     const long val = (long)(h >> 1);
@@ -152,7 +162,7 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
         MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, t->comm);
         if (t->rank == 0)
             fprintf(out, "fsdp: rank 0's shard of parameters and gradients %.2f MiB; gathered parameters held at "
-                    "most %.0f bytes on any rank (the two largest buckets: %zu bytes; the model: %zu)\n",
+                    "most %.0f bytes on any rank (its two buffers, the largest even and odd bucket: %zu bytes; the model: %zu)\n",
                     shard / 1048576.0, most, two, t->model.nparams * sizeof(float));
     }
 }
