@@ -138,6 +138,14 @@ const char *dtrain_last_error(const dtrain_context *ctx);
 /* ---- context --------------------------------------------------------- */
 
 /** Fill o with the defaults (cpu, 1 thread, fp32, seed 42). */
+/* First thing in main, before MPI_Init (it may restart the program):
+ * where OpenBLAS took this CPU for a generic one (its SSE3 kernels on a CPU
+ * newer than the library), run the program again, once, with
+ * OPENBLAS_CORETYPE naming the kernels the CPU's flags allow, as the dtrain
+ * program does. Returns when nothing needed changing (or OPENBLAS_CORETYPE
+ * is already set); argv is main's, NULL-terminated. */
+void dtrain_blas_prepare(char **argv);
+
 void dtrain_context_options_init(dtrain_context_options *o);
 
 /**

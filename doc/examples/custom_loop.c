@@ -41,6 +41,7 @@ static int fail(dtrain_context *ctx, int rc, const char *what)
 int main(int argc, char **argv)
 {
     int provided, rc;
+    dtrain_blas_prepare(argv); /* before MPI: the BLAS kernels dtrain itself runs */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     if (argc < 2) {
         fprintf(stderr, "usage: custom_loop DATA.h5 [EPOCHS] [map_threads=N] [num_classes=N] [logdir=DIR]\n");

@@ -35,6 +35,7 @@ static int check(dtrain_context *ctx, int rc, const char *what)
 int main(int argc, char **argv)
 {
     int provided, wrank, wsize, rc = DTRAIN_OK;
+    dtrain_blas_prepare(argv); /* before MPI: the BLAS kernels dtrain itself runs */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "backend.h"
 #include "runtime/checks.h"
 #include "runtime/log.h"
 
@@ -28,6 +29,8 @@ int dt_api_error(dtrain_context *ctx, const dt_status *st)
 }
 
 const char *dtrain_version(void) { return PACKAGE_VERSION; }
+
+void dtrain_blas_prepare(char **argv) { dt_cpu_blas_prepare(argv); }
 
 const char *dtrain_strerror(int code)
 {

@@ -9,7 +9,8 @@
  *
  * The one design decision: the choice is made before main() can act (the
  * library's constructor runs first) and OpenBLAS has no call to change it
- * later, so the program restarts itself once, before MPI_Init, with
+ * later, so the program restarts itself once, before MPI_Init (dtrain,
+ * dtrain-generate, and programs on libdtrain through dtrain_blas_prepare), with
  * OPENBLAS_CORETYPE naming the widest kernel set the flags allow (SkylakeX
  * for AVX-512, Haswell for AVX2 + FMA). A user's own OPENBLAS_CORETYPE is
  * never overridden, and a core OpenBLAS recognised is left alone. */
@@ -67,9 +68,15 @@ void dt_cpu_blas_prepare(char **argv)
     if (getenv("DTRAIN_BLAS_FROM")) return;
     const char *pre = getenv("LD_PRELOAD"); /* under Valgrind /proc/self/exe is Valgrind itself */
     if (pre && strstr(pre, "vgpreload")) return;
+    /* The program's own path, not /proc/self/exe: the process keeps its
+     * name ("dtrain" for pgrep, ps and the job scripts, not "exe"). */
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0 || (size_t)len >= sizeof self - 1) return;
+    self[len] = '\0';
     if (setenv("OPENBLAS_CORETYPE", want, 1) || setenv("DTRAIN_BLAS_FROM", core, 1)) return;
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    execv(self, argv);
     /* No /proc, or exec refused: run on with the generic kernels. */
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv("DTRAIN_BLAS_FROM");
