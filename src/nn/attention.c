@@ -25,6 +25,7 @@ struct attn_state {
     float *lse;        /* [max_n][H][T] */
     dt_act *cache;     /* decode: [T][3C], the qkv rows of the positions generated so far
                           (allocated on the first decode) */
+    int borrowed;      /* qkv, att and lse are another layer's (share_state) */
 };
 
 /* Backward's scratch: dqkv then datt, shared by the attention layers of the
@@ -82,13 +83,28 @@ static double attention_scratch_bytes(const struct dt_layer *l, int n, size_t ac
     return (double)n * l->in.w * 4.0 * l->in.c * (double)act_size;
 }
 
+static void attention_share_state(struct dt_layer *l, const struct dt_layer *with, const struct dt_backend *be)
+{
+    struct attn_state *s = l->state;
+    const struct attn_state *w = with->state;
+    be->free(s->qkv);
+    be->free(s->att);
+    be->free(s->lse);
+    s->qkv = w->qkv;
+    s->att = w->att;
+    s->lse = w->lse;
+    s->borrowed = 1;
+}
+
 static void attention_destroy(struct dt_layer *l, const struct dt_backend *be)
 {
     struct attn_state *s = l->state;
     if (s && be) {
-        be->free(s->qkv);
-        be->free(s->att);
-        be->free(s->lse);
+        if (!s->borrowed) {
+            be->free(s->qkv);
+            be->free(s->att);
+            be->free(s->lse);
+        }
         if (s->cache) be->free(s->cache);
         if (--scratch_users == 0) {
             scratch_be->free(scratch);
@@ -172,6 +188,7 @@ const struct dt_layer_ops dt_attention_ops = {
     .create = attention_create,
     .state_bytes = attention_state_bytes,
     .scratch_bytes = attention_scratch_bytes,
+    .share_state = attention_share_state,
     .destroy = attention_destroy,
     .init = attention_init,
     .decayed = attention_decayed,

@@ -8,7 +8,10 @@
 
 #include "nn/layer.h"
 
-struct dropout_state { float *mask; };
+struct dropout_state {
+    float *mask;
+    int borrowed; /* mask is another layer's (share_state) */
+};
 
 static int dropout_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
 {
@@ -25,10 +28,19 @@ static void dropout_create(struct dt_layer *l, const struct dt_backend *be, int 
     s->mask = be->alloc(sizeof(float) * dt_shape_size(l->out) * (size_t)(max_n > 0 ? max_n : 1));
 }
 
+static void dropout_share_state(struct dt_layer *l, const struct dt_layer *with, const struct dt_backend *be)
+{
+    struct dropout_state *s = l->state;
+    const struct dropout_state *w = with->state;
+    be->free(s->mask);
+    s->mask = w->mask;
+    s->borrowed = 1;
+}
+
 static void dropout_destroy(struct dt_layer *l, const struct dt_backend *be)
 {
     struct dropout_state *s = l->state;
-    if (s && s->mask) be->free(s->mask);
+    if (s && s->mask && !s->borrowed) be->free(s->mask);
     free(s);
     l->state = NULL;
 }
@@ -62,6 +74,7 @@ const struct dt_layer_ops dt_dropout_ops = {
     .type = "dropout",
     .setup = dropout_setup,
     .create = dropout_create,
+    .share_state = dropout_share_state,
     .destroy = dropout_destroy,
     .forward = dropout_forward,
     .backward = dropout_backward,

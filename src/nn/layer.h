@@ -70,6 +70,13 @@ struct dt_layer_ops {
     /* Scratch shared by the layers of the process (one runs at a time): the
      * plan counts the largest once. NULL: none. */
     double (*scratch_bytes)(const struct dt_layer *l, int n, size_t act_size);
+    /* --recompute (nn/model.h): l's forward-to-backward state (attention's
+     * q, k, v and output, a GELU's input, a dropout mask) lives in with's,
+     * a layer of the same type and shapes at the same place of another
+     * recomputed piece, whose buffers l's own (freed here) were the size of;
+     * both write it again before their backward. Runs after create. NULL:
+     * the layer keeps its own. */
+    void (*share_state)(struct dt_layer *l, const struct dt_layer *with, const struct dt_backend *be);
     /* Free the state of setup and create; be is NULL when create never ran. */
     void (*destroy)(struct dt_layer *l, const struct dt_backend *be);
     /* Keras's default initialisers into host memory: Glorot-uniform kernels,

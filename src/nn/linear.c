@@ -13,6 +13,7 @@
 
 struct linear_state {
     dt_act *pre; /* [max_n][rows][units]: before the GELU */
+    int borrowed; /* pre is another layer's (share_state) */
 };
 
 static size_t rows_of(const struct dt_layer *l) { return (size_t)l->in.h * l->in.w; }
@@ -38,10 +39,20 @@ static double linear_state_bytes(const struct dt_layer *l, int n, size_t act_siz
     return l->spec.activation == DT_ACT_GELU ? (double)act_size * (double)dt_shape_size(l->out) * n : 0.0;
 }
 
+static void linear_share_state(struct dt_layer *l, const struct dt_layer *with, const struct dt_backend *be)
+{
+    struct linear_state *s = l->state;
+    const struct linear_state *w = with->state;
+    if (!s->pre || !w->pre) return;
+    be->free(s->pre);
+    s->pre = w->pre;
+    s->borrowed = 1;
+}
+
 static void linear_destroy(struct dt_layer *l, const struct dt_backend *be)
 {
     struct linear_state *s = l->state;
-    if (s && be && s->pre) be->free(s->pre);
+    if (s && be && s->pre && !s->borrowed) be->free(s->pre);
     free(s);
     l->state = NULL;
 }
@@ -110,6 +121,7 @@ const struct dt_layer_ops dt_linear_ops = {
     .setup = linear_setup,
     .create = linear_create,
     .state_bytes = linear_state_bytes,
+    .share_state = linear_share_state,
     .destroy = linear_destroy,
     .init = linear_init,
     .decayed = linear_decayed,

@@ -266,6 +266,69 @@ int dt_model_is_file(const char *name)
     return strchr(name, '/') != NULL || (n > 4 && !strcmp(name + n - 4, ".cfg"));
 }
 
+int dt_model_pieces(const struct dt_model *m, int lo, int hi, int *start)
+{
+    int n = 0;
+    start[n++] = lo;
+    for (int c = lo + 1; c < hi; c++)
+        if (dt_model_can_cut(m, c)) start[n++] = c;
+    start[n] = hi;
+    return n;
+}
+
+int dt_model_recomputed(const int *start, int n, int k) { return k + 1 < n && start[k + 1] - start[k] >= 2; }
+
+int dt_model_set_recompute(struct dt_model *m, dt_status *st)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].ops == &dt_batchnorm_ops)
+            return dt_fail(st, DT_EUSAGE, "--recompute: model %s has batch normalization (%s), whose moving "
+                           "statistics a second forward pass would update twice; run it without --recompute",
+                           m->name, m->layers[i].name);
+    m->recompute = 1;
+    return DT_OK;
+}
+
+/* The piece of start[0..n] layer i is in. */
+static int piece_of(const int *start, int n, int i)
+{
+    int k = 0;
+    while (k + 1 < n && start[k + 1] <= i) k++;
+    return k;
+}
+
+int dt_model_state_owner(const struct dt_model *m, const int *start, int n, int i)
+{
+    const int k = piece_of(start, n, i);
+    const struct dt_layer *l = &m->layers[i];
+    if (!l->ops->share_state || !dt_model_recomputed(start, n, k) || i >= start[k + 1] - 1) return i;
+    for (int q = 0; q < k; q++) { /* the first (a transformer's pieces alternate attention and MLP) */
+        const int o = start[q] + (i - start[k]);
+        if (!dt_model_recomputed(start, n, q) || o >= start[q + 1] - 1) continue;
+        const struct dt_layer *w = &m->layers[o];
+        if (w->ops == l->ops && !memcmp(&w->in, &l->in, sizeof l->in) && !memcmp(&w->out, &l->out, sizeof l->out) &&
+            w->spec.heads == l->spec.heads && w->spec.activation == l->spec.activation)
+            return o;
+    }
+    return i;
+}
+
+/* --recompute's layout (model.h): which act index of [lo, hi] is position
+ * j of a recomputed piece's inner outputs (where[i] = j), or kept (-1). */
+static void plan_pieces(struct dt_model *m, int *where)
+{
+    for (int i = m->lo; i <= m->hi; i++) where[i - m->lo] = -1;
+    if (!m->recompute) return;
+    m->piece = dt_xcalloc((size_t)(m->hi - m->lo) + 2, sizeof *m->piece);
+    m->npieces = dt_model_pieces(m, m->lo, m->hi, m->piece);
+    m->piece_rng = dt_xcalloc((size_t)m->npieces, sizeof *m->piece_rng);
+    for (int k = 0; k < m->npieces; k++) {
+        if (!dt_model_recomputed(m->piece, m->npieces, k)) continue;
+        for (int i = m->piece[k] + 1; i < m->piece[k + 1]; i++) where[i - m->lo] = i - m->piece[k] - 1;
+        if (m->piece[k + 1] - m->piece[k] - 1 > m->nshared) m->nshared = m->piece[k + 1] - m->piece[k] - 1;
+    }
+}
+
 /* A stage's activations (lo > 0): its input act[lo] is a buffer of its own,
  * where the previous stage's output arrives, and an alias that reached back
  * before lo (through a route of act[lo]) now means that buffer. */
@@ -298,21 +361,50 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     /* A language model's logits (T x V a window: its largest tensor) are not
      * read after the loss, which writes their gradient over them. */
     m->dlogits_in_place = m->tokens && m->hi == m->nlayers && m->dact_alias[m->nlayers] == m->nlayers;
-    for (int i = m->lo; i <= m->hi; i++) {
-        struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
-        size_t bytes = dt_act_size(m->act_type) * dt_shape_size(s) * (size_t)m->max_n;
-        const int own_dact = i > 0 && m->dact_alias[i] == i && !(m->dlogits_in_place && i == m->nlayers);
-        if (m->act_alias[i] == i) m->act[i] = be->alloc(bytes);
-        if (own_dact) m->dact[i] = be->alloc(bytes);
-        m->act_bytes += (m->act_alias[i] == i) * bytes + own_dact * bytes;
+    int *where = dt_xmalloc(sizeof(int) * ((size_t)(m->hi - m->lo) + 1));
+    plan_pieces(m, where);
+    size_t *widest = dt_xcalloc((size_t)m->nshared + 1, sizeof *widest);
+    for (int pass = 0; pass < 2; pass++) { /* the shared positions' sizes, then every buffer */
+        for (int i = m->lo; i <= m->hi; i++) {
+            struct dt_shape s = i == 0 ? m->input : m->layers[i - 1].out;
+            size_t bytes = dt_act_size(m->act_type) * dt_shape_size(s) * (size_t)m->max_n;
+            const int own_dact = i > 0 && m->dact_alias[i] == i && !(m->dlogits_in_place && i == m->nlayers);
+            const int j = where[i - m->lo];
+            if (pass == 0) {
+                if (j >= 0 && bytes > widest[j]) widest[j] = bytes;
+                continue;
+            }
+            if (j >= 0) { /* an inner output of a recomputed piece: position j's buffers */
+                if (m->act_alias[i] == i) m->act[i] = m->shared_act[j];
+                if (own_dact) m->dact[i] = m->shared_dact[j];
+                continue;
+            }
+            if (m->act_alias[i] == i) m->act[i] = be->alloc(bytes);
+            if (own_dact) m->dact[i] = be->alloc(bytes);
+            m->act_bytes += (m->act_alias[i] == i) * bytes + own_dact * bytes;
+        }
+        if (pass == 1 || !m->nshared) continue;
+        m->shared_act = dt_xcalloc((size_t)m->nshared, sizeof *m->shared_act);
+        m->shared_dact = dt_xcalloc((size_t)m->nshared, sizeof *m->shared_dact);
+        for (int j = 0; j < m->nshared; j++) {
+            m->shared_act[j] = be->alloc(widest[j]);
+            m->shared_dact[j] = be->alloc(widest[j]);
+            m->act_bytes += 2 * widest[j];
+        }
     }
+    free(widest);
     for (int i = m->lo; i <= m->hi; i++) { /* aliases point at their owners */
         m->act[i] = m->act[m->act_alias[i]];
         if (i > 0) m->dact[i] = m->dact[m->dact_alias[i]];
     }
+    free(where);
     if (m->dlogits_in_place) m->dact[m->nlayers] = m->act[m->nlayers];
     for (int i = m->lo; i < m->hi; i++)
         if (m->layers[i].ops->create) m->layers[i].ops->create(&m->layers[i], be, m->max_n);
+    for (int i = m->lo; i < m->hi && m->npieces; i++) { /* --recompute: a place's state once */
+        const int o = dt_model_state_owner(m, m->piece, m->npieces, i);
+        if (o != i) m->layers[i].ops->share_state(&m->layers[i], &m->layers[o], be);
+    }
 }
 
 int dt_model_can_decode(const struct dt_model *m, dt_status *st)
@@ -389,6 +481,14 @@ void dt_model_init_params(struct dt_model *m, uint64_t seed)
     free(host);
 }
 
+/* Whether act[i] is an inner output of a recomputed piece (plan_pieces). */
+static int inner(const struct dt_model *m, int i)
+{
+    for (int k = 0; k < m->npieces; k++)
+        if (dt_model_recomputed(m->piece, m->npieces, k) && m->piece[k] < i && i < m->piece[k + 1]) return 1;
+    return 0;
+}
+
 void dt_model_free(struct dt_model *m)
 {
     for (int i = 0; i < m->nlayers; i++) {
@@ -403,9 +503,14 @@ void dt_model_free(struct dt_model *m)
     }
     if (m->be) {
         for (int i = m->lo; i <= m->hi; i++) {
-            if (m->act_alias[i] == i) m->be->free(m->act[i]); /* an alias is freed with its owner */
-            if (m->dact[i] && m->dact_alias[i] == i && !(m->dlogits_in_place && i == m->nlayers))
+            const int shared = m->recompute && inner(m, i);
+            if (m->act_alias[i] == i && !shared) m->be->free(m->act[i]); /* an alias is freed with its owner */
+            if (m->dact[i] && m->dact_alias[i] == i && !shared && !(m->dlogits_in_place && i == m->nlayers))
                 m->be->free(m->dact[i]);
+        }
+        for (int j = 0; j < m->nshared; j++) {
+            m->be->free(m->shared_act[j]);
+            m->be->free(m->shared_dact[j]);
         }
         if (!m->params_borrowed && m->params) m->be->free(m->params);
         if (!m->grads_borrowed && m->grads) m->be->free(m->grads);
@@ -414,25 +519,46 @@ void dt_model_free(struct dt_model *m)
     }
     free(m->act);
     free(m->dact);
+    free(m->piece);
+    free(m->piece_rng);
+    free(m->shared_act);
+    free(m->shared_dact);
     free(m->act_alias);
     free(m->dact_alias);
     free(m->layers);
     memset(m, 0, sizeof *m);
 }
 
+/* Layers [from, to) forward. again: --recompute's second pass in backward,
+ * which asks the hook for the parameters as backward does (fsdp holds the
+ * bucket for its backward next) and lets it release nothing. */
+static void forward_layers(struct dt_model *m, const struct dt_ctx *c, int from, int to, int again)
+{
+    const struct dt_param_hook *h = m->hook;
+    for (int i = from; i < to; i++) {
+        struct dt_layer *l = &m->layers[i];
+        const int pl = l->tie >= 0 && !l->nparams ? l->tie : i; /* a tied head: the embedding's */
+        float *unused;
+        const float *p = !h ? m->params + m->layers[pl].param_offset
+                         : again && pl == i ? h->at(h->arg, pl, 1, &unused) : h->at(h->arg, pl, 0, NULL);
+        DT_TL_BEGIN(tl0);
+        l->ops->forward(l, c, m->act[i + 1], m->act[i], p);
+        DT_TL_END2(tl0, DT_TL_COMPUTE, again ? "recompute" : "forward", l->name, NULL);
+        if (h && !again) h->after(h->arg, i, 0);
+    }
+}
+
 void dt_model_forward(struct dt_model *m, int n, int train, dt_rng *rng)
 {
     struct dt_ctx c = {.be = m->be, .n = n, .train = train, .rng = rng, .act = m->act,
                        .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
-    const struct dt_param_hook *h = m->hook;
-    for (int i = m->lo; i < m->hi; i++) {
-        struct dt_layer *l = &m->layers[i];
-        const int pl = l->tie >= 0 && !l->nparams ? l->tie : i; /* a tied head: the embedding's */
-        const float *p = h ? h->at(h->arg, pl, 0, NULL) : m->params + m->layers[pl].param_offset;
-        DT_TL_BEGIN(tl0);
-        l->ops->forward(l, &c, m->act[i + 1], m->act[i], p);
-        DT_TL_END2(tl0, DT_TL_COMPUTE, "forward", l->name, NULL);
-        if (h) h->after(h->arg, i, 0);
+    if (!m->npieces) {
+        forward_layers(m, &c, m->lo, m->hi, 0);
+        return;
+    }
+    for (int k = 0; k < m->npieces; k++) { /* each piece's dropout stream kept for its second pass */
+        if (rng) m->piece_rng[k] = *rng;
+        forward_layers(m, &c, m->piece[k], m->piece[k + 1], 0);
     }
 }
 
@@ -453,8 +579,19 @@ void dt_model_backward_notify(struct dt_model *m, int n, dt_rng *rng,
     struct dt_ctx c = {.be = m->be, .n = n, .train = 1, .rng = rng, .act = m->act,
                        .act_size = dt_act_size(m->act_type), .reduce = m->reduce, .reduce_arg = m->reduce_arg};
     const struct dt_param_hook *h = m->hook;
+    int pc = m->npieces - 1; /* the piece layer i is in (--recompute) */
     for (int i = m->hi - 1; i >= m->lo; i--) {
         struct dt_layer *l = &m->layers[i];
+        while (pc > 0 && m->piece[pc] > i) pc--;
+        if (m->npieces && i == m->piece[pc + 1] - 1 && dt_model_recomputed(m->piece, m->npieces, pc)) {
+            /* --recompute: the piece's inner outputs again, from its kept input,
+             * its last layer's output being kept (and every layer's own state
+             * written again as it was) */
+            dt_rng again = m->piece_rng[pc];
+            struct dt_ctx rc = c;
+            rc.rng = rng ? &again : NULL;
+            forward_layers(m, &rc, m->piece[pc], i, 1);
+        }
         const int pl = l->tie >= 0 && !l->nparams ? l->tie : i; /* a tied head: the embedding's */
         float *g = m->grads ? m->grads + m->layers[pl].param_offset : NULL;
         const float *p;

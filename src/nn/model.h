@@ -60,6 +60,18 @@ struct dt_model {
     size_t act_bytes; /* activation memory: act and dact at max_n, each shared buffer once */
     int dlogits_in_place; /* a language model's dact[nlayers] is act[nlayers]: the loss writes the
                              logits' gradient over them */
+    /* --recompute (set before dt_model_create): the model runs as pieces cut
+     * where a pipeline stage may start (dt_model_pieces); a piece of two or
+     * more layers that is not the last keeps its input and output only, its
+     * inner outputs and their gradients in buffers all such pieces share,
+     * and runs its forward again just before its backward (with the
+     * dropout stream as it was: the same bits). */
+    int recompute;
+    int npieces;          /* pieces of [lo, hi) at create; piece k is [piece[k], piece[k+1]) */
+    int *piece;           /* [npieces + 1] */
+    dt_rng *piece_rng;    /* [npieces]: the dropout stream at each piece's forward */
+    int nshared;          /* inner positions of the widest recomputed piece */
+    dt_act **shared_act, **shared_dact; /* [nshared]: position j of every recomputed piece */
     size_t nbuffers; /* non-trained state (batchnorm's moving statistics) */
     float *buffers;  /* [nbuffers], device; each rank its own (see dt_model_has_batchnorm) */
     /* --sync-bn: how batchnorm sums its statistics over the replicas (layer.h) */
@@ -130,6 +142,21 @@ void dt_model_decode(struct dt_model *m, int token, int pos, float *logits_host)
  * from c on reads an output before c (an add's or route's from), and no
  * fold joins layers c-1 and c. */
 int dt_model_can_cut(const struct dt_model *m, int c);
+/* The pieces of layers [lo, hi) between the places the model may be cut:
+ * start[0] = lo < start[1] < ... < start[n] = hi (start has room for
+ * hi - lo + 1); returns n. --recompute runs again the inner outputs of
+ * every piece of two or more layers but the last (dt_model_recomputed). */
+int dt_model_pieces(const struct dt_model *m, int lo, int hi, int *start);
+int dt_model_recomputed(const int *start, int n, int k);
+/* Under --recompute with those pieces: the layer whose state (layer.h's
+ * share_state) layer i uses: the layer at i's place in the first earlier
+ * recomputed piece where one of the same type and shapes is, neither being
+ * its piece's last (whose output is kept, so it does not run again); else i. */
+int dt_model_state_owner(const struct dt_model *m, const int *start, int n, int i);
+/* --recompute for m (before dt_model_create), or st says why it cannot run
+ * (batch normalization would count each batch twice in its moving
+ * statistics). */
+int dt_model_set_recompute(struct dt_model *m, dt_status *st);
 /* Loss of the last forward; with grad_scale != 0 also fills dact[nlayers].
  * labels: the batch's targets on the device: a uint8 class per sample, or
  * for a token model the token windows themselves (int32 [n][T+1]: the
