@@ -163,9 +163,10 @@ static void print_setup(const struct dt_trainer *tr, int nranks)
     char acts[32] = "";
     if (cfg.precision != DT_PREC_FP32)
         snprintf(acts, sizeof acts, " (activations %s)", dt_precision_name(tr->model.act_type));
-    printf("device: %s%s; precision %s%s; activation memory %.1f MiB per rank at batch %d%s%s\n", tr->device.desc,
+    printf("device: %s%s; precision %s%s; activation memory %.1f MiB per rank at batch %d%s%s%s\n", tr->device.desc,
            nranks > 1 ? " (rank 0)" : "", dt_precision_name(cfg.precision), acts,
            (double)tr->model.act_bytes / 1048576.0, tr->model.max_n,
+           tr->model.recompute ? " (--recompute)" : "",
            ls->on ? (ls->dynamic ? ", dynamic loss scale" : ", fixed loss scale") : "",
            tr->graphs.on ? "; CUDA graphs (forward, loss and backward in one launch; buckets after it)" : "");
     const char *core = dt_cpu_blas_core(), *from = dt_cpu_blas_from();

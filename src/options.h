@@ -49,6 +49,7 @@ struct dt_config {
     int pipeline_stages;    /* --pipeline-stages P: 1 = no pipeline */
     int micro_batches;      /* --micro-batches M: a pipelined batch's parts */
     int sync_bn;            /* --sync-bn: batchnorm statistics over all replicas */
+    int recompute;          /* --recompute: blocks' activations again in backward (nn/model.h) */
     int nan_policy;         /* enum dt_nan_policy (strategy/strategy.h) */
     double stall_timeout;   /* --stall-timeout: seconds in a collective before the job ends (300; 0 off) */
     int debug_collectives;  /* --debug-collectives: ranks compare every step and every bucket call */

@@ -304,6 +304,11 @@ const struct dt_option dt_option_table[] = {
      .help = "dynamic (default with fp16: start 2^15, halve and\n"
              "skip the step on overflow, double after 2000 clean\n"
              "steps), none (default otherwise), or a fixed number"},
+    {"recompute", 0, DT_OPT_FLAG, 0, F(recompute), .set = 1,
+     .help = "keep only each residual block's input and run its\n"
+             "forward pass again in backward (activation\n"
+             "checkpointing: less memory, about a third more\n"
+             "compute; the same bits; models without batchnorm)"},
     {"cuda-graphs", 0, DT_OPT_FLAG, 0, F(cuda_graphs), .set = 1,
      .help = "record each step's forward pass, loss and backward\n"
              "pass as a CUDA graph and replay it with one launch\n(--device cuda; models without batchnorm)"},

@@ -38,9 +38,9 @@ static void print_memory(const struct opts *o, const struct dt_model *m, const s
 {
     const double G = 1073741824.0;
     const int fsdp = !strcmp(o->strategy, "fsdp");
-    printf("\nmemory per rank under %s (%s, fp32, batch %d), GiB: parameters + gradients + optimizer slots%s + "
+    printf("\nmemory per rank under %s (%s, fp32, batch %d%s), GiB: parameters + gradients + optimizer slots%s + "
            "activations = per rank (per node of %d ranks)\n", o->strategy, o->slots ? "adam" : "sgd", o->batch,
-           fsdp ? " + gathered buckets" : "", c->ranks_per_node);
+           m->recompute ? ", --recompute" : "", fsdp ? " + gathered buckets" : "", c->ranks_per_node);
     for (int i = 0; i < o->nnodes; i++) {
         struct dt_mem_plan p;
         int ranks = o->nodes[i] * c->ranks_per_node;
@@ -102,6 +102,8 @@ static void usage(FILE *f)
         "                          for the memory table\n"
         "      --memory            only the memory table: bytes per rank under\n"
         "                          --strategy at each node count (no compute time needed)\n"
+        "      --recompute         the memory table of dtrain --recompute: each block's\n"
+        "                          inner activations held for one block at a time\n"
         "      --pipeline-stages P the model cut into P stages on a P x D mesh (default 1:\n"
         "                          none): the cut ([stage] lines, or balanced work), each\n"
         "                          stage's bytes, the bubble and the step against data\n"
@@ -344,8 +346,9 @@ static void print_pipe_memory(const struct opts *o, const struct dt_model *m, co
 {
     const double G = 1073741824.0;
     double largest = 0.0;
-    printf("\nmemory per rank under %d pipeline stages x %d micro-batches (%s, fp32, batch %d), GiB: parameters + "
-           "gradients + optimizer slots + activations = per rank\n", pp->P, pp->M, o->slots ? "adam" : "sgd", o->batch);
+    printf("\nmemory per rank under %d pipeline stages x %d micro-batches (%s, fp32, batch %d%s), GiB: parameters + "
+           "gradients + optimizer slots + activations = per rank\n", pp->P, pp->M, o->slots ? "adam" : "sgd", o->batch,
+           m->recompute ? ", --recompute" : "");
     for (int k = 0; k < pp->P; k++) {
         struct dt_mem_plan p;
         char layers[32];
@@ -506,6 +509,7 @@ static int run(struct opts *o, dt_status *st)
     int rc = DT_OK;
     FILE *csv = NULL;
     if (dt_model_build(&m, o->model, in, classes, 0.5f, st) != DT_OK) rc = st->code;
+    else if (o->recompute && dt_model_set_recompute(&m, st) != DT_OK) rc = st->code;
     else if (o->pipe_p > 1 && pipe_plan(o, &m, &pp, st) != DT_OK) rc = st->code;
     else if (o->metrics && read_metrics(o->metrics, &o->compute_ms, &o->data_ms, st) != DT_OK) rc = st->code;
     else if (!o->memory_only && !(o->compute_ms > 0.0) && !o->compare)
@@ -613,7 +617,7 @@ int main(int argc, char **argv)
         {"fit", required_argument, 0, 'f'},         {"compress-gflops", required_argument, 0, 'g'},         {"fit-out", required_argument, 0, 'o'},
         {"strategy", required_argument, 0, 's'},   {"optimizer", required_argument, 0, 'z'},
         {"memory", no_argument, 0, 'y'},         {"pipeline-stages", required_argument, 0, 'p'},
-        {"micro-batches", required_argument, 0, 'k'},
+        {"micro-batches", required_argument, 0, 'k'}, {"recompute", no_argument, 0, 'R'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int opt, rc = DT_OK;
     double v[MAXN];
@@ -677,6 +681,7 @@ int main(int argc, char **argv)
             o.slots = !strcmp(optarg, "adam") ? 2 : 0;
             break;
         case 'y': o.memory_only = 1; break;
+        case 'R': o.recompute = 1; break;
         case 'p':
             if ((rc = parse_number("--pipeline-stages", optarg, 1, 4096, &x, &st)) == DT_OK) o.pipe_p = (int)x;
             break;

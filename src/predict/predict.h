@@ -16,6 +16,7 @@ struct opts {
     const char *strategy;    /* --strategy: mirrored (default), sharded or fsdp */
     int slots;               /* --optimizer: adam 2, sgd 0 (optimizer slots a parameter) */
     int memory_only;         /* --memory: the memory table alone */
+    int recompute;           /* --recompute: the blocks' inner activations once (nn/model.h) */
     int pipe_p, micro_m;     /* --pipeline-stages (1: none), --micro-batches (default 4) */
     int micro_given;         /* --micro-batches was given (it needs stages) */
     struct dt_cm_compress x; /* --grad-compression */

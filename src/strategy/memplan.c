@@ -34,17 +34,55 @@ int dt_fsdp_group(const struct dt_model *m, double bucket_mb, int *of_layer, siz
 }
 
 /* What layers lo..hi-1 keep beside their outputs (layer.h's state_bytes),
- * at n samples, and the largest shared scratch once. */
+ * at n samples (under --recompute each recomputed place's once), and the
+ * largest shared scratch once. */
 static double layer_state(const struct dt_model *m, int lo, int hi, int n, size_t act_size)
 {
     double own = 0.0, shared = 0.0;
+    int *start = dt_xmalloc(sizeof(int) * ((size_t)(hi - lo) + 2));
+    const int np = m->recompute ? dt_model_pieces(m, lo, hi, start) : 0;
     for (int i = lo; i < hi; i++) {
         const struct dt_layer *l = &m->layers[i];
-        if (l->ops->state_bytes) own += l->ops->state_bytes(l, n, act_size);
+        const int mine = !np || dt_model_state_owner(m, start, np, i) == i; /* --recompute: a place's once */
+        if (l->ops->state_bytes && mine) own += l->ops->state_bytes(l, n, act_size);
         double s = l->ops->scratch_bytes ? l->ops->scratch_bytes(l, n, act_size) : 0.0;
         if (s > shared) shared = s;
     }
+    free(start);
     return own + shared;
+}
+
+/* Bytes of act[i] (and, backward, dact[i]) of one sample. */
+static double act_row(const struct dt_model *m, int i)
+{
+    struct dt_shape sh = i == 0 ? m->input : m->layers[i - 1].out;
+    return (double)dt_shape_size(sh);
+}
+
+/* Elements of one sample's outputs of layers lo..hi-1 (and act[lo]) with
+ * their gradients, as dt_model_create lays them out: the model's input and
+ * a language model's logits once (the loss writes their gradient over
+ * them), every other output twice; under --recompute (model.h) the inner
+ * outputs of the recomputed pieces once for all pieces, by position. */
+static double act_rows(const struct dt_model *m, int lo, int hi)
+{
+    int *start = dt_xmalloc(sizeof(int) * ((size_t)(hi - lo) + 2));
+    double *widest = dt_xcalloc((size_t)(hi - lo) + 1, sizeof *widest), row = 0.0;
+    const int n = m->recompute ? dt_model_pieces(m, lo, hi, start) : 0;
+    for (int i = lo, k = 0; i <= hi; i++) {
+        const double twice = ((i == lo && lo == 0) || (i == m->nlayers && m->tokens) ? 1.0 : 2.0) * act_row(m, i);
+        while (k + 1 < n && start[k + 1] <= i) k++;
+        if (n && dt_model_recomputed(start, n, k) && i > start[k]) {
+            const int j = i - start[k] - 1;
+            if (twice > widest[j]) widest[j] = twice;
+        } else {
+            row += twice;
+        }
+    }
+    for (int j = 0; j <= hi - lo; j++) row += widest[j];
+    free(widest);
+    free(start);
+    return row;
 }
 
 void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int nranks, int local, double bucket_mb,
@@ -76,11 +114,7 @@ void dt_mem_plan(const struct dt_model *m, const char *strategy, int slots, int 
         const int head = dt_model_tied_head(m); /* its gradient of the table, kept aside (model.h's tie_grad) */
         if (head >= 0) p->gathered += sizeof(float) * (double)m->layers[head].out.c * m->layers[head].in.c;
     }
-    for (int i = 0; i <= m->nlayers; i++) {
-        struct dt_shape sh = i == 0 ? m->input : m->layers[i - 1].out;
-        const int once = i == 0 || (i == m->nlayers && m->tokens); /* the input; logits and their gradient share */
-        p->activations += (once ? 1.0 : 2.0) * (double)dt_shape_size(sh) * (double)batch * (double)act_size;
-    }
+    p->activations = act_rows(m, 0, m->nlayers) * (double)batch * (double)act_size;
     p->activations += layer_state(m, 0, m->nlayers, batch, act_size);
 }
 
@@ -129,12 +163,6 @@ void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *c
     free(pre);
 }
 
-/* Bytes of act[i] (and, backward, dact[i]) of one sample. */
-static double act_row(const struct dt_model *m, int i)
-{
-    struct dt_shape sh = i == 0 ? m->input : m->layers[i - 1].out;
-    return (double)dt_shape_size(sh);
-}
 
 void dt_mem_plan_pipeline(const struct dt_model *m, const int *cut, int P, int M, int stage, int slots, int batch,
                           size_t act_size, struct dt_mem_plan *p)
@@ -150,10 +178,7 @@ void dt_mem_plan_pipeline(const struct dt_model *m, const int *cut, int P, int M
     p->grads = len + 4.0 * (double)widest; /* and a layer's gradient of a later micro-batch, before it is added */
     p->slots = slots * len;
     const int K = M < P - stage ? M : P - stage, micro = batch / M + (batch % M != 0);
-    double row = 0.0; /* one sample's activations and their gradients in the stage */
-    for (int i = lo; i <= hi; i++)
-        row += ((i == lo && lo == 0) || (i == m->nlayers && m->tokens) ? 1.0 : 2.0) * act_row(m, i);
-    p->activations = row * (double)act_size * (double)K * (double)micro;
+    p->activations = act_rows(m, lo, hi) * (double)act_size * (double)K * (double)micro;
     p->activations += (double)K * layer_state(m, lo, hi, micro, act_size);
 }
 

@@ -22,7 +22,9 @@
  * plus activations: every layer's output and its gradient at the batch,
  * and what layers keep beside them for backward (attention's q, k, v and
  * output, layernorm's statistics: nn/layer.h's state_bytes) with the
- * largest shared scratch once.
+ * largest shared scratch once; under --recompute (nn/model.h, m->recompute)
+ * the inner outputs, gradients and saved state of the recomputed pieces
+ * once for all of them, laid out as dt_model_create lays them.
  * With Adam that is ZeRO's 16P per rank for data parallelism and 16P/N for
  * stage 3. The one design decision: fsdp's buckets come from
  * dt_fsdp_group, the rule strategy/fsdp.c itself groups layers by, so the

@@ -56,6 +56,7 @@ static void build_copy(const struct dt_trainer *t, struct dt_model *m)
     if (dt_model_specs(t->cfg->model, t->model.classes, t->cfg->dropout, &specs, &n, &st) != DT_OK ||
         dt_model_build_specs(m, t->cfg->model, t->model.input, t->model.classes, specs, n, &st) != DT_OK)
         DT_DIE("pipeline: the model built once does not build again: %s", st.msg);
+    m->recompute = t->model.recompute;
     free(specs);
 }
 

@@ -171,6 +171,12 @@ int dt_trainer_build_model(struct dt_trainer *t, struct dt_dataset *data, const 
                     data->shape.w, data->shape.c, cfg->model, why.msg);
     }
     free(specs);
+    if (st->code == DT_OK && cfg->recompute) dt_model_set_recompute(&t->model, st); /* before the memory plan */
+    for (int i = 0; st->code == DT_OK && cfg->recompute && cfg->cuda_graphs && i < t->model.nlayers; i++)
+        if (t->model.layers[i].ops == &dt_dropout_ops)
+            dt_fail(st, DT_EUSAGE, "--recompute with --cuda-graphs: model %s has dropout (%s), whose second pass "
+                    "draws from a copy of the stream that a recorded graph cannot draw again; drop one of the two",
+                    cfg->model, t->model.layers[i].name);
     if (st->code == DT_OK) keep_model_text(t, st);
     if (st->code == DT_OK) dt_model_check_backend(&t->model, t->be, st);
     if (st->code == DT_OK && cfg->cuda_graphs) dt_step_graphs_init(&t->graphs, &t->model, t->be, st);
