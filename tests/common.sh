@@ -100,6 +100,15 @@ bad_inputs_corpus() {
   /usr/bin/python3 "$TOP_SRCDIR/tests/bad-inputs/make_bad_inputs.py" "$1" || { echo "make_bad_inputs.py failed"; exit 99; }
 }
 
+# Real text for the transformer tests: kjv_text BYTES FILE [RANGE] writes the
+# first BYTES of the King James Bible (Debian's bible-kjv), or skips the test.
+kjv_text() {
+  if ! command -v bible >/dev/null 2>&1; then
+    echo "SKIP: bible (Debian package bible-kjv) is not installed: no real text"; exit 77
+  fi
+  bible "${3:-gen1:1-rev22:21}" | head -c "$1" >"$2"
+}
+
 # A small Fashion-MNIST file shared by the tests (made once per build).
 fm_small() {
   f=$TEST_TMP/fm-small.h5

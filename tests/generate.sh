@@ -28,11 +28,8 @@
 . "$TOP_SRCDIR/tests/common.sh"
 T=$TEST_TMP/generate.$$
 rm -rf "$T"; mkdir -p "$T"
-if ! command -v bible >/dev/null 2>&1; then
-  echo "SKIP: bible (Debian package bible-kjv) is not installed: no real text"; exit 77
-fi
 G=$DTRAIN_GENERATE
-bible gen1:1-gen50:26 | head -c 120000 >"$T/kjv.txt"
+kjv_text 120000 "$T/kjv.txt" gen1:1-gen50:26
 "$DTRAIN_PREP" --quiet --text "$T/kjv.txt" --tokenizer bpe:200 "$T/bpe.h5" || { fail "dtrain-prep --text bpe:200"; finish; }
 "$DTRAIN_PREP" --quiet --text "$T/kjv.txt" --tokenizer byte "$T/byte.h5" || { fail "dtrain-prep --text byte"; finish; }
 {

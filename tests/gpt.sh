@@ -23,10 +23,7 @@
 . "$TOP_SRCDIR/tests/common.sh"
 T=$TEST_TMP/gpt.$$
 rm -rf "$T"; mkdir -p "$T"
-if ! command -v bible >/dev/null 2>&1; then
-  echo "SKIP: bible (Debian package bible-kjv) is not installed: no real text"; exit 77
-fi
-bible gen1:1-rev22:21 | head -c 400000 >"$T/kjv.txt"
+kjv_text 400000 "$T/kjv.txt"
 "$DTRAIN_PREP" --quiet --text "$T/kjv.txt" --tokenizer bpe:200 "$T/kjv.h5" || { fail "dtrain-prep --text"; finish; }
 
 gpt() { # gpt FILE TIED: a 2-block GPT, width 32, 4 heads, block 32
