@@ -14,7 +14,11 @@ Usage: depcycles.py BUILDDIR [SRCDIR]
                          SRCDIR, only those whose source (.c, .cu) is still
                          in SRCDIR/src, so the objects a build directory
                          keeps of moved or deleted files do not count
-       depcycles.py OBJ.o...   these objects
+       depcycles.py OBJ.o...   these objects (a program's own, say)
+       depcycles.py --includes SRCDIR
+                         the include graph of SRCDIR/src instead: file A
+                         depends on file B when A has #include "B" (found
+                         beside A or under src/, as the build's -I does)
 Prints each cycle and the mutual edges in it, with the symbols behind them;
 exits 1 when there is any cycle, 2 when there is nothing to check.
 
@@ -107,7 +111,42 @@ def components(graph):
     return comps
 
 
+def include_graph(srcdir):
+    """{file: files it includes}, paths relative to srcdir/src."""
+    top = os.path.join(srcdir, "src")
+    graph = {}
+    for d, _, files in os.walk(top):
+        for f in sorted(files):
+            if not f.endswith((".c", ".h", ".cu", ".cuh")):
+                continue
+            path = os.path.join(d, f)
+            deps = graph.setdefault(os.path.relpath(path, top), set())
+            with open(path, errors="replace") as fh:
+                text = fh.read()
+            for m in re.finditer(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
+                for base in (d, top):
+                    q = os.path.join(base, m.group(1))
+                    if os.path.exists(q):
+                        deps.add(os.path.relpath(q, top))
+                        break
+    for deps in list(graph.values()):
+        for b in deps:
+            graph.setdefault(b, set())
+    return graph
+
+
+def main_includes(srcdir):
+    graph = include_graph(srcdir)
+    comps = components(graph)
+    for comp in comps:
+        print("include cycle (%d): %s" % (len(comp), " ".join(comp)))
+    print("%d include cycles among %d files" % (len(comps), len(graph)))
+    return 1 if comps else 0
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--includes":
+        return main_includes(argv[2])
     if len(argv) in (2, 3) and all(os.path.isdir(a) for a in argv[1:]):
         objs = objects_of(argv[1], argv[2] if len(argv) == 3 else None)
     else:

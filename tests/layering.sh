@@ -6,8 +6,10 @@
 #     MPI-free ones they stand on) compiles with a plain C compiler, no MPI
 #     or HDF5 include path, and an mpi.h and hdf5.h first on the path that
 #     stop the compiler if anything includes them.
-# (b) No dependency cycles between the libraries' object files
-#     (tests/depcycles.py: A uses a symbol B defines, and B one of A's).
+# (b) No dependency cycles between the libraries' object files, nor between
+#     the objects of each program built of several (dtrain-prep,
+#     dtrain-generate) (tests/depcycles.py: A uses a symbol B defines, and B
+#     one of A's), nor in the include graph of src/ (A includes B ... includes A).
 # (c) No function over 120 lines and no .c/.cu file over 800 lines in src/
 #     (tests/codelen.py, a brace counter of its own: no ctags needed).
 . "$TOP_SRCDIR/tests/common.sh"
@@ -62,6 +64,25 @@ if python3 "$TOP_SRCDIR/tests/depcycles.py" "$TOP_BUILDDIR" "$TOP_SRCDIR" >"$T/c
   pass "(b) $(tail -1 "$T/cycles")"
 else
   fail "(b) dependency cycles (move what both files need into a file of its own):"
+  cat "$T/cycles" >&2
+fi
+
+for prog in dtrain_prep dtrain_generate; do
+  # shellcheck disable=SC2046  # the objects' names have no spaces
+  set -- $(find "$TOP_BUILDDIR/src" -name "$prog-*.o" | sort)
+  if [ $# -lt 2 ]; then
+    fail "(b) no objects of $prog under $TOP_BUILDDIR/src (not built?)"
+  elif python3 "$TOP_SRCDIR/tests/depcycles.py" "$@" >"$T/cycles" 2>&1; then
+    pass "(b) $prog: $(tail -1 "$T/cycles")"
+  else
+    fail "(b) dependency cycles in $prog (move what both files need into a file of its own):"
+    cat "$T/cycles" >&2
+  fi
+done
+if python3 "$TOP_SRCDIR/tests/depcycles.py" --includes "$TOP_SRCDIR" >"$T/cycles" 2>&1; then
+  pass "(b) $(tail -1 "$T/cycles")"
+else
+  fail "(b) include cycles:"
   cat "$T/cycles" >&2
 fi
 

@@ -54,39 +54,6 @@
 #define DEFAULT_SOURCE "/usr/share/datasets/fashion-mnist"
 #define DEFAULT_SEED 42                /* as dtrain's --seed */
 
-void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    fflush(stdout);
-    fprintf(stderr, PROG ": ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    if (code == EXIT_USAGE)
-        fprintf(stderr, "Try '" PROG " --help' for the options.\n");
-    remove_partial_outputs();
-    exit(code);
-}
-
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-
-    if (p == NULL)
-        die(EXIT_WRITE, "out of memory (%zu bytes)", n);
-    return p;
-}
-
-double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- Command line ------------------------------------------------------- */
 
 static void usage(FILE *out)

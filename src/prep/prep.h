@@ -1,5 +1,7 @@
 /* prep.h: what the pieces of dtrain-prep share (a program of its own, not
  * part of libdtcore):
+ *   prep_common.c die(), allocation, the clock, the register of outputs
+ *                 (what every other piece uses; it uses none of them)
  *   prep.c        main, the command line, output names, the summary
  *   prep_input.c  the data: IDX files read, or synthetic rows generated
  *   prep_text.c   --text: text files read, checked and tokenized
@@ -7,8 +9,9 @@
  *   tokenizer.c   byte-level BPE and the UTF-8 check (no MPI, no HDF5)
  *
  * The one rule they keep: every error ends in die(), which removes every
- * partial output (prep_write.c tracks them) before exiting with the code
- * that says whose fault it was. */
+ * partial output (prep_common.c registers them) before exiting with the
+ * code that says whose fault it was. The calls go one way: prep.c uses the
+ * others, they use prep_common.c (tests/layering.sh checks for circles). */
 #ifndef DT_PREP_H
 #define DT_PREP_H
 
@@ -77,13 +80,23 @@ struct token_data {
     double read_s, train_s, encode_s;
 };
 
-/* ---- prep.c ---------------------------------------------------------------- */
+/* ---- prep_common.c --------------------------------------------------------- */
 
 /* "dtrain-prep: MESSAGE" on stderr, partial outputs removed, exit(code). */
 __attribute__((format(printf, 2, 3), noreturn))
 void die(int code, const char *fmt, ...);
 void *xmalloc(size_t n);
 double now_s(void); /* monotonic seconds */
+/* The COUNT outputs NAMES get temporary names NAME.tmp.<pid>. */
+void outputs_begin(const char *const *names, int count);
+/* Temporary I created, empty (from now on removed on failure); its path. */
+const char *output_create(const char *name, int i);
+/* Every temporary renamed into place: nothing to undo any more. */
+void outputs_commit(const char *const *names, int count);
+/* Unlinks the temporaries and the outputs already renamed (die's cleanup). */
+void remove_partial_outputs(void);
+/* SIGINT/SIGTERM/SIGHUP: the temporaries removed, then the default action. */
+void on_signal(int sig);
 
 /* ---- prep_input.c ------------------------------------------------------------ */
 
@@ -114,10 +127,6 @@ void free_text(struct token_data *t);
 void write_outputs(const char **names, int count, int sharded, const struct dataset *d);
 /* The token dataset T as NAME (through a temporary, as write_outputs). */
 void write_token_output(const char *name, const struct token_data *t);
-/* Unlinks the temporaries and the outputs already renamed (die's cleanup). */
-void remove_partial_outputs(void);
-/* SIGINT/SIGTERM/SIGHUP: the temporaries removed, then the default action. */
-void on_signal(int sig);
 /* Shard I of K's slice [*first, *first + *n) of TOTAL samples. */
 void shard_slice(size_t total, int k, int i, size_t *first, size_t *n);
 

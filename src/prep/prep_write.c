@@ -1,8 +1,8 @@
 /* prep_write.c: dtrain-prep's output, one HDF5 file or K shards (or one
  * token dataset, --text), each written under OUTPUT.tmp.<pid> and renamed
- * into place only once all are complete; the temporaries (and outputs
- * already renamed) are removed on any failure or signal, so a
- * finished-looking file is a complete one.
+ * into place only once all are complete (prep_common.c's register of
+ * outputs, which removes the temporaries, and outputs already renamed, on
+ * any failure or signal), so a finished-looking file is a complete one.
  *
  * The one thing to know: datasets are contiguous and uncompressed, written
  * a piece of at most CHUNK_BYTES at a time (whole samples, or bands of
@@ -24,31 +24,6 @@
 
 #define FORMAT_VERSION 1
 #define CHUNK_BYTES ((size_t)64 << 20) /* most image bytes held per write */
-
-/* Temporary files that exist right now; the signal handler removes them. */
-static char **g_tmp_paths;
-static volatile sig_atomic_t g_tmp_live;
-/* Final names already renamed into place by this run (undone on failure). */
-static const char **g_done_paths;
-static int g_done;
-
-void remove_partial_outputs(void)
-{
-    for (int i = 0; i < g_tmp_live; i++)
-        unlink(g_tmp_paths[i]);
-    g_tmp_live = 0;
-    for (int i = 0; i < g_done; i++)
-        unlink(g_done_paths[i]);
-    g_done = 0;
-}
-
-void on_signal(int sig)
-{
-    for (int i = 0; i < g_tmp_live; i++)
-        unlink(g_tmp_paths[i]); /* async-signal-safe */
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
 
 /* ---- HDF5 writing ----------------------------------------------------------- */
 
@@ -298,52 +273,12 @@ static void write_file(const char *tmp, const char *out, const struct dataset *d
     H5_TRY(H5Fclose(f), out, "the file (closing)");
 }
 
-/* The temporary names: NAME.tmp.<pid> for each of the COUNT outputs. */
-static void name_temporaries(const char *const *names, int count)
-{
-    g_tmp_paths = xmalloc((size_t)count * sizeof *g_tmp_paths);
-    g_done_paths = xmalloc((size_t)count * sizeof *g_done_paths);
-    for (int i = 0; i < count; i++) {
-        size_t len = strlen(names[i]) + 32;
-        g_tmp_paths[i] = xmalloc(len);
-        snprintf(g_tmp_paths[i], len, "%s.tmp.%ld", names[i], (long)getpid());
-    }
-}
-
-/* Temporary I created (and from now on removed on failure). */
-static void create_temporary(const char *name, int i)
-{
-    /* Create it ourselves first: open(2)'s errno says why far better than
-     * HDF5's error stack does. */
-    int fd = open(g_tmp_paths[i], O_WRONLY | O_CREAT | O_EXCL, 0666);
-
-    if (fd < 0)
-        die(EXIT_WRITE, "%s: cannot create the output (as temporary file %s): %s",
-            name, g_tmp_paths[i], strerror(errno));
-    close(fd);
-    g_tmp_live = i + 1;
-}
-
-static void rename_into_place(const char *const *names, int count)
-{
-    for (int i = 0; i < count; i++) {
-        if (rename(g_tmp_paths[i], names[i]) != 0)
-            die(EXIT_WRITE, "%s: cannot rename %s into place: %s",
-                names[i], g_tmp_paths[i], strerror(errno));
-        g_done_paths[g_done++] = names[i];
-    }
-    g_tmp_live = 0;
-    g_done = 0; /* all in place: nothing to undo any more */
-}
-
 void write_outputs(const char **names, int count, int sharded, const struct dataset *d)
 {
-    name_temporaries(names, count);
-    for (int i = 0; i < count; i++) {
-        create_temporary(names[i], i);
-        write_file(g_tmp_paths[i], names[i], d, i, count, sharded);
-    }
-    rename_into_place(names, count);
+    outputs_begin(names, count);
+    for (int i = 0; i < count; i++)
+        write_file(output_create(names[i], i), names[i], d, i, count, sharded);
+    outputs_commit(names, count);
 }
 
 /* ---- Token datasets (--text) ---------------------------------------------------- */
@@ -401,8 +336,7 @@ static void write_token_file(const char *tmp, const char *out, const struct toke
 
 void write_token_output(const char *name, const struct token_data *t)
 {
-    name_temporaries(&name, 1);
-    create_temporary(name, 0);
-    write_token_file(g_tmp_paths[0], name, t);
-    rename_into_place(&name, 1);
+    outputs_begin(&name, 1);
+    write_token_file(output_create(name, 0), name, t);
+    outputs_commit(&name, 1);
 }
