@@ -3,22 +3,48 @@
 # what is missing, build with Open MPI and run `make check` (unit, MPI,
 # end-to-end and bad-input tests), then build with MPICH and run the MPI and
 # end-to-end tests there too, then build with the CUDA backend (when a CUDA
-# toolkit is installed; no GPU needed) and run the whole suite again, GPU
-# tests skipping with "SKIP: no GPU" where there is none. After the first
-# build, libdtrain is installed into build/_inst and `make installcheck`
-# builds and runs the API example against it, and `make distcheck-quick`
-# builds the release tarball out of tree from a read-only copy, runs the
-# quick tests there, installs and uninstalls it. A build with
+# toolkit is installed; no GPU needed) and run there what that build changes:
+# the unit and MPI tests, the GPU tests (skipping with "SKIP: no GPU" where
+# there is none) and the end-to-end tests of the backend seam (the rest of
+# the suite runs the same CPU code in both builds and runs once, in build/).
+# make check in build/ includes tests/release.sh: the in-tree release
+# (make dist, check-dist, distcheck-quick) of a fresh clone. After it,
+# libdtrain is installed into build/_inst and `make installcheck` builds and
+# runs the API example against it, and `make check-dist` makes the release
+# tarball out of tree, failing on any file left out. A build with
 # AddressSanitizer + UBSan (build-asan/) runs the unit and MPI tests in between,
 # and Valgrind the single-rank ones in build/, then the cross-host tests on a
-# 3-host cluster with a real Slurm (tests/cluster/, as root).
-# Ends with "N passed, N failed, N skipped".
+# 3-host cluster with a real Slurm (tests/cluster/, as root). The tests'
+# Python venvs (Keras, TensorBoard, transformers: downloads, not CPU) are
+# made in the background while the first build's suite starts.
+# Ends with a table of what each stage cost (and the slowest tests), then
+# "N passed, N failed, N skipped".
 #
 #   tests/run-all.sh
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
+# Stage timing: stage_begin NAME ... stage_end; the table at the end.
+stages=() stage_t0=0 stage_name=
+stage_begin() { stage_name=$1; stage_t0=$(date +%s); echo "== [$(date +%H:%M:%S)] $1"; }
+stage_end() { stages+=("$(($(date +%s) - stage_t0))|$stage_name"); }
+run_t0=$(date +%s)
+
+stage_begin "setup: install what is missing, build build/ build-mpich/ build-cuda/"
 "$top/jobscripts/local/setup.sh" --mpich --cuda --cluster || { echo "setup failed"; exit 1; }
+stage_end
+
+# The venvs the interop tests use, made while build/'s suite starts (pip
+# downloads and unpacks; the setup scripts serialise with a lock, so a test
+# that needs one first simply waits for it).
+(
+  t0=$(date +%s)
+  sh tests/interop/setup-keras.sh "$top/build/.venv-keras"
+  sh tests/interop/setup-tensorboard.sh "$top/build/.venv-tensorboard"
+  sh tests/interop/setup-hf.sh "$top/build/.venv-hf"
+  echo "$(($(date +%s) - t0))" >build/venvs.time
+) >build/venvs.out 2>&1 &
+venv_pid=$!
 
 status=0
 run_check() { # run_check DIR [TESTS=...]
@@ -33,10 +59,14 @@ run_check() { # run_check DIR [TESTS=...]
     done
   fi
 }
+stage_begin "make check in build/ (the whole suite, Open MPI; venvs made alongside)"
 run_check build
+stage_end
+wait "$venv_pid" 2>/dev/null
+[[ -f build/venvs.time ]] && stages+=("$(cat build/venvs.time)|  within it, in the background: the venvs (Keras, TensorBoard, transformers)")
 # libdtrain as a user gets it: installed into a prefix, the example built
 # against the installed header and library with pkg-config, trained on 2 ranks.
-echo "== make install and installcheck (build/, prefix build/_inst)"
+stage_begin "make install and installcheck (build/, prefix build/_inst)"
 install_ok=0
 rm -rf build/_inst
 if make -C build install prefix="$top/build/_inst" >build/install.out 2>&1 &&
@@ -45,24 +75,27 @@ if make -C build install prefix="$top/build/_inst" >build/install.out 2>&1 &&
 else
   status=1; tail -20 build/install.out
 fi
-# The release tarball: made (every source file in it, no build product:
-# tests/distfiles.sh), unpacked read-only, configured with --enable-werror,
-# built out of tree, the quick tests run (Makefile.am's DISTCHECK_TESTS; the
-# whole suite ran above on the same sources), installed, installcheck'ed,
-# uninstalled with nothing left behind, distclean'ed. About 3 minutes.
-echo "== make distcheck-quick (build/): the release tarball, built and tested out of tree"
+stage_end
+# The release tarball made out of tree, every source file in it and no build
+# product (tests/distfiles.sh --strict). tests/release.sh, in the suite above,
+# made it in the source tree of a fresh clone and ran make distcheck-quick on
+# it (unpacked read-only, built out of tree with --enable-werror, the quick
+# tests, install, installcheck, uninstall leaving nothing, distclean).
+stage_begin "make check-dist (build/): the release tarball out of tree"
 dist_ok=0
-if make -C build -j"$(nproc)" distcheck-quick >build/distcheck.out 2>&1; then
+if make -C build check-dist >build/check-dist.out 2>&1; then
   dist_ok=1
-  grep -E '^# (TOTAL|PASS|SKIP|FAIL)' build/distcheck.out | tr '\n' ' ' | sed 's/^/== distcheck tests: /; s/ *$/\n/'
+  grep 'distfiles.sh' build/check-dist.out
 else
-  status=1; tail -40 build/distcheck.out
+  status=1; tail -40 build/check-dist.out
 fi
+stage_end
 # MPICH: the tests that involve MPI (the serial unit tests do not change).
 echo "== MPICH limitation here: Debian's MPICH (ch4:ucx) waits by polling without yielding the core,"
 echo "   so the collective tests at 4-6 ranks on this 2-core machine take minutes each (measured:"
 echo "   check_coll_np4 unfinished after 3 minutes, against 3 s with Open MPI). With MPICH they run"
 echo "   at 1-3 ranks; at 4-6 ranks they run with Open MPI above. dtrain's own 4-rank tests run on both."
+stage_begin "make check in build-mpich/ (MPICH: the MPI and end-to-end tests)"
 run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 \
   tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 # ASan + UBSan (./configure --enable-sanitizers, Open MPI, CPU only): the unit
@@ -71,7 +104,8 @@ run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check
 # with fsdp and checkpoints), any sanitizer report failing its test. The
 # other end-to-end scripts are left out to keep CI short: this stage adds ~5
 # minutes on 2 cores.
-echo "== AddressSanitizer + UBSan build (build-asan/): the unit and MPI tests, pipeline.sh"
+stage_end
+stage_begin "AddressSanitizer + UBSan (build-asan/): build, the unit and MPI tests, pipeline.sh"
 rm -f build-asan/tests/*.trs # a failed configure must not leave an old run's results counted
 if [[ ! -f build-asan/config.status ]]; then
   mkdir -p build-asan
@@ -85,17 +119,29 @@ fi
 # Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
 # the plain Open MPI build (tests/valgrind.sh; 1-2 minutes). Its results are
 # build/tests/valgrind/*.trs, counted below.
-echo "== Valgrind (build/): the single-rank tests and two dtrain runs"
+stage_end
+stage_begin "Valgrind (build/): the single-rank tests and two dtrain runs"
 rm -f build/tests/valgrind/*.trs
 make -C build check-valgrind || status=1
 # Across hosts: 3 hosts in network namespaces joined by TCP, a real Slurm on
 # them, dtrain launched by mpirun, srun and the job scripts (tests/cluster/run.sh;
 # about 5 minutes). Its results are build/tests/cluster/*.trs, counted below.
-echo "== Across hosts (build/): tests/cluster/, a 3-host cluster with a real Slurm"
+stage_end
+stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm"
 rm -f build/tests/cluster/*.trs
 make -C build check-cluster || status=1
+stage_end
 if [[ -f build-cuda/config.status ]]; then
-  run_check build-cuda
+  # What the CUDA build changes without a GPU: every unit and MPI test
+  # (the backend table, device selection, kernels' CPU fallbacks), the GPU
+  # tests (they skip, visibly, where there is no GPU) and the end-to-end
+  # tests that go through the backend seam (--device cuda and its refusals
+  # in preflight, fsdp and pipeline stages, training, precision, the
+  # transformer, options and their documentation).
+  stage_begin "make check in build-cuda/ (CUDA backend: unit, MPI, GPU and backend-seam tests)"
+  # shellcheck disable=SC2016  # make expands the lists in Makefile.am
+  run_check build-cuda TESTS='$(UNIT_TESTS) $(MPI_TESTS) tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/fsdp.sh tests/pipeline.sh tests/gpt.sh tests/precision.sh'
+  stage_end
   for t in check_gpu gpu_train; do
     [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
   done
@@ -115,6 +161,19 @@ for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs buil
   esac
 done
 if ((install_ok)); then p=$((p + 1)); else f=$((f + 1)); fi # make installcheck
-if ((dist_ok)); then p=$((p + 1)); else f=$((f + 1)); fi    # make distcheck-quick
+if ((dist_ok)); then p=$((p + 1)); else f=$((f + 1)); fi    # make check-dist
+
+# Where the time went: each stage, and the slowest tests of build/'s suite
+# (tests/timed writes each test's seconds to tests/NAME.time).
+echo "== time per stage (wall clock, $(nproc) cores)"
+for row in "${stages[@]}"; do
+  printf '  %6s  %s\n' "$(printf '%d:%02d' $((${row%%|*} / 60)) $((${row%%|*} % 60)))" "${row#*|}"
+done
+total=$(($(date +%s) - run_t0))
+printf '  %6s  %s\n' "$(printf '%d:%02d' $((total / 60)) $((total % 60)))" "total"
+echo "== the slowest tests in build/ (seconds; they run $(nproc) at a time)"
+for t in build/tests/*.time; do
+  [[ -f $t ]] && printf '%8s  %s\n' "$(cat "$t")" "$(basename "$t" .time)"
+done | sort -rn | head -12
 echo "$p passed, $f failed, $s skipped"
 (( f == 0 && status == 0 ))
