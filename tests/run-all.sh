@@ -105,7 +105,21 @@ run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check
 # other end-to-end scripts are left out to keep CI short: this stage adds ~5
 # minutes on 2 cores.
 stage_end
-stage_begin "AddressSanitizer + UBSan (build-asan/): build, the unit and MPI tests, pipeline.sh"
+# Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
+# the plain Open MPI build (tests/valgrind.sh; 3-4 minutes): one process at a
+# time, one core, so it runs in the background beside the ASan stage. Its
+# results are build/tests/valgrind/*.trs, counted below; its output
+# build/valgrind.out, shown when it fails.
+rm -f build/tests/valgrind/*.trs
+(
+  t0=$(date +%s)
+  make -C build check-valgrind >build/valgrind.out 2>&1
+  rc=$?
+  echo "$(($(date +%s) - t0))" >build/valgrind.time
+  exit $rc
+) &
+valgrind_pid=$!
+stage_begin "AddressSanitizer + UBSan (build-asan/): build, the unit and MPI tests, pipeline.sh; Valgrind beside it"
 rm -f build-asan/tests/*.trs # a failed configure must not leave an old run's results counted
 if [[ ! -f build-asan/config.status ]]; then
   mkdir -p build-asan
@@ -113,16 +127,19 @@ if [[ ! -f build-asan/config.status ]]; then
   (cd build-asan && CC=mpicc.openmpi ../configure --enable-werror --enable-sanitizers --disable-shared >configure.out) ||
     { echo "== build-asan: configure failed (build-asan/configure.out, config.log)"; status=1; }
 fi
+# pipeline.sh first: the longest (about 5 minutes under ASan), it would
+# otherwise run alone at the end.
 # shellcheck disable=SC2016  # make expands $(UNIT_TESTS), the lists in Makefile.am
 [[ -f build-asan/config.status ]] &&
-  run_check build-asan TESTS='$(UNIT_TESTS) $(MPI_TESTS) tests/pipeline.sh' check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
-# Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
-# the plain Open MPI build (tests/valgrind.sh; 1-2 minutes). Its results are
-# build/tests/valgrind/*.trs, counted below.
+  run_check build-asan TESTS='tests/pipeline.sh $(UNIT_TESTS) $(MPI_TESTS)' check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
 stage_end
-stage_begin "Valgrind (build/): the single-rank tests and two dtrain runs"
-rm -f build/tests/valgrind/*.trs
-make -C build check-valgrind || status=1
+echo "== Valgrind (build/): the single-rank tests and two dtrain runs (in the background since the ASan stage began)"
+if ! wait "$valgrind_pid"; then
+  status=1; tail -40 build/valgrind.out
+else
+  grep -E '^(PASS|FAIL|SKIP)|passed|failed' build/valgrind.out | tail -20
+fi
+[[ -f build/valgrind.time ]] && stages+=("$(cat build/valgrind.time)|  beside it: Valgrind (build/), the single-rank tests and two dtrain runs")
 # Across hosts: 3 hosts in network namespaces joined by TCP, a real Slurm on
 # them, dtrain launched by mpirun, srun and the job scripts (tests/cluster/run.sh;
 # about 5 minutes). Its results are build/tests/cluster/*.trs, counted below.
@@ -132,15 +149,17 @@ rm -f build/tests/cluster/*.trs
 make -C build check-cluster || status=1
 stage_end
 if [[ -f build-cuda/config.status ]]; then
-  # What the CUDA build changes without a GPU: every unit and MPI test
-  # (the backend table, device selection, kernels' CPU fallbacks), the GPU
+  # What the CUDA build changes without a GPU: every unit test and the MPI
+  # tests at 1-3 ranks (the backend table, device selection, kernels' CPU
+  # fallbacks; the collectives at 4-6 ranks take the same CPU path as in
+  # build/ and build-asan/, where they run), the GPU
   # tests (they skip, visibly, where there is no GPU) and the end-to-end
   # tests that go through the backend seam (--device cuda and its refusals
   # in preflight, fsdp and pipeline stages, training, precision, the
   # transformer, options and their documentation).
   stage_begin "make check in build-cuda/ (CUDA backend: unit, MPI, GPU and backend-seam tests)"
   # shellcheck disable=SC2016  # make expands the lists in Makefile.am
-  run_check build-cuda TESTS='$(UNIT_TESTS) $(MPI_TESTS) tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/fsdp.sh tests/pipeline.sh tests/gpt.sh tests/precision.sh'
+  run_check build-cuda TESTS='$(UNIT_TESTS) tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 tests/check_coll_np3 tests/check_checkpoint_np2 tests/check_timeline_np2 tests/check_loader_np1 tests/check_powersgd_np1 tests/check_powersgd_np2 tests/check_powersgd_np3 tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/fsdp.sh tests/pipeline.sh tests/gpt.sh tests/precision.sh'
   stage_end
   for t in check_gpu gpu_train; do
     [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
