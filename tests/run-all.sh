@@ -142,8 +142,8 @@ fi
 [[ -f build/valgrind.time ]] && stages+=("$(cat build/valgrind.time)|  beside it: Valgrind (build/), the single-rank tests and two dtrain runs")
 # Across hosts: 3 hosts in network namespaces joined by TCP, a real Slurm on
 # them, dtrain launched by mpirun, srun and the job scripts (tests/cluster/run.sh;
-# about 5 minutes). Its results are build/tests/cluster/*.trs, counted below.
-stage_end
+# about 11 minutes, most of it waiting on Slurm's requeue and elastic restarts).
+# Its results are build/tests/cluster/*.trs, counted below.
 stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm"
 rm -f build/tests/cluster/*.trs
 make -C build check-cluster || status=1
