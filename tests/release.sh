@@ -16,13 +16,17 @@
 #    tarball unpacked read-only, built out of tree with --enable-werror, the
 #    quick tests run, installed, installchecked, uninstalled, distcleaned).
 #
-# Skips where TOP_SRCDIR is not a git checkout (a tarball's own tree).
+# Skips where TOP_SRCDIR is not the top of a git checkout (a tarball's own
+# tree, as in make distcheck, even one unpacked inside a checkout).
 # About 6 minutes on 2 cores (two builds and the quick tests).
 . "$TOP_SRCDIR/tests/common.sh"
 T=$TEST_TMP/release.$$
 rm -rf "$T"; mkdir -p "$T"
-if ! git -C "$TOP_SRCDIR" rev-parse --show-toplevel >/dev/null 2>&1; then
-  echo "SKIP: $TOP_SRCDIR is not a git checkout (a release tarball's tree): nothing to clone"; exit 77
+# The top of a checkout, not a tree inside one (make distcheck unpacks the
+# tarball inside the build directory, which may lie in a checkout).
+top=$(git -C "$TOP_SRCDIR" rev-parse --show-toplevel 2>/dev/null) || top=
+if [ -z "$top" ] || [ "$(cd "$top" && pwd -P)" != "$(cd "$TOP_SRCDIR" && pwd -P)" ]; then
+  echo "SKIP: $TOP_SRCDIR is not the top of a git checkout (a release tarball's tree): nothing to clone"; exit 77
 fi
 src=$T/dtrain
 git clone -q "$TOP_SRCDIR" "$src" || { fail "git clone $TOP_SRCDIR"; finish; }
