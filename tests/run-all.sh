@@ -194,5 +194,19 @@ echo "== the slowest tests in build/ (seconds; they run $(nproc) at a time)"
 for t in build/tests/*.time; do
   [[ -f $t ]] && printf '%8s  %s\n' "$(cat "$t")" "$(basename "$t" .time)"
 done | sort -rn | head -12
+# Why each failed test failed, where CI's log shows it (its end): the
+# test's FAIL lines and what follows the first, from its .log beside the .trs.
+for trs in build/tests/*.trs build-mpich/tests/*.trs build-asan/tests/*.trs build/tests/valgrind/*.trs \
+  build/tests/cluster/*.trs build-cuda/tests/*.trs; do
+  [[ -f $trs ]] || continue
+  case $(sed -n 's/^:test-result: //p' "$trs") in PASS|XFAIL|SKIP) continue ;; esac
+  log=${trs%.trs}.log
+  echo "== failed: $log (its FAIL lines, then the 20 lines from the first)"
+  [[ -f $log ]] || { echo "   (no log)"; continue; }
+  grep -m 8 -E '^(FAIL|not ok)|[Ff]ailure|timed out' "$log" | cut -c1-300 | sed 's/^/   /'
+  n=$(grep -n -m 1 -E '^(FAIL|not ok)|[Ff]ailure' "$log" | cut -d: -f1)
+  [[ -n $n ]] && sed -n "${n},$((n + 20))p" "$log" | cut -c1-300 | sed 's/^/   | /'
+  [[ -z $n ]] && tail -20 "$log" | cut -c1-300 | sed 's/^/   | /'
+done
 echo "$p passed, $f failed, $s skipped"
 (( f == 0 && status == 0 ))
