@@ -25,7 +25,9 @@ DATA="--synthetic 8x8x3:4:32768"
 DTRAIN_ARGS="--model mlp --batch-size 16 --epochs 12 --checkpoint-every 1 --no-validation"
 export DATA DTRAIN_ARGS
 FAKE_NTASKS=2; export FAKE_NTASKS
-DT_TEST_TIMEOUT=60
+# Each job takes about 3 s here; the limit only turns a hang into a failure,
+# so it is generous for a loaded machine (CI runs builds beside this test).
+DT_TEST_TIMEOUT=240
 
 scripts="jobscripts/slurm/dtrain.sbatch jobscripts/pbs/dtrain.pbs jobscripts/local/dtrain.sh"
 for s in $scripts jobscripts/slurm/dtrain-elastic.sbatch jobscripts/local/fashion-mnist.sh jobscripts/local/setup.sh; do

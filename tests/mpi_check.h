@@ -3,8 +3,8 @@
  * mpi_check_init: MPI at dtrain's thread level, this rank and the count, and
  * a scratch directory TEST_TMP/NAME.NRANKS made by rank 0 before anyone uses
  * it. mpi_check_run: runs the suite without fork() (MPI cannot survive it),
- * prints from rank 0 only, and fails the program on every rank when any rank
- * failed a check. mpi_check_expect: records a rank's first failed
+ * logs each test's result on every rank as it ends, prints the summary from
+ * rank 0, and fails the program on every rank when any rank failed a check. mpi_check_expect: records a rank's first failed
  * expectation, for dt_status_agree to carry to every rank before asserting. */
 #ifndef DT_MPI_CHECK_H
 #define DT_MPI_CHECK_H
@@ -51,6 +51,10 @@ static inline int mpi_check_run(Suite *s, int rank)
 {
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI cannot survive fork() */
+    /* Each rank logs every test's result to stdout as it ends ("-"): a check
+     * failed on one rank leaves the others waiting in a collective, and the
+     * timeout that ends that hang must find the failure already printed. */
+    srunner_set_log(sr, "-");
     srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
     int failed = srunner_ntests_failed(sr), any;
     srunner_free(sr);
