@@ -109,6 +109,20 @@ kjv_text() {
   bible "${3:-gen1:1-rev22:21}" | head -c "$1" >"$2"
 }
 
+# small_gpt FILE TIED: the transformer tests' model file, a 2-block GPT
+# (width 32, 4 heads, block 32, MLP 128 with GELU), its LM head tied to the
+# embedding (TIED 1) or not (0).
+small_gpt() {
+  {
+    printf '[embedding]\nwidth = 32\nblock_size = 32\n'
+    for _ in 1 2; do
+      printf '[layernorm]\n[attention]\nheads = 4\n[add]\nfrom = -3\n[layernorm]\n'
+      printf '[linear]\nunits = 128\nactivation = gelu\n[linear]\nunits = 32\n[add]\nfrom = -4\n'
+    done
+    printf '[layernorm]\n[lm_head]\ntied = %s\n' "$2"
+  } >"$1"
+}
+
 # A small Fashion-MNIST file shared by the tests (made once per build).
 fm_small() {
   f=$TEST_TMP/fm-small.h5

@@ -26,18 +26,8 @@ rm -rf "$T"; mkdir -p "$T"
 kjv_text 400000 "$T/kjv.txt"
 "$DTRAIN_PREP" --quiet --text "$T/kjv.txt" --tokenizer bpe:200 "$T/kjv.h5" || { fail "dtrain-prep --text"; finish; }
 
-gpt() { # gpt FILE TIED: a 2-block GPT, width 32, 4 heads, block 32
-  {
-    printf '[embedding]\nwidth = 32\nblock_size = 32\n'
-    for _ in 1 2; do
-      printf '[layernorm]\n[attention]\nheads = 4\n[add]\nfrom = -3\n[layernorm]\n'
-      printf '[linear]\nunits = 128\nactivation = gelu\n[linear]\nunits = 32\n[add]\nfrom = -4\n'
-    done
-    printf '[layernorm]\n[lm_head]\ntied = %s\n' "$2"
-  } >"$1"
-}
-gpt "$T/tied.cfg" 1
-gpt "$T/untied.cfg" 0
+small_gpt "$T/tied.cfg" 1
+small_gpt "$T/untied.cfg" 0
 fm=$T/kjv.h5
 base="--epochs 1 --steps-per-epoch 20 --no-validation --verbose --shard-policy data --optimizer adam"
 tol=1e-5

@@ -40,18 +40,8 @@ for tk in bpe:50 byte; do
   "$DTRAIN_PREP" --quiet --text "$T/sentence.txt" "$T/kjv.txt" --tokenizer "$tk" "$T/${tk%%:*}.h5" ||
     { fail "dtrain-prep --text --tokenizer $tk"; finish; }
 done
-gpt() { # gpt FILE TIED: a 2-block GPT, width 32, 4 heads, block 32
-  {
-    printf '[embedding]\nwidth = 32\nblock_size = 32\n'
-    for _ in 1 2; do
-      printf '[layernorm]\n[attention]\nheads = 4\n[add]\nfrom = -3\n[layernorm]\n'
-      printf '[linear]\nunits = 128\nactivation = gelu\n[linear]\nunits = 32\n[add]\nfrom = -4\n'
-    done
-    printf '[layernorm]\n[lm_head]\ntied = %s\n' "$2"
-  } >"$1"
-}
-gpt "$T/tied.cfg" 1
-gpt "$T/untied.cfg" 0
+small_gpt "$T/tied.cfg" 1
+small_gpt "$T/untied.cfg" 0
 
 # check NAME DATA TIED NP [OPTIONS]: train, export, and compare in transformers.
 check() {

@@ -7,8 +7,9 @@
 # the unit and MPI tests, the GPU tests (skipping with "SKIP: no GPU" where
 # there is none) and the end-to-end tests of the backend seam (the rest of
 # the suite runs the same CPU code in both builds and runs once, in build/).
-# make check in build/ includes tests/release.sh: the in-tree release
-# (make dist, check-dist, distcheck-quick) of a fresh clone. After it,
+# The in-tree release of a fresh clone (make dist, check-dist,
+# distcheck-quick: make check-release, tests/release.sh) runs beside the
+# cross-host stage. After build/'s suite,
 # libdtrain is installed into build/_inst and `make installcheck` builds and
 # runs the API example against it, and `make check-dist` makes the release
 # tarball out of tree, failing on any file left out. A build with
@@ -99,11 +100,13 @@ stage_begin "make check in build-mpich/ (MPICH: the MPI and end-to-end tests)"
 run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 \
   tests/check_coll_np3 tests/cli_errors.sh tests/train_e2e.sh tests/equivalence.sh tests/allreduce_train.sh"
 # ASan + UBSan (./configure --enable-sanitizers, Open MPI, CPU only): the unit
-# and MPI Check programs, and tests/pipeline.sh (dtrain-prep and dtrain at 1-4
-# ranks: pipeline stages' copies, layer ranges and messages on a 2 x 2 mesh,
-# with fsdp and checkpoints), any sanitizer report failing its test. The
-# other end-to-end scripts are left out to keep CI short: this stage adds ~5
-# minutes on 2 cores.
+# and MPI Check programs, and tests/engines.sh (dtrain-prep and every
+# training engine at 1-3 ranks for 10 updates each: mirrored with --overlap,
+# fsdp, pipeline stages with batchnorm/add/route and validation, the
+# parameter server, layout-changing and async checkpoints, a GPT with fsdp
+# and --recompute and in stages; their losses compared), any sanitizer report
+# failing its test. The full end-to-end scripts run in build/: under the
+# sanitizers they cost minutes each (pipeline.sh alone took 5.7).
 stage_end
 # Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
 # the plain Open MPI build (tests/valgrind.sh; 3-4 minutes): one process at a
@@ -119,7 +122,7 @@ rm -f build/tests/valgrind/*.trs
   exit $rc
 ) &
 valgrind_pid=$!
-stage_begin "AddressSanitizer + UBSan (build-asan/): build, the unit and MPI tests, pipeline.sh; Valgrind beside it"
+stage_begin "AddressSanitizer + UBSan (build-asan/): build, the unit and MPI tests, the engines end to end; Valgrind beside it"
 rm -f build-asan/tests/*.trs # a failed configure must not leave an old run's results counted
 if [[ ! -f build-asan/config.status ]]; then
   mkdir -p build-asan
@@ -127,11 +130,13 @@ if [[ ! -f build-asan/config.status ]]; then
   (cd build-asan && CC=mpicc.openmpi ../configure --enable-werror --enable-sanitizers --disable-shared >configure.out) ||
     { echo "== build-asan: configure failed (build-asan/configure.out, config.log)"; status=1; }
 fi
-# pipeline.sh first: the longest (about 5 minutes under ASan), it would
-# otherwise run alone at the end.
+# The longest first (about 2 minutes each under ASan), so that none runs
+# alone at the end.
+asan_first='tests/check_act16 tests/check_coll_np6 tests/engines.sh tests/check_attention'
 # shellcheck disable=SC2016  # make expands $(UNIT_TESTS), the lists in Makefile.am
 [[ -f build-asan/config.status ]] &&
-  run_check build-asan TESTS='tests/pipeline.sh $(UNIT_TESTS) $(MPI_TESTS)' check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
+  run_check build-asan TESTS="$asan_first \$(filter-out $asan_first,\$(UNIT_TESTS) \$(MPI_TESTS))" \
+    check_PROGRAMS='$(UNIT_TESTS) $(MPI_TESTS)'
 stage_end
 echo "== Valgrind (build/): the single-rank tests and two dtrain runs (in the background since the ASan stage began)"
 if ! wait "$valgrind_pid"; then
@@ -144,10 +149,30 @@ fi
 # them, dtrain launched by mpirun, srun and the job scripts (tests/cluster/run.sh;
 # about 11 minutes, most of it waiting on Slurm's requeue and elastic restarts).
 # Its results are build/tests/cluster/*.trs, counted below.
-stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm"
-rm -f build/tests/cluster/*.trs
+# Beside it, at the lowest priority (nice 19), so that it takes only the
+# cores the cluster leaves idle (about half of them: its checks mostly wait on
+# Slurm, restarts and probes): the in-tree release of a fresh clone (make
+# check-release, tests/release.sh: two builds and the quick tests, about 7
+# minutes alone). Its result is build/tests/release.trs, counted below.
+stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm; the in-tree release beside it"
+rm -f build/tests/cluster/*.trs build/tests/release.trs
+(
+  t0=$(date +%s)
+  nice -n 19 make -C build check-release >build/release.out 2>&1
+  rc=$?
+  echo "$(($(date +%s) - t0))" >build/release-stage.time
+  exit $rc
+) &
+release_pid=$!
 make -C build check-cluster || status=1
+echo "== the in-tree release (make check-release, beside the cluster since it began)"
+if ! wait "$release_pid"; then
+  status=1; tail -60 build/release.out; tail -60 build/tests/release.log 2>/dev/null
+else
+  grep -E '^(PASS|FAIL|SKIP)' build/release.out
+fi
 stage_end
+[[ -f build/release-stage.time ]] && stages+=("$(cat build/release-stage.time)|  beside it, at nice 19: the in-tree release of a fresh clone (make check-release)")
 if [[ -f build-cuda/config.status ]]; then
   # What the CUDA build changes without a GPU: every unit test and the MPI
   # tests at 1-3 ranks (the backend table, device selection, kernels' CPU
@@ -155,11 +180,13 @@ if [[ -f build-cuda/config.status ]]; then
   # build/ and build-asan/, where they run), the GPU
   # tests (they skip, visibly, where there is no GPU) and the end-to-end
   # tests that go through the backend seam (--device cuda and its refusals
-  # in preflight, fsdp and pipeline stages, training, precision, the
-  # transformer, options and their documentation).
+  # in preflight, fsdp and pipeline stages, training, precision, every
+  # engine briefly with the transformer (engines.sh; build/ ran the full
+  # pipeline.sh, fsdp.sh and gpt.sh on the same CPU code), options and their
+  # documentation).
   stage_begin "make check in build-cuda/ (CUDA backend: unit, MPI, GPU and backend-seam tests)"
   # shellcheck disable=SC2016  # make expands the lists in Makefile.am
-  run_check build-cuda TESTS='$(UNIT_TESTS) tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 tests/check_coll_np3 tests/check_checkpoint_np2 tests/check_timeline_np2 tests/check_loader_np1 tests/check_powersgd_np1 tests/check_powersgd_np2 tests/check_powersgd_np3 tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/fsdp.sh tests/pipeline.sh tests/gpt.sh tests/precision.sh'
+  run_check build-cuda TESTS='$(UNIT_TESTS) tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 tests/check_coll_np3 tests/check_checkpoint_np2 tests/check_timeline_np2 tests/check_loader_np1 tests/check_powersgd_np1 tests/check_powersgd_np2 tests/check_powersgd_np3 tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/engines.sh tests/precision.sh'
   stage_end
   for t in check_gpu gpu_train; do
     [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
