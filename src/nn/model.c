@@ -484,9 +484,9 @@ void dt_model_init_params(struct dt_model *m, uint64_t seed)
 /* Whether act[i] is an inner output of a recomputed piece (plan_pieces). */
 static int inner(const struct dt_model *m, int i)
 {
-    for (int k = 0; k < m->npieces; k++)
-        if (dt_model_recomputed(m->piece, m->npieces, k) && m->piece[k] < i && i < m->piece[k + 1]) return 1;
-    return 0;
+    if (m->npieces <= 0 || i <= m->piece[0]) return 0;
+    const int k = piece_of(m->piece, m->npieces, i);
+    return dt_model_recomputed(m->piece, m->npieces, k) && m->piece[k] < i && i < m->piece[k + 1];
 }
 
 void dt_model_free(struct dt_model *m)
