@@ -156,7 +156,15 @@ fi
 # minutes alone). Its result is build/tests/release.trs, counted below.
 stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm; the in-tree release beside it"
 rm -f build/tests/cluster/*.trs build/tests/release.trs
+rm -f build/cluster.done
 (
+  # Not before the cluster's fault checks have ended: their stall watchdog
+  # (--stall-timeout 8) missed its deadline on a CI machine while the release
+  # compiled beside them. The checks after faults wait on Slurm and restarts.
+  for _ in $(seq 900); do
+    [[ -f build/tests/cluster/faults.trs || -f build/cluster.done ]] && break
+    sleep 1
+  done
   t0=$(date +%s)
   nice -n 19 make -C build check-release >build/release.out 2>&1
   rc=$?
@@ -165,7 +173,8 @@ rm -f build/tests/cluster/*.trs build/tests/release.trs
 ) &
 release_pid=$!
 make -C build check-cluster || status=1
-echo "== the in-tree release (make check-release, beside the cluster since it began)"
+touch build/cluster.done
+echo "== the in-tree release (make check-release, beside the cluster since its fault checks ended)"
 if ! wait "$release_pid"; then
   status=1; tail -60 build/release.out; tail -60 build/tests/release.log 2>/dev/null
 else
