@@ -165,6 +165,11 @@ py_version() { # PYTHON CODE
     "$1" -c "$2" 2>/dev/null || echo unknown
 }
 bench_about "$dtrain" "$(nproc)"
+# The CPU, its ISA and peaks, and the oneDNN kernel of every convolution
+# (bench/lib.sh), printed before any figure.
+bench_machine "$dtrain" "$(dirname "$dtrain")/bench/peak" "${precisions[@]}" -- \
+    "$data" --batch-size 64 --threads 1 --no-validation
+printf '# %s\n' "${machine[@]}"
 meta=(
     "cnn-throughput: seed CNN, batch 64, Adam 1e-3, one thread per process"
     "precision: ${precisions[*]} (dtrain --precision P, PyTorch bf16 under torch.autocast on the CPU; Keras and the scaling runs at ${precisions[0]})"
@@ -184,6 +189,7 @@ else
     meta+=("keras: ${keras_note:-not run (--no-keras)}")
 fi
 meta+=(
+    "${machine[@]}"
     "data: $data"
     "rounds: $repeats; each run trains $epochs epoch(s), epoch $epochs is quoted"
     "csv: $out"

@@ -23,6 +23,13 @@
 #                              blanks) -> "min median max"; nothing for none
 # median <<<"x y z"            the same numbers -> their median; nothing for none
 # bench_epoch_row, bench_no_figures, pair_median, pair_ratio: below
+# bench_machine DTRAIN PEAK PRECISION... -- DTRAIN-ARGS...
+#                              sets machine (array of report lines): the CPU,
+#                              its ISA flags, one core's measured peaks
+#                              (PEAK: bench/peak) and, per PRECISION, the
+#                              oneDNN kernel each convolution ran and the
+#                              fraction of that kernel's peak it reached
+#                              (5 steps of DTRAIN-ARGS on CPU 0, ONEDNN_VERBOSE)
 # bench_precisions LIST        sets precisions (array) from a comma list of
 #                              fp32 and bf16 (--precision), or dies
 # ratios A B / ratio_row TEXT A B   per-round ratios A/B from the caller's
@@ -200,4 +207,105 @@ ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rou
     else
         printf '%-44s %6s   (0/%d rounds)\n' "$1" - "$repeats"
     fi
+}
+
+# What every figure was measured on, before any figure: the CPU, its ISA,
+# one core's peaks, and the kernels oneDNN dispatched for dtrain's
+# convolutions. The kernels are read off a short run of the same model with
+# ONEDNN_VERBOSE=1 (DNNL_VERBOSE for oneDNN before 2.5): 5 steps on CPU 0 (or
+# as many as the data holds), the first step dropped (cold caches), each convolution's FLOP (2 per
+# multiply-add, from its problem descriptor) over its execution time. Each
+# kernel is compared with the peak of the instructions it names: AMX
+# (amx_bf16) for *amx*, AVX512-BF16 (bf16_dot) for a bf16 kernel without AMX,
+# the fp32 FMA peak for the rest; "of peak" for all of them together is the
+# time they would take at their peaks over the time they took. A Winograd
+# kernel (--winograd) is credited the direct convolution's FLOP, so it can
+# pass 100%: its line says so.
+# cpu_model comes from bench_about.
+# shellcheck disable=SC2154
+bench_machine() {
+    local dtrain=$1 peak=$2 flags f isa="" unit rest g prec prof rc steps
+    local -a precs=()
+    shift 2
+    while (($#)) && [[ $1 != -- ]]; do precs+=("$1"); shift; done
+    (($#)) && shift
+    machine=()
+    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    for f in avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx_tile amx_bf16; do
+        [[ " $flags " == *" $f "* ]] && isa+="${isa:+ }$f"
+    done
+    machine+=("cpu: ${cpu_model:-unknown}; ISA: ${isa:-none of avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx}")
+    [[ " $flags " == *" amx_bf16 "* ]] || machine+=("cpu: no AMX here: bf16 convolutions take the AVX512-BF16 path (or fp32) on this machine")
+    [[ " $flags " == *" avx512_bf16 "* || " $flags " == *" amx_bf16 "* ]] ||
+        machine+=("cpu: neither AVX512-BF16 nor AMX here: oneDNN emulates bf16, and bf16 figures say little")
+    local -A pk=([fp32_fma]="" [bf16_dot]="" [amx_bf16]="")
+    local peak_line=""
+    if [[ -x $peak ]]; then
+        while read -r _ unit rest; do
+            [[ -v pk[$unit] ]] || continue
+            if [[ $rest == gflops=* ]]; then
+                g=${rest#gflops=}; pk[$unit]=${g%% *}
+                peak_line+="${peak_line:+, }$unit ${pk[$unit]} GFLOP/s"
+            else
+                peak_line+="${peak_line:+, }$unit ${rest%%:*}"
+            fi
+        done < <(taskset -c 0 "$peak" --repeats 5 2>/dev/null | grep '^peak ')
+        machine+=("peak (bench/peak, one core, median of 5): ${peak_line:-bench/peak printed nothing}")
+    else
+        machine+=("peak: not measured (no $peak; make bench/peak)")
+    fi
+    prof=$(mktemp "${TMPDIR:-/tmp}/bench-onednn.XXXXXX")
+    for prec in "${precs[@]}"; do
+        rc=0
+        ONEDNN_VERBOSE=1 DNNL_VERBOSE=1 OMP_NUM_THREADS=1 taskset -c 0 "$dtrain" "$@" \
+            --precision "$prec" --epochs 1 --steps-per-epoch 5 --quiet --metrics "$prof.csv" >"$prof" 2>&1 </dev/null || rc=$?
+        if ((rc != 0)); then
+            machine+=("onednn $prec: the 5-step run with ONEDNN_VERBOSE=1 exited with $rc: $(tail -n 1 "$prof")")
+            continue
+        fi
+        # The steps it took (fewer than 5 where the data is smaller), from its metrics.
+        steps=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["kind"] == "epoch" { print $c["step"]; exit }' "$prof.csv" 2>/dev/null)
+        if [[ ! $steps =~ ^[0-9]+$ ]] || ((steps < 2)); then
+            machine+=("onednn $prec: the profiling run took ${steps:-no} step(s); at least 2 are needed (one is dropped)")
+            continue
+        fi
+        mapfile -t -O "${#machine[@]}" machine < <(awk -F, -v prec="$prec" -v steps="$steps" \
+            -v fma="${pk[fp32_fma]}" -v dot="${pk[bf16_dot]}" -v amx="${pk[amx_bf16]}" '
+            /_verbose,info,oneDNN v/ { for (i = 1; i <= NF; i++) if ($i ~ /^oneDNN v/) version = $i }
+            /_verbose,info,cpu,isa:/ { for (i = 1; i <= NF; i++) if ($i ~ /^isa:/) cpuisa = substr($i, 5) }
+            /_verbose,/ {
+                e = 0
+                for (i = 1; i <= NF; i++) if ($i == "exec") { e = i; break }
+                if (!e || $(e + 2) != "convolution") next
+                n++; impl[n] = $(e + 3); dir[n] = $(e + 4); desc[n] = $(NF - 1); ms[n] = $NF
+            }
+            function num(d, key,   r) { return match(d, key "[0-9]+") ? substr(d, RSTART + length(key), RLENGTH - length(key)) + 0 : -1 }
+            function peak_of(k) { return k ~ /amx/ ? amx : (prec == "bf16" && k ~ /bf16/ ? dot : fma) }
+            END {
+                if (!n) { printf "onednn %s: no convolution in the run (ONEDNN_VERBOSE printed none)\n", prec; exit }
+                first = int(n / steps)   # the first step: cold caches, dropped
+                for (i = first + 1; i <= n; i++) {
+                    d = desc[i]; g = num(d, "g"); if (g < 1) g = 1
+                    f = 2 * num(d, "mb") * num(d, "ic") / g * num(d, "oc") * num(d, "oh") * num(d, "ow") * num(d, "kh") * num(d, "kw")
+                    short = dir[i] == "forward_training" ? "fwd" : (dir[i] == "backward_data" ? "bwd-data" : (dir[i] == "backward_weights" ? "bwd-weights" : dir[i]))
+                    k = short " " impl[i] " " d
+                    if (!(k in F)) order[++nk] = k
+                    F[k] += f; T[k] += ms[i]; C[k]++
+                    pkv = peak_of(impl[i]); tf += f; tt += ms[i]
+                    if (pkv > 0) at_peak += f / (pkv * 1e6); else nopeak = 1
+                    used[impl[i]] = 1
+                }
+                kernels = ""; for (u in used) kernels = kernels (kernels == "" ? "" : ", ") u
+                printf "onednn %s: %s, CPU ISA \"%s\"; convolution kernels: %s\n", prec, version, cpuisa, kernels
+                for (j = 1; j <= nk; j++) {
+                    k = order[j]; split(k, w, " "); pkv = peak_of(w[2])
+                    printf "onednn %s:   %-11s %-30s %-58s %3d/step %6.2f ms %6.1f GFLOP/s%s\n", prec, w[1], w[2], w[3], C[k] / (steps - 1), T[k] / (steps - 1), F[k] / (T[k] * 1e6),
+                        (pkv > 0 ? sprintf(" = %3.0f%% of %s", 100 * F[k] / (T[k] * 1e6) / pkv, w[2] ~ /amx/ ? "amx_bf16" : (prec == "bf16" && w[2] ~ /bf16/ ? "bf16_dot" : "fp32_fma")) : "") \
+                        (w[2] ~ /wino/ ? " (Winograd: direct FLOP counted)" : "")
+                }
+                printf "onednn %s: all convolutions: %.1f ms per step, %.1f GFLOP/s%s\n", prec, tt / (steps - 1), tf / (tt * 1e6),
+                    (nopeak || tt <= 0 ? " (no peak measured)" : sprintf(", %.0f%% of their kernels'"'"' peaks", 100 * at_peak / tt))
+            }' "$prof")
+    done
+    rm -f "$prof" "$prof.csv"
 }

@@ -18,7 +18,7 @@
 #
 # Usage: bench/resnet.sh [--build DIR] [--model FILE] [--precision LIST]
 #            [--repeats R] [--epochs E] [--samples N] [--batch-size B]
-#            [--no-torch] [--out CSV]
+#            [--dtrain-flags FLAGS] [--no-torch] [--out CSV]
 # See bench/README-resnet.md for how to read the report.
 set -euo pipefail
 
@@ -50,6 +50,8 @@ Options:
   --epochs E        epochs per run; the last one is quoted (default: 2)
   --samples N       synthetic samples, all ranks together (default: 12800)
   --batch-size B    samples per rank per step (default: 64)
+  --dtrain-flags FLAGS  more dtrain options for every dtrain run, one
+                    word list (e.g. --winograd); the report names them
   --no-torch        skip PyTorch (dtrain at 1 and 2 ranks only)
   --out CSV         raw numbers, one row per epoch of every run (default:
                     $repo/bench/results/resnet-DATE.csv); every run's output
@@ -68,7 +70,7 @@ EOF
 
 
 build=$repo/build repeats=3 epochs=2 samples=12800 batch=64 out="" want_torch=1
-model=$repo/inputs/resnet20.cfg precision_list=fp32
+model=$repo/inputs/resnet20.cfg precision_list=fp32 dtrain_flags=""
 while (($#)); do
     case $1 in
         --build) (($# > 1)) || die "--build needs a directory"; build=$2; shift 2 ;;
@@ -87,6 +89,8 @@ while (($#)); do
         --model=*) model=${1#*=}; shift ;;
         --precision) (($# > 1)) || die "--precision needs a list (fp32, bf16 or fp32,bf16)"; precision_list=$2; shift 2 ;;
         --precision=*) precision_list=${1#*=}; shift ;;
+        --dtrain-flags) (($# > 1)) || die "--dtrain-flags needs a list of dtrain options"; dtrain_flags=$2; shift 2 ;;
+        --dtrain-flags=*) dtrain_flags=${1#*=}; shift ;;
         --no-torch) want_torch=0; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "$prog: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -98,6 +102,9 @@ positive --samples "$samples"
 positive --batch-size "$batch"
 ((samples >= 2)) || die "--samples $samples: the 2-rank runs need at least 2"
 bench_precisions "$precision_list"
+read -r -a extra_flags <<<"$dtrain_flags"
+[[ ${#extra_flags[@]} == 0 || ${extra_flags[0]} == -* ]] ||
+    die "--dtrain-flags: expected dtrain options (--winograd ...), found '$dtrain_flags'"
 [[ -f $model && -r $model ]] || die "--model $model: no such readable file"
 model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
 # The PyTorch twin is built from the file's shape: n = [add] layers / 3 blocks
@@ -156,12 +163,18 @@ fi
 
 # ---- Metadata ------------------------------------------------------------------------
 bench_about "$dtrain" "$ncpu"
+# The CPU, its ISA and peaks, and the oneDNN kernel of every convolution
+# (bench/lib.sh), printed before any figure.
+bench_machine "$dtrain" "$build/bench/peak" "${precisions[@]}" -- \
+    --synthetic "32x32x3:10:$((5 * batch))" --model "$model" --batch-size "$batch" --threads 1 --no-validation \
+    "${extra_flags[@]}"
+printf '# %s\n' "${machine[@]}"
 meta=(
     "resnet: $model_name ($model), synthetic 32x32x3, 10 classes, $samples samples, batch $batch per rank, Adam 1e-3, one thread per rank"
     "precision: ${precisions[*]} (dtrain --precision P; PyTorch fp32 plain, bf16 under torch.autocast(\"cpu\", dtype=torch.bfloat16) around forward and loss)"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
-    "dtrain: $dtrain_version, $dtrain, git $git_rev"
+    "dtrain: $dtrain_version, $dtrain, git $git_rev; options added to every run: ${dtrain_flags:-none}"
     "mpi: $("$mpirun" --version 2>/dev/null | head -n 1) ($mpirun ${mpi_flags[*]} -np P --bind-to core)"
 )
 if ((want_torch)); then
@@ -170,6 +183,7 @@ else
     meta+=("pytorch: not run (--no-torch)")
 fi
 meta+=(
+    "${machine[@]}"
     "rounds: $repeats; each run trains $epochs epoch(s), epoch $epochs is quoted"
     "csv: $out"
     "log: $log"
@@ -259,7 +273,7 @@ dtrain_case() { # ROUND NP PRECISION
     run "$1" "dtrain-np$2" "$3" "$2" parse_dtrain "$metrics" \
         "$mpirun" "${mpi_flags[@]}" -np "$2" --bind-to core "$dtrain_run" \
         --synthetic "32x32x3:10:$samples" --model "$model" --batch-size "$batch" --epochs "$epochs" \
-        --threads 1 --no-validation --precision "$3" --metrics "$metrics" || true
+        --threads 1 --no-validation --precision "$3" --metrics "$metrics" "${extra_flags[@]}" || true
 }
 torch_case() { # ROUND NP PRECISION
     local file=$rundir/$1-pytorch-np$2-$3.out

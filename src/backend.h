@@ -60,6 +60,13 @@ struct dt_backend {
      * under --precision bf16 and float32 otherwise (no fp16 on the CPU). */
     int (*set_act_type)(int type);
     int (*act_type)(void);
+    /* --winograd: on = 1 gives the convolutions created after the call
+     * Winograd kernels where they are faster than direct ones (the CPU:
+     * oneDNN's, float32 3x3 stride-1 convolutions of 32 or more channels;
+     * not bitwise equal to direct), 0 takes them back. Returns 0, or -1 with
+     * the reason in why where the backend has none here. NULL on a backend
+     * without the choice (CUDA: cuDNN picks its own algorithms). */
+    int (*set_winograd)(int on, char *why, size_t whylen);
 
     /* Convolution with bias, optionally followed by ReLU in the same pass
      * (relu != 0). Batch size n may vary from call to call. */

@@ -76,6 +76,7 @@ struct dt_config {
     int preflight;          /* --preflight: check MPI, nodes, paths and network, then exit */
     int cuda_graphs;        /* --cuda-graphs: replay the step as a CUDA graph */
     int fp32_activations;   /* --fp32-activations: no 16-bit activation storage */
+    int winograd;           /* --winograd: Winograd convolutions where faster (CPU, fp32) */
     /* gradient exchange (src/collectives/) */
     const char *strategy;   /* auto | mirrored | multi-worker | sharded | tpu (refused) */
     int num_ps;             /* parameter-server: server ranks (1) */

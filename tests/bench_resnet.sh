@@ -9,7 +9,11 @@
 #   PyTorch) equal parameter counts; torch_resnet.py --depth 32 --width 4
 #   has resnet32-wide4.cfg's parameter count as dtrain prints it;
 # - bench/cnn-throughput.sh --precision fp32,bf16 gives dtrain-bf16 /
-#   PyTorch-fp32 per round in one invocation.
+#   PyTorch-fp32 per round in one invocation;
+# - --dtrain-flags --winograd reaches every dtrain run (the kernel lines
+#   show oneDNN's Winograd kernel on the 32-channel stage);
+# - both reports open, before any figure, with the CPU, its ISA, bench/peak's
+#   peaks and the oneDNN kernel (and share of peak) of every convolution.
 # Without /usr/bin/python3 + torch the PyTorch parts are skipped (said so).
 . "$TOP_SRCDIR/tests/common.sh"
 B=$TOP_SRCDIR/bench
@@ -43,6 +47,7 @@ refused resnet.sh "--precision: 'bf16' is listed twice in 'bf16,bf16'" --precisi
 refused resnet.sh "--precision: expected a comma list of fp32 and bf16, found 'fp32,'" --precision fp32,
 refused resnet.sh "--model $T/none.cfg: no such readable file" --model "$T/none.cfg"
 refused resnet.sh "not a ResNet of inputs/gen-resnet.py's form" --model "$TOP_SRCDIR/inputs/cnn.cfg"
+refused resnet.sh "--dtrain-flags: expected dtrain options (--winograd ...), found 'winograd'" --dtrain-flags winograd
 refused cnn-throughput.sh "--precision: expected a comma list of fp32 and bf16, found 'fp8' in 'fp8'" --precision fp8
 bash "$B/ab.sh" --a "$TOP_BUILDDIR" --b "$TOP_BUILDDIR" --precision fp16 >"$out" 2>"$err"
 rc=$?
@@ -53,6 +58,27 @@ rc=$?
 [ "$rc" = 2 ] && grep -q -- '--depth: expected 6n+2 with n >= 1 (20, 32, 44, ...), found 21' "$err" &&
   pass "torch_resnet.py --depth 21 -> 2" || { fail "torch_resnet.py --depth 21: rc=$rc"; cat "$err" >&2; }
 
+# machine_report SCRIPT OUT CSV: the report opens, before any figure, with
+# the CPU and its ISA, one core's measured peaks, and per precision the
+# oneDNN kernel of each convolution with its GFLOP/s and share of peak and
+# the convolutions' total; the CSV's header says the same.
+machine_report() {
+  m=$T/machine.txt
+  sed -n '/^# cpu: /,/^# onednn bf16: all convolutions/{p;/^# onednn bf16: all/q;}' "$2" >"$m"
+  nconv=$(grep -Ec '^# onednn fp32:   (fwd|bwd-data|bwd-weights) +[a-z_0-9]+:[a-z_0-9]+ +mb[0-9]+_' "$m")
+  if head -n 1 "$2" | grep -q '^# cpu: .*; ISA: ' &&
+     grep -Eq '^# peak \(bench/peak, one core, median of 5\): fp32_fma [0-9.]+ GFLOP/s, bf16_dot ' "$m" &&
+     grep -Eq '^# onednn fp32: oneDNN v[0-9].*convolution kernels: [a-z_0-9]+:' "$m" &&
+     grep -Eq '^# onednn (fp32|bf16):   fwd .* [0-9]+/step +[0-9.]+ ms +[0-9.]+ GFLOP/s = +[0-9]+% of fp32_fma$' "$m" &&
+     grep -Eq "^# onednn fp32: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks$" "$m" &&
+     grep -Eq "^# onednn bf16: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks$" "$m" &&
+     [ "$nconv" -ge 3 ] && grep -q '^# onednn bf16: all convolutions' "$3"; then
+    pass "$1: the machine first: $(head -n 1 "$m" | cut -c3-); $nconv fp32 convolution kernels; $(grep '^# onednn fp32: all' "$m" | cut -c3-)"
+  else
+    fail "$1: the report does not open with the CPU, its peaks and the oneDNN kernels ($nconv fp32 kernel lines)"; head -n 40 "$2" >&2
+  fi
+}
+
 # ResNet-20 at both precisions, 1 and 2 ranks, one round of toy size.
 # shellcheck disable=SC2086
 bash "$B/resnet.sh" --build "$TOP_BUILDDIR" --repeats 1 --epochs 1 --samples 64 --batch-size 32 \
@@ -60,11 +86,12 @@ bash "$B/resnet.sh" --build "$TOP_BUILDDIR" --repeats 1 --epochs 1 --samples 64 
 rc=$?
 runs=$(awk -F, '$7 == 1 && ($2 ~ /^(dtrain|pytorch)-np[12]$/) { print $2 "-" $3 }' "$T/r.csv" | sort -u | wc -l)
 want=$((torch ? 8 : 4))
-if [ "$rc" = 0 ] && head -20 "$T/r.csv" | grep -q '^round,run,precision,np,epoch,' && [ "$runs" = "$want" ]; then
+if [ "$rc" = 0 ] && grep -q '^round,run,precision,np,epoch,' "$T/r.csv" && [ "$runs" = "$want" ]; then
   pass "resnet.sh --precision fp32,bf16: $runs runs, each with its quoted epoch and precision in the CSV"
 else
   fail "resnet.sh --precision fp32,bf16: rc=$rc, $runs of $want runs in the CSV"; cat "$err" >&2
 fi
+machine_report resnet.sh "$out" "$T/r.csv"
 for row in "dtrain-bf16 / dtrain-fp32 at 1 rank" "dtrain-bf16 / dtrain-fp32 at 2 ranks"; do
   grep -q "^$row  *[0-9.]*[0-9]   (.*, 1/1 rounds)" "$out" && pass "report: $(grep "^$row" "$out")" ||
     { fail "report lacks a figure for '$row'"; cat "$out" >&2; }
@@ -92,6 +119,22 @@ if [ "$torch" = 1 ]; then
   fi
 fi
 
+# --dtrain-flags reaches every dtrain run: --winograd, named in the report,
+# shows as oneDNN's Winograd kernel in the kernel lines (where it has one).
+bash "$B/resnet.sh" --build "$TOP_BUILDDIR" --repeats 1 --epochs 1 --samples 64 --batch-size 32 --no-torch \
+  --dtrain-flags --winograd --out "$T/w.csv" >"$out" 2>"$err"
+rc=$?
+if [ "$rc" = 0 ] && grep -q '^# dtrain: .*; options added to every run: --winograd$' "$out" &&
+   grep -Eq '^# onednn fp32:   fwd +jit_wino_4x3:[a-z_0-9]+ +mb32_ic32oc32_ih16oh16' "$out" &&
+   grep -Eq '^# onednn fp32:   fwd +brgconv:[a-z_0-9]+ +mb32_ic16oc16_ih32oh32' "$out" &&
+   [ "$(grep -c '^1,dtrain-np[12],fp32,[12],1,1,1,' "$T/w.csv")" = 2 ]; then
+  pass "resnet.sh --dtrain-flags --winograd: both runs; the 32-channel forward $(grep -Eo 'fwd +jit_wino_4x3:[a-z_0-9]+ +mb32_ic32oc32' "$out" | head -1 | tr -s ' '), 16 channels direct"
+elif [ "$rc" != 0 ] && grep -q 'has no Winograd convolution on this CPU' "$err" "$out" "$T/w.log" 2>/dev/null; then
+  echo "skip: oneDNN has no Winograd kernel on this CPU: resnet.sh --dtrain-flags --winograd not checked"
+else
+  fail "resnet.sh --dtrain-flags --winograd: rc=$rc, or the report does not show the Winograd kernel"; cat "$out" "$err" >&2
+fi
+
 # The seed CNN at both precisions: dtrain-bf16 / PyTorch-fp32 in one invocation.
 if fm=$(fm_small); then
   # shellcheck disable=SC2086
@@ -107,6 +150,7 @@ if fm=$(fm_small); then
   else
     fail "cnn-throughput.sh --precision fp32,bf16: rc=$rc, $n ratio rows"; cat "$out" "$err" >&2
   fi
+  machine_report cnn-throughput.sh "$out" "$T/c.csv"
 else
   echo "skip: $fm"
 fi

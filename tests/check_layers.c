@@ -844,6 +844,113 @@ static const struct bf_conv_shape {
     int K, s, same;
 } bf_convs[] = {{{13, 13, 32}, 64, 1, 0}, {{7, 7, 3}, 5, 2, 1}};
 
+/* ---- --winograd: oneDNN's Winograd kernels ------------------------------ */
+
+/* Switches Winograd on for the plans created next; where oneDNN has none
+ * here it says so on stdout (the test log) and the caller passes unchecked. */
+static int use_winograd(const char *test)
+{
+    char why[256];
+    if (be->set_winograd(1, why, sizeof why) == 0) return 1;
+    printf("# SKIP %s: %s\n", test, why);
+    return 0;
+}
+
+static void no_winograd(void)
+{
+    char why[256];
+    ck_assert(be->set_winograd(0, why, sizeof why) == 0);
+}
+
+#define WINO_TOL 1e-4
+
+/* A layer with a direct plan and one with a Winograd plan on the same
+ * inputs and parameters, forward and backward; rel[] gets the Winograd
+ * run's rel_diff from the direct one per result. 0 without Winograd. */
+static int winograd_case(struct dt_shape in, int K, int relu, double rel[BF_NCONV])
+{
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = 1,
+                                 .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    const uint64_t seed = 1900 + (uint64_t)(in.c + K + relu);
+    struct lh d, w;
+    lh_setup(&d, &dt_conv2d_ops, spec, in, 4, seed);
+    lh_backward(&d);
+    if (!use_winograd("winograd conv")) {
+        lh_free(&d);
+        return 0;
+    }
+    lh_setup(&w, &dt_conv2d_ops, spec, in, 4, seed); /* plans take the choice at creation */
+    no_winograd();
+    lh_backward(&w);
+    size_t nw = w.np - (size_t)K;
+    rel[BF_OUT] = rel_diff(w.out, d.out, w.nout);
+    rel[BF_DINP] = rel_diff(w.dinp, d.dinp, w.nin);
+    rel[BF_DWEIGHT] = rel_diff(w.dparams, d.dparams, nw);
+    rel[BF_DBIAS] = rel_diff(w.dparams + nw, d.dparams + nw, (size_t)K);
+    printf("# winograd conv %dx%dx%d -> %d%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
+           in.h, in.w, in.c, K, relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP], rel[BF_DWEIGHT], rel[BF_DBIAS]);
+    lh_free(&d);
+    lh_free(&w);
+    return 1;
+}
+
+/* ResNet-20's 32- and 64-channel shapes: Winograd's results within 1e-4 of
+ * direct's, and not bitwise equal to them (else the direct kernels ran).
+ * The ReLU is off for backward (see bf_convs). */
+START_TEST(winograd_conv_vs_direct)
+{
+    static const struct { struct dt_shape in; int K; } shapes[] = {{{16, 16, 32}, 32}, {{8, 8, 64}, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int relu = 0; relu <= 1; relu++) {
+            double rel[BF_NCONV];
+            if (!winograd_case(shapes[i].in, shapes[i].K, relu, rel)) return;
+            ck_assert_msg(rel[BF_OUT] > 0.0, "winograd conv %zu: out bitwise equal to direct: not Winograd", i);
+            for (int r = 0; r < (relu ? 1 : BF_NCONV); r++)
+                ck_assert_msg(rel[r] < WINO_TOL, "winograd conv %zu relu %d: %s off by %.3e of its magnitude",
+                              i, relu, bf_conv_what[r], rel[r]);
+        }
+}
+END_TEST
+
+/* 16 channels (where Winograd measured slower) keep the direct kernels:
+ * bitwise the direct results. */
+START_TEST(winograd_not_below_32_channels)
+{
+    double rel[BF_NCONV];
+    if (!winograd_case((struct dt_shape){8, 8, 16}, 16, 0, rel)) return;
+    for (int r = 0; r < BF_NCONV; r++)
+        ck_assert_msg(rel[r] == 0.0, "16-channel conv under --winograd: %s differs from direct by %.3e",
+                      bf_conv_what[r], rel[r]);
+}
+END_TEST
+
+/* Winograd's gradients against finite differences: every input, every
+ * bias, and every 7th weight (all 9,216 would take seconds a probe run,
+ * minutes under Valgrind; 7 is prime to the 32 filters, so each filter and
+ * each tap is probed). */
+START_TEST(fd_conv_winograd)
+{
+    if (!use_winograd("fd winograd conv")) return;
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = 32, .kernel = 3, .stride = 1, .same = 1};
+    struct lh h;
+    lh_setup(&h, &dt_conv2d_ops, spec, (struct dt_shape){5, 5, 32}, 2, 2100);
+    no_winograd();
+    lh_backward(&h);
+    float *an_in = malloc(sizeof(float) * h.nin), *an_p = malloc(sizeof(float) * h.np);
+    memcpy(an_in, h.dinp, sizeof(float) * h.nin);
+    memcpy(an_p, h.dparams, sizeof(float) * h.np);
+    size_t nw = h.np - 32, *idx = malloc(sizeof(size_t) * h.np), n = 0;
+    for (size_t i = 0; i < h.np; i++)
+        if (i >= nw || i % 7 == 0) idx[n++] = i;
+    fd_assert("conv2d winograd d/dinp", fd_compare(lh_objective, &h, h.inp, an_in, NULL, h.nin, FD_STEP), h.nin);
+    fd_assert("conv2d winograd d/dparams", fd_compare(lh_objective, &h, h.params, an_p, idx, n, FD_STEP), n);
+    free(idx);
+    free(an_in);
+    free(an_p);
+    lh_free(&h);
+}
+END_TEST
+
 START_TEST(bf16_conv_forward)
 {
     for (size_t i = 0; i < sizeof bf_convs / sizeof *bf_convs; i++)
@@ -1032,6 +1139,14 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, build_kernel_too_big);
     tcase_add_test(tc, build_failure_then_free);
     tcase_add_test(tc, batch_of_zero);
+    suite_add_tcase(s, tc);
+
+    /* --winograd: each case takes its choice back as soon as its plans exist. */
+    tc = tcase_create("winograd");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, winograd_conv_vs_direct);
+    tcase_add_test(tc, winograd_not_below_32_channels);
+    tcase_add_test(tc, fd_conv_winograd);
     suite_add_tcase(s, tc);
 
     /* Each case switches the backend to bf16; the teardown switches it back. */

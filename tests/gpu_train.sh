@@ -42,6 +42,10 @@ fi
 T=$TEST_TMP/gpu.$$
 mkdir -p "$T"
 
+# --winograd is the CPU's (oneDNN's kernels); cuDNN picks its own algorithms.
+expect_fail 2 "--winograd: the cuda backend has no Winograd choice (cuDNN picks its own convolution algorithms); drop --winograd" \
+  1 "$fm" --device cuda --winograd --epochs 1
+
 # train NP ARGS...: 40 steps of batch 32, no dropout, no validation, every
 # step's loss printed.
 train() {

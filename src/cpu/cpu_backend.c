@@ -250,6 +250,7 @@ const struct dt_backend dt_backend_cpu = {
     .setup = cpu_setup,
     .set_act_type = cpu_set_act_type,
     .act_type = cpu_act_type,
+    .set_winograd = cpu_set_winograd,
     .conv_create = cpu_conv_create,
     .conv_destroy = cpu_conv_destroy,
     .conv_forward = conv_forward,

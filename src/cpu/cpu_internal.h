@@ -16,6 +16,10 @@
  * activations take it as their last argument, bf. */
 extern int cpu_act_bf16;
 
+/* cpu_setup.c: 1 under --winograd (set_conv_algo): float32 3x3 stride-1
+ * convolutions of 32 channels or more take oneDNN's Winograd kernels. */
+extern int cpu_winograd;
+
 /* Element i of an activation: bf16 or float32, computed in float. The
  * kernels are written once with these and instantiated for both types
  * (bf a constant after inlining), so the float32 instance is the plain
@@ -51,6 +55,9 @@ static inline __attribute__((always_inline)) void *cpu_at(const void *p, size_t 
  * when it is created: bf16 plans convert inputs and weights to bf16 and
  * accumulate and write float32. */
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu);
+/* set_winograd: sets cpu_winograd, or -1 where oneDNN has no Winograd
+ * kernel on this CPU (it wants AVX-512) */
+int cpu_set_winograd(int on, char *why, size_t whylen);
 void cpu_conv_destroy(dt_conv_plan *plan);
 void cpu_conv_forward(dt_conv_plan *plan, int n, void *out, const void *inp, const float *weight,
                       const float *bias);

@@ -23,6 +23,7 @@ void openblas_set_num_threads(int);
 
 int cpu_precision = DT_PREC_FP32;
 int cpu_act_bf16;
+int cpu_winograd;
 
 int cpu_has_bf16(void)
 {

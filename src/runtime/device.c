@@ -95,12 +95,23 @@ int dt_device_open(struct dt_device *d, const struct dt_config *cfg, const struc
     }
     else
         cpu_desc(d->desc, sizeof d->desc, cfg->threads);
+    /* Before setup, whose refusals depend on the CPU: this one does not. */
+    if (st->code == DT_OK && cfg->winograd && cfg->precision != DT_PREC_FP32)
+        dt_fail(st, DT_EUSAGE, "--winograd: the Winograd kernels are float32 only, found --precision %s "
+                "(drop --winograd, or use --precision fp32)", dt_precision_name(cfg->precision));
     if (st->code == DT_OK && d->be->setup(cfg->threads, cfg->precision, why, sizeof why) != 0)
         dt_fail(st, DT_EUSAGE, "--precision %s on %s: %s", dt_precision_name(cfg->precision), d->be->name, why);
     /* 16-bit activations where the backend stores them (the GPU), unless
      * --fp32-activations; the model allocates them in this type. */
     if (st->code == DT_OK && cfg->precision != DT_PREC_FP32 && !cfg->fp32_activations)
         d->be->set_act_type(cfg->precision);
+    if (st->code == DT_OK && cfg->winograd) {
+        if (!d->be->set_winograd)
+            dt_fail(st, DT_EUSAGE, "--winograd: the %s backend has no Winograd choice (cuDNN picks its own "
+                    "convolution algorithms); drop --winograd", d->be->name);
+        else if (d->be->set_winograd(1, why, sizeof why) != 0)
+            dt_fail(st, DT_EUSAGE, "--winograd: %s", why);
+    }
     return dt_status_agree(st, topo->world);
 }
 
