@@ -14,7 +14,7 @@
 #
 # Usage: bench/cnn-throughput.sh [--build DIR] [--data FILE] [--repeats R]
 #            [--epochs E] [--precision LIST] [--no-keras] [--no-torch] [--no-scaling]
-#            [--pin-baselines] [--out CSV]
+#            [--pin-baselines] [--dtrain-flags FLAGS] [--out CSV]
 # See bench/README.md for how to read the report.
 set -euo pipefail
 
@@ -48,6 +48,8 @@ Options:
   --pin-baselines  run PyTorch and Keras under taskset -c 0 (default: not
                  pinned; they use one compute thread, and the report shows
                  how many cores' worth of CPU time they really used)
+  --dtrain-flags FLAGS  more dtrain options for every dtrain run, one word
+                 list (e.g. --winograd); the report names them
   --out CSV      raw numbers (default: bench/results/cnn-throughput-DATE.csv);
                  every run's output goes to the same name with .log
   -h, --help     show this help
@@ -64,7 +66,7 @@ EOF
 . "$here/lib.sh"
 
 
-build="" data="" repeats=3 epochs=2 out="" precision_list=fp32
+build="" data="" repeats=3 epochs=2 out="" precision_list=fp32 dtrain_flags=""
 want_keras=1 want_torch=1 want_scaling=1 want_pin=0
 while (($#)); do
     case $1 in
@@ -84,6 +86,8 @@ while (($#)); do
         --no-torch) want_torch=0; shift ;;
         --no-scaling) want_scaling=0; shift ;;
         --pin-baselines) want_pin=1; shift ;;
+        --dtrain-flags) (($# > 1)) || die "--dtrain-flags needs a list of dtrain options"; dtrain_flags=$2; shift 2 ;;
+        --dtrain-flags=*) dtrain_flags=${1#*=}; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "$prog: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -91,6 +95,9 @@ done
 positive --repeats "$repeats"
 positive --epochs "$epochs"
 bench_precisions "$precision_list"
+read -r -a extra_flags <<<"$dtrain_flags"
+[[ ${#extra_flags[@]} == 0 || ${extra_flags[0]} == -* ]] ||
+    die "--dtrain-flags: expected dtrain options (--winograd ...), found '$dtrain_flags'"
 
 # ---- What to run ---------------------------------------------------------------
 if [[ -n $build ]]; then
@@ -168,14 +175,14 @@ bench_about "$dtrain" "$(nproc)"
 # The CPU, its ISA and peaks, and the oneDNN kernel of every convolution
 # (bench/lib.sh), printed before any figure.
 bench_machine "$dtrain" "$(dirname "$dtrain")/bench/peak" "${precisions[@]}" -- \
-    "$data" --batch-size 64 --threads 1 --no-validation
+    "$data" --batch-size 64 --threads 1 --no-validation "${extra_flags[@]}"
 printf '# %s\n' "${machine[@]}"
 meta=(
     "cnn-throughput: seed CNN, batch 64, Adam 1e-3, one thread per process"
     "precision: ${precisions[*]} (dtrain --precision P, PyTorch bf16 under torch.autocast on the CPU; Keras and the scaling runs at ${precisions[0]})"
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
-    "dtrain: $dtrain_version, $dtrain, git $git_rev"
+    "dtrain: $dtrain_version, $dtrain, git $git_rev; options added to every run: ${dtrain_flags:-none}"
     "mpi: $("$mpirun" --version 2>/dev/null | head -n 1) ($mpirun ${mpi_flags[*]} --bind-to core)"
 )
 if ((want_torch)); then
@@ -270,7 +277,7 @@ run() {
 }
 
 p0=${precisions[0]}
-dtrain_args=("$data" --epochs "$epochs" --batch-size 64 --no-validation --threads 1)
+dtrain_args=("$data" --epochs "$epochs" --batch-size 64 --no-validation --threads 1 "${extra_flags[@]}")
 # One thread everywhere, including any OpenMP/BLAS pool a library starts on its own.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2

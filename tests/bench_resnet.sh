@@ -49,6 +49,7 @@ refused resnet.sh "--model $T/none.cfg: no such readable file" --model "$T/none.
 refused resnet.sh "not a ResNet of inputs/gen-resnet.py's form" --model "$TOP_SRCDIR/inputs/cnn.cfg"
 refused resnet.sh "--dtrain-flags: expected dtrain options (--winograd ...), found 'winograd'" --dtrain-flags winograd
 refused cnn-throughput.sh "--precision: expected a comma list of fp32 and bf16, found 'fp8' in 'fp8'" --precision fp8
+refused cnn-throughput.sh "--dtrain-flags: expected dtrain options (--winograd ...), found 'x --winograd'" --dtrain-flags "x --winograd"
 bash "$B/ab.sh" --a "$TOP_BUILDDIR" --b "$TOP_BUILDDIR" --precision fp16 >"$out" 2>"$err"
 rc=$?
 [ "$rc" = 2 ] && grep -qF "ab.sh: --precision: expected fp32 or bf16, found 'fp16'" "$err" &&
