@@ -149,14 +149,26 @@ fi
 # them, dtrain launched by mpirun, srun and the job scripts (tests/cluster/run.sh;
 # about 11 minutes, most of it waiting on Slurm's requeue and elastic restarts).
 # Its results are build/tests/cluster/*.trs, counted below.
-# Beside it, at the lowest priority (nice 19), so that it takes only the
+# Beside it, at the lowest priority (nice 19), so that they take only the
 # cores the cluster leaves idle (about half of them: its checks mostly wait on
 # Slurm, restarts and probes): the in-tree release of a fresh clone (make
-# check-release, tests/release.sh: two builds and the quick tests, about 7
-# minutes alone). Its result is build/tests/release.trs, counted below.
-stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm; the in-tree release beside it"
+# check-release, tests/release.sh: two builds and the quick tests, about 6
+# minutes alone), then the CUDA build's tests (about a minute). Their
+# results are build/tests/release.trs and build-cuda/tests/*.trs, counted below.
+stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm; the in-tree release and the CUDA build's tests beside it"
 rm -f build/tests/cluster/*.trs build/tests/release.trs
-rm -f build/cluster.done
+rm -f build/cluster.done build/release-stage.time build/cuda-stage.time
+# What the CUDA build changes without a GPU: every unit test and the MPI
+# tests at 1-3 ranks (the backend table, device selection, kernels' CPU
+# fallbacks; the collectives at 4-6 ranks take the same CPU path as in
+# build/ and build-asan/, where they run), the GPU tests (they skip,
+# visibly, where there is no GPU) and the end-to-end tests that go through
+# the backend seam (--device cuda and its refusals in preflight, fsdp and
+# pipeline stages, training, precision, every engine briefly with the
+# transformer (engines.sh; build/ ran the full pipeline.sh, fsdp.sh and
+# gpt.sh on the same CPU code), options and their documentation).
+# shellcheck disable=SC2016  # make expands the lists in Makefile.am
+cuda_tests='$(UNIT_TESTS) tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 tests/check_coll_np3 tests/check_checkpoint_np2 tests/check_timeline_np2 tests/check_loader_np1 tests/check_powersgd_np1 tests/check_powersgd_np2 tests/check_powersgd_np3 tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/engines.sh tests/precision.sh'
 (
   # Not before the cluster's fault checks have ended: their stall watchdog
   # (--stall-timeout 8) missed its deadline on a CI machine while the release
@@ -165,44 +177,44 @@ rm -f build/cluster.done
     [[ -f build/tests/cluster/faults.trs || -f build/cluster.done ]] && break
     sleep 1
   done
+  renice -n 19 -p "$BASHPID" >/dev/null # this subshell and all it starts
+  rc=0
   t0=$(date +%s)
-  nice -n 19 make -C build check-release >build/release.out 2>&1
-  rc=$?
+  make -C build check-release >build/release.out 2>&1 || rc=1
   echo "$(($(date +%s) - t0))" >build/release-stage.time
+  if [[ -f build-cuda/config.status ]]; then
+    t0=$(date +%s)
+    status=0
+    run_check build-cuda TESTS="$cuda_tests" >build/cuda.out 2>&1
+    echo "$(($(date +%s) - t0))" >build/cuda-stage.time
+    ((status == 0)) || rc=$((rc | 2))
+  fi
   exit $rc
 ) &
-release_pid=$!
+beside_pid=$!
 make -C build check-cluster || status=1
 touch build/cluster.done
-echo "== the in-tree release (make check-release, beside the cluster since its fault checks ended)"
-if ! wait "$release_pid"; then
+echo "== beside the cluster since its fault checks ended: the in-tree release (make check-release), then the CUDA build's tests"
+beside_rc=0
+wait "$beside_pid" || beside_rc=$?
+if ((beside_rc & 1)); then
   status=1; tail -60 build/release.out; tail -60 build/tests/release.log 2>/dev/null
 else
   grep -E '^(PASS|FAIL|SKIP)' build/release.out
 fi
-stage_end
-[[ -f build/release-stage.time ]] && stages+=("$(cat build/release-stage.time)|  beside it, at nice 19: the in-tree release of a fresh clone (make check-release)")
 if [[ -f build-cuda/config.status ]]; then
-  # What the CUDA build changes without a GPU: every unit test and the MPI
-  # tests at 1-3 ranks (the backend table, device selection, kernels' CPU
-  # fallbacks; the collectives at 4-6 ranks take the same CPU path as in
-  # build/ and build-asan/, where they run), the GPU
-  # tests (they skip, visibly, where there is no GPU) and the end-to-end
-  # tests that go through the backend seam (--device cuda and its refusals
-  # in preflight, fsdp and pipeline stages, training, precision, every
-  # engine briefly with the transformer (engines.sh; build/ ran the full
-  # pipeline.sh, fsdp.sh and gpt.sh on the same CPU code), options and their
-  # documentation).
-  stage_begin "make check in build-cuda/ (CUDA backend: unit, MPI, GPU and backend-seam tests)"
-  # shellcheck disable=SC2016  # make expands the lists in Makefile.am
-  run_check build-cuda TESTS='$(UNIT_TESTS) tests/check_mpi_np2 tests/check_mpi_np3 tests/check_coll_np1 tests/check_coll_np2 tests/check_coll_np3 tests/check_checkpoint_np2 tests/check_timeline_np2 tests/check_loader_np1 tests/check_powersgd_np1 tests/check_powersgd_np2 tests/check_powersgd_np3 tests/check_gpu tests/gpu_train.sh tests/cli_errors.sh tests/train_e2e.sh tests/options_doc.sh tests/equivalence.sh tests/preflight.sh tests/engines.sh tests/precision.sh'
-  stage_end
+  # The CUDA subset's output, in full, where CI's log shows it.
+  cat build/cuda.out
+  ((beside_rc & 2)) && status=1
   for t in check_gpu gpu_train; do
     [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
   done
 else
   echo "== no CUDA toolkit here: the CUDA build was not built or tested"
 fi
+stage_end
+[[ -f build/release-stage.time ]] && stages+=("$(cat build/release-stage.time)|  beside it, at nice 19: the in-tree release of a fresh clone (make check-release)")
+[[ -f build/cuda-stage.time ]] && stages+=("$(cat build/cuda-stage.time)|  then, at nice 19: make check in build-cuda/ (CUDA backend: unit, MPI, GPU and backend-seam tests)")
 
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
