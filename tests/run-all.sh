@@ -2,14 +2,14 @@
 # run-all.sh: the whole test suite from a fresh Debian 12 machine: install
 # what is missing, build with Open MPI and run `make check` (unit, MPI,
 # end-to-end and bad-input tests), then build with MPICH and run the MPI and
-# end-to-end tests there too, then build with the CUDA backend (when a CUDA
-# toolkit is installed; no GPU needed) and run there what that build changes:
-# the unit and MPI tests, the GPU tests (skipping with "SKIP: no GPU" where
-# there is none) and the end-to-end tests of the backend seam (the rest of
-# the suite runs the same CPU code in both builds and runs once, in build/).
-# The in-tree release of a fresh clone (make dist, check-dist,
-# distcheck-quick: make check-release, tests/release.sh) runs beside the
-# cross-host stage. After build/'s suite,
+# end-to-end tests there too. Beside the cross-host stage (at nice 19, once
+# its fault checks have ended): the in-tree release of a fresh clone (make
+# dist, check-dist, distcheck-quick: make check-release, tests/release.sh),
+# then the build with the CUDA backend (when a CUDA toolkit is installed; no
+# GPU needed) and there what that build changes: the unit and MPI tests, the
+# GPU tests (skipping with "SKIP: no GPU" where there is none) and the
+# end-to-end tests of the backend seam (the rest of the suite runs the same
+# CPU code in both builds and runs once, in build/). After build/'s suite,
 # libdtrain is installed into build/_inst and `make installcheck` builds and
 # runs the API example against it, and `make check-dist` makes the release
 # tarball out of tree, failing on any file left out. A build with
@@ -31,8 +31,9 @@ stage_begin() { stage_name=$1; stage_t0=$(date +%s); echo "== [$(date +%H:%M:%S)
 stage_end() { stages+=("$(($(date +%s) - stage_t0))|$stage_name"); }
 run_t0=$(date +%s)
 
-stage_begin "setup: install what is missing, build build/ build-mpich/ build-cuda/"
-"$top/jobscripts/local/setup.sh" --mpich --cuda --cluster || { echo "setup failed"; exit 1; }
+# build-cuda/ is built later, beside the cross-host stage (below).
+stage_begin "setup: install what is missing, build build/ build-mpich/"
+"$top/jobscripts/local/setup.sh" --mpich --cluster || { echo "setup failed"; exit 1; }
 stage_end
 
 # The venvs the interop tests use, made while build/'s suite starts (pip
@@ -153,7 +154,8 @@ fi
 # cores the cluster leaves idle (about half of them: its checks mostly wait on
 # Slurm, restarts and probes): the in-tree release of a fresh clone (make
 # check-release, tests/release.sh: two builds and the quick tests, about 6
-# minutes alone), then the CUDA build's tests (about a minute). Their
+# minutes alone), then the CUDA build (about a minute and a half, none of it
+# needed earlier) and its tests (about a minute). Their
 # results are build/tests/release.trs and build-cuda/tests/*.trs, counted below.
 stage_begin "across hosts (build/): tests/cluster/, 3 hosts, a real Slurm; the in-tree release and the CUDA build's tests beside it"
 rm -f build/tests/cluster/*.trs build/tests/release.trs
@@ -182,19 +184,23 @@ cuda_tests='$(UNIT_TESTS) tests/check_mpi_np2 tests/check_mpi_np3 tests/check_co
   t0=$(date +%s)
   make -C build check-release >build/release.out 2>&1 || rc=1
   echo "$(($(date +%s) - t0))" >build/release-stage.time
-  if [[ -f build-cuda/config.status ]]; then
-    t0=$(date +%s)
+  # The CUDA build (where a CUDA toolkit is; setup.sh says so otherwise),
+  # then its tests.
+  t0=$(date +%s)
+  if ! "$top/jobscripts/local/setup.sh" --cuda >build/cuda.out 2>&1; then
+    rc=$((rc | 2))
+  elif [[ -f build-cuda/config.status ]]; then
     status=0
-    run_check build-cuda TESTS="$cuda_tests" >build/cuda.out 2>&1
-    echo "$(($(date +%s) - t0))" >build/cuda-stage.time
+    run_check build-cuda TESTS="$cuda_tests" >>build/cuda.out 2>&1
     ((status == 0)) || rc=$((rc | 2))
   fi
+  [[ -f build-cuda/config.status ]] && echo "$(($(date +%s) - t0))" >build/cuda-stage.time
   exit $rc
 ) &
 beside_pid=$!
 make -C build check-cluster || status=1
 touch build/cluster.done
-echo "== beside the cluster since its fault checks ended: the in-tree release (make check-release), then the CUDA build's tests"
+echo "== beside the cluster since its fault checks ended: the in-tree release (make check-release), then the CUDA build and its tests"
 beside_rc=0
 wait "$beside_pid" || beside_rc=$?
 if ((beside_rc & 1)); then
@@ -202,9 +208,9 @@ if ((beside_rc & 1)); then
 else
   grep -E '^(PASS|FAIL|SKIP)' build/release.out
 fi
-if [[ -f build-cuda/config.status ]]; then
-  # The CUDA subset's output, in full, where CI's log shows it.
-  cat build/cuda.out
+if [[ -f build-cuda/config.status ]] || ((beside_rc & 2)); then
+  # The CUDA build's and tests' output, where CI's log shows it.
+  if ((beside_rc & 2)); then tail -150 build/cuda.out; else grep -Ev '^ *(CC|CCLD|NVCC|AR|GEN|CXX|CXXLD) ' build/cuda.out; fi
   ((beside_rc & 2)) && status=1
   for t in check_gpu gpu_train; do
     [[ -f build-cuda/tests/$t.log ]] && grep -h '^SKIP' "build-cuda/tests/$t.log" | sed "s|^|== $t: |"
@@ -214,7 +220,7 @@ else
 fi
 stage_end
 [[ -f build/release-stage.time ]] && stages+=("$(cat build/release-stage.time)|  beside it, at nice 19: the in-tree release of a fresh clone (make check-release)")
-[[ -f build/cuda-stage.time ]] && stages+=("$(cat build/cuda-stage.time)|  then, at nice 19: make check in build-cuda/ (CUDA backend: unit, MPI, GPU and backend-seam tests)")
+[[ -f build/cuda-stage.time ]] && stages+=("$(cat build/cuda-stage.time)|  then, at nice 19: build build-cuda/ (--with-cuda) and make check there (unit, MPI, GPU and backend-seam tests)")
 
 # One line for CI and humans: count the results Automake recorded per test.
 p=0; f=0; s=0
