@@ -185,21 +185,10 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 # one thread e
 
 # ---- Metadata ------------------------------------------------------------------------
 bench_about "$dtrain" "$ncpu"
-flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-isa=""
-for f in avx2 avx512f avx512_bf16 avx512_fp16 amx_tile amx_bf16 amx_fp16; do
-    [[ " $flags " == *" $f "* ]] && isa+="${isa:+ }$f"
-done
+bench_isa # flags, isa (bench/lib.sh)
 precisions=(fp32)
 [[ " $flags " == *" avx512_bf16 "* || " $flags " == *" amx_bf16 "* ]] && precisions+=(bf16)
-declare -A pk # unit -> GFLOP/s
-if [[ -x $peak ]]; then
-    while read -r _ unit rest; do
-        [[ $rest == gflops=* ]] || continue
-        g=${rest#gflops=}
-        pk[$unit]=${g%% *}
-    done < <(taskset -c 0 "$peak" --repeats 5 2>/dev/null | grep '^peak ')
-fi
+bench_peaks "$peak" # peak_gflops[UNIT] (bench/lib.sh)
 vocab=$("$torch_python" -c 'import sys, h5py; print(int(h5py.File(sys.argv[1], "r").attrs["num_classes"]))' "$data" 2>/dev/null ||
     h5dump -a /num_classes "$data" 2>/dev/null | sed -n 's/.*(0): \([0-9]*\).*/\1/p')
 [[ $vocab =~ ^[0-9]+$ ]] || die "--data $data: no num_classes attribute (not a token dataset of dtrain-prep --text?)"
@@ -216,7 +205,7 @@ meta=(
     "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "host: $(uname -n) ($(uname -sr)), $ncpu CPUs: ${cpu_model:-unknown}; $busy_cores cores busy before the start"
     "isa: ${isa:-none of avx2 avx512f avx512_bf16 amx}; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; OpenBLAS kernels: $blas_cores"
-    "peak (bench/peak, one core): fp32_fma ${pk[fp32_fma]:-?} GFLOP/s, bf16_dot ${pk[bf16_dot]:-?}, amx_bf16 ${pk[amx_bf16]:-?}"
+    "peak (bench/peak, one core): fp32_fma ${peak_gflops[fp32_fma]:-?} GFLOP/s, bf16_dot ${peak_gflops[bf16_dot]:-?}, amx_bf16 ${peak_gflops[amx_bf16]:-?}"
     "dtrain: $dtrain_version, $dtrain, git $git_rev"
     "mpi: $("$mpirun" --version 2>/dev/null | head -n 1)"
 )
@@ -543,7 +532,7 @@ if ((want_speed)); then
         while read -r _ p rest; do
             g=$(kv fwdbwd_gflops <<<"$rest") f=$(kv fwd_gflops <<<"$rest") b=$(kv bwd_gflops <<<"$rest")
             printf 'attention %-5s forward %6.1f  backward %6.1f  forward+backward %6.1f GFLOP/s = %s of fp32_fma peak %s\n' \
-                "$p" "$f" "$b" "$g" "$(awk -v g="$g" -v pk="${pk[fp32_fma]:-0}" 'BEGIN { if (pk > 0) printf "%.0f%%", 100 * g / pk; else print "?" }')" "${pk[fp32_fma]:-?}"
+                "$p" "$f" "$b" "$g" "$(awk -v g="$g" -v pk="${peak_gflops[fp32_fma]:-0}" 'BEGIN { if (pk > 0) printf "%.0f%%", 100 * g / pk; else print "?" }')" "${peak_gflops[fp32_fma]:-?}"
             csv speed "" attention "$p" 1 fwdbwd_gflops "$g"
         done < <(grep '^attention .*fwdbwd_gflops=' "$rundir/attention.out")
     fi

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh,
+# lib.sh: what the benchmark drivers share (sourced by cnn-throughput.sh, gpt.sh,
 # gpu-throughput.sh, map-threads.sh, monitoring-overhead.sh, multinode.sh,
 # precision.sh, prefetch.sh and resnet.sh, which set prog, repo and data first).
 #
@@ -23,6 +23,13 @@
 #                              blanks) -> "min median max"; nothing for none
 # median <<<"x y z"            the same numbers -> their median; nothing for none
 # bench_epoch_row, bench_no_figures, pair_median, pair_ratio: below
+# bench_isa                    sets flags (/proc/cpuinfo's flags line) and isa:
+#                              which of avx2 avx512f avx512_vnni avx512_bf16
+#                              avx512_fp16 amx_tile amx_bf16 amx_fp16 it has
+# bench_peaks PEAK             runs PEAK (bench/peak) 5 times on CPU 0; sets
+#                              peak_gflops[UNIT] (fp32_fma, bf16_dot,
+#                              amx_bf16; unset where unavailable) and
+#                              peak_line, one line of them all
 # bench_machine DTRAIN PEAK PRECISION... -- DTRAIN-ARGS...
 #                              sets machine (array of report lines): the CPU,
 #                              its ISA flags, one core's measured peaks
@@ -209,6 +216,32 @@ ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rou
     fi
 }
 
+bench_isa() {
+    local f
+    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    isa=""
+    for f in avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx_tile amx_bf16 amx_fp16; do
+        [[ " $flags " == *" $f "* ]] && isa+="${isa:+ }$f"
+    done
+    return 0 # (not the last flag's test: callers run under set -e)
+}
+
+bench_peaks() {
+    local unit rest g
+    declare -gA peak_gflops=()
+    peak_line=""
+    [[ -x $1 ]] || { peak_line="not measured (no $1; make bench/peak)"; return 0; }
+    while read -r _ unit rest; do
+        if [[ $rest == gflops=* ]]; then
+            g=${rest#gflops=}; peak_gflops[$unit]=${g%% *}
+            peak_line+="${peak_line:+, }$unit ${peak_gflops[$unit]} GFLOP/s"
+        else
+            peak_line+="${peak_line:+, }$unit ${rest%%:*}"
+        fi
+    done < <(taskset -c 0 "$1" --repeats 5 2>/dev/null | grep '^peak ')
+    [[ -n $peak_line ]] || peak_line="bench/peak printed nothing"
+}
+
 # What every figure was measured on, before any figure: the CPU, its ISA,
 # one core's peaks, and the kernels oneDNN dispatched for dtrain's
 # convolutions. The kernels are read off a short run of the same model with
@@ -224,35 +257,22 @@ ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rou
 # cpu_model comes from bench_about.
 # shellcheck disable=SC2154
 bench_machine() {
-    local dtrain=$1 peak=$2 flags f isa="" unit rest g prec prof rc steps
+    local dtrain=$1 peak=$2 prec prof rc steps
     local -a precs=()
     shift 2
     while (($#)) && [[ $1 != -- ]]; do precs+=("$1"); shift; done
     (($#)) && shift
     machine=()
-    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-    for f in avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx_tile amx_bf16; do
-        [[ " $flags " == *" $f "* ]] && isa+="${isa:+ }$f"
-    done
+    bench_isa
     machine+=("cpu: ${cpu_model:-unknown}; ISA: ${isa:-none of avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx}")
     [[ " $flags " == *" amx_bf16 "* ]] || machine+=("cpu: no AMX here: bf16 convolutions take the AVX512-BF16 path (or fp32) on this machine")
     [[ " $flags " == *" avx512_bf16 "* || " $flags " == *" amx_bf16 "* ]] ||
         machine+=("cpu: neither AVX512-BF16 nor AMX here: oneDNN emulates bf16, and bf16 figures say little")
-    local -A pk=([fp32_fma]="" [bf16_dot]="" [amx_bf16]="")
-    local peak_line=""
+    bench_peaks "$peak"
     if [[ -x $peak ]]; then
-        while read -r _ unit rest; do
-            [[ -v pk[$unit] ]] || continue
-            if [[ $rest == gflops=* ]]; then
-                g=${rest#gflops=}; pk[$unit]=${g%% *}
-                peak_line+="${peak_line:+, }$unit ${pk[$unit]} GFLOP/s"
-            else
-                peak_line+="${peak_line:+, }$unit ${rest%%:*}"
-            fi
-        done < <(taskset -c 0 "$peak" --repeats 5 2>/dev/null | grep '^peak ')
-        machine+=("peak (bench/peak, one core, median of 5): ${peak_line:-bench/peak printed nothing}")
+        machine+=("peak (bench/peak, one core, median of 5): $peak_line")
     else
-        machine+=("peak: not measured (no $peak; make bench/peak)")
+        machine+=("peak: $peak_line")
     fi
     prof=$(mktemp "${TMPDIR:-/tmp}/bench-onednn.XXXXXX")
     for prec in "${precs[@]}"; do
@@ -270,7 +290,7 @@ bench_machine() {
             continue
         fi
         mapfile -t -O "${#machine[@]}" machine < <(awk -F, -v prec="$prec" -v steps="$steps" \
-            -v fma="${pk[fp32_fma]}" -v dot="${pk[bf16_dot]}" -v amx="${pk[amx_bf16]}" '
+            -v fma="${peak_gflops[fp32_fma]:-}" -v dot="${peak_gflops[bf16_dot]:-}" -v amx="${peak_gflops[amx_bf16]:-}" '
             /_verbose,info,oneDNN v/ { for (i = 1; i <= NF; i++) if ($i ~ /^oneDNN v/) version = $i }
             /_verbose,info,cpu,isa:/ { for (i = 1; i <= NF; i++) if ($i ~ /^isa:/) cpuisa = substr($i, 5) }
             /_verbose,/ {
