@@ -793,6 +793,17 @@ static double rel_diff(const float *got, const float *ref, size_t n)
 enum { BF_OUT, BF_DINP, BF_DWEIGHT, BF_DBIAS, BF_NCONV };
 static const char *const bf_conv_what[BF_NCONV] = {"out", "dinp", "dweight", "dbias"};
 
+/* rel[] of a conv layer's results (K filters) against a reference run's:
+ * out, dinp, dweight, dbias. */
+static void conv_rel_diffs(const struct lh *got, const struct lh *ref, int K, double rel[BF_NCONV])
+{
+    size_t nw = got->np - (size_t)K;
+    rel[BF_OUT] = rel_diff(got->out, ref->out, got->nout);
+    rel[BF_DINP] = rel_diff(got->dinp, ref->dinp, got->nin);
+    rel[BF_DWEIGHT] = rel_diff(got->dparams, ref->dparams, nw);
+    rel[BF_DBIAS] = rel_diff(got->dparams + nw, ref->dparams + nw, (size_t)K);
+}
+
 /* A conv layer run forward and backward twice on the same inputs and
  * parameters, with a float32 plan and with a bf16 plan; rel[] gets the
  * bf16 run's rel_diff from the float32 one per result. 0 without bf16. */
@@ -810,11 +821,7 @@ static int bf16_conv_case(struct dt_shape in, int K, int s, int same, int relu, 
     }
     lh_setup(&b, &dt_conv2d_ops, spec, in, 4, seed);
     lh_backward(&b);
-    size_t nw = b.np - (size_t)K;
-    rel[BF_OUT] = rel_diff(b.out, f.out, b.nout);
-    rel[BF_DINP] = rel_diff(b.dinp, f.dinp, b.nin);
-    rel[BF_DWEIGHT] = rel_diff(b.dparams, f.dparams, nw);
-    rel[BF_DBIAS] = rel_diff(b.dparams + nw, f.dparams + nw, (size_t)K);
+    conv_rel_diffs(&b, &f, K, rel);
     if (relu) {
         size_t zeros = 0;
         for (size_t i = 0; i < b.nout; i++) {
@@ -882,11 +889,7 @@ static int winograd_case(struct dt_shape in, int K, int relu, double rel[BF_NCON
     lh_setup(&w, &dt_conv2d_ops, spec, in, 4, seed); /* plans take the choice at creation */
     no_winograd();
     lh_backward(&w);
-    size_t nw = w.np - (size_t)K;
-    rel[BF_OUT] = rel_diff(w.out, d.out, w.nout);
-    rel[BF_DINP] = rel_diff(w.dinp, d.dinp, w.nin);
-    rel[BF_DWEIGHT] = rel_diff(w.dparams, d.dparams, nw);
-    rel[BF_DBIAS] = rel_diff(w.dparams + nw, d.dparams + nw, (size_t)K);
+    conv_rel_diffs(&w, &d, K, rel);
     printf("# winograd conv %dx%dx%d -> %d%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
            in.h, in.w, in.c, K, relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP], rel[BF_DWEIGHT], rel[BF_DBIAS]);
     lh_free(&d);
