@@ -48,7 +48,8 @@ struct entry {
     dnnl_memory_t user_w, user_dw; /* HWIO, handles set per call */
     struct wbuf w_fwd, w_bwd, dw;
     /* Winograd entries: the activations re-laid into the kernels' blocked
-     * layout and back, around each call (the user memories above stay NHWC). */
+     * layout and back, around each call (the user memories above stay NHWC);
+     * in other entries these have no reorder and stand for the user's. */
     int wino, wddst_same; /* wddst_same: backward-weights reads backward-data's diff_dst layout */
     struct wbuf x_src, x_dst, x_dsrc, x_ddst, x_wsrc, x_wddst;
 };
@@ -330,28 +331,24 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     return p;
 }
 
-/* Whether oneDNN has a Winograd forward kernel here: asked of one small
- * float32 convolution of the shape wino_fits takes (oneDNN 2.x has them
- * only for AVX-512 CPUs). */
+/* Whether oneDNN has Winograd kernels here: wino_pds asked for one small
+ * convolution of the shape wino_fits takes (oneDNN 2.x has them only for
+ * AVX-512 CPUs). */
 int cpu_set_winograd(int on, char *why, size_t whylen)
 {
     if (on) {
-        dnnl_memory_desc_t src, dst, w, bias;
-        dnnl_dims_t sd = {1, 32, 8, 8}, wd = {32, 32, 3, 3}, bd = {32}, st = {1, 1}, pad = {1, 1};
-        dnnl_convolution_desc_t cd;
-        dnnl_primitive_desc_t pd = NULL;
-        DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_format_tag_any));
-        DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&dst, 4, sd, dnnl_f32, dnnl_format_tag_any));
-        DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, dnnl_format_tag_any));
+        const struct dt_conv_plan probe = {.s = {.h = 8, .w = 8, .c = 32, .k = 32, .kh = 3, .kw = 3, .stride = 1,
+                                                 .pad = 1, .oh = 8, .ow = 8}};
+        dnnl_memory_desc_t bias;
+        dnnl_dims_t bd = {32}, st = {1, 1}, pad = {1, 1};
+        dnnl_primitive_desc_t pd[3];
         DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
-        if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_winograd, &src, &w,
-                                               &bias, &dst, st, pad, pad) != dnnl_success ||
-            dnnl_primitive_desc_create(&pd, &cd, NULL, cpu_dnnl_engine(), NULL) != dnnl_success) {
+        if (!wino_pds(&probe, 1, NULL, &bias, st, pad, pad, &pd[0], &pd[1], &pd[2])) {
             snprintf(why, whylen, "oneDNN %d.%d has no Winograd convolution on this CPU (its Winograd kernels "
                      "need AVX-512)", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR);
             return -1;
         }
-        dnnl_primitive_desc_destroy(pd);
+        for (int i = 0; i < 3; i++) dnnl_primitive_desc_destroy(pd[i]);
     }
     cpu_winograd = on;
     return 0;
@@ -388,7 +385,7 @@ static size_t out_count(const struct dt_conv_plan *p, int n)
 }
 
 /* An activation into a Winograd kernel's layout (or the user's NHWC memory
- * where they agree), and a result out of it. */
+ * where they agree, and in every direct entry), and a result out of it. */
 static dnnl_memory_t into(struct wbuf *b, dnnl_memory_t user)
 {
     if (!b->reorder) return user;
@@ -424,16 +421,10 @@ void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const 
     set(e->dst, out);
     set(e->bias, bias);
     set(e->user_w, weight);
-    if (e->wino) {
-        dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, into(&e->x_src, e->src)}, {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_fwd)},
-                               {DNNL_ARG_BIAS, e->bias}, {DNNL_ARG_DST, outof(&e->x_dst, e->dst)}};
-        exec(e->fwd, 4, a);
-        back(&e->x_dst, e->dst);
-    } else {
-        dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_fwd)},
-                               {DNNL_ARG_BIAS, e->bias}, {DNNL_ARG_DST, e->dst}};
-        exec(e->fwd, 4, a);
-    }
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, into(&e->x_src, e->src)}, {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_fwd)},
+                           {DNNL_ARG_BIAS, e->bias}, {DNNL_ARG_DST, outof(&e->x_dst, e->dst)}};
+    exec(e->fwd, 4, a);
+    back(&e->x_dst, e->dst);
     DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
 }
 
@@ -455,12 +446,14 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
     set(e->diff_bias, dbias);
     set(e->user_dw, dweight);
     /* Winograd: diff_dst re-laid once where both kernels want one layout. */
-    dnnl_memory_t ddst = e->wino ? into(&e->x_ddst, e->diff_dst) : e->diff_dst;
+    dnnl_memory_t ddst = into(&e->x_ddst, e->diff_dst);
     if (!p->direct) {
         load(e->src, e->src_bf, inp, in_count(p, n));
         dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
-        dnnl_memory_t wsrc = e->wino ? into(&e->x_wsrc, e->src) : e->src;
-        dnnl_memory_t wddst = e->wino && !e->wddst_same ? into(&e->x_wddst, e->diff_dst) : ddst;
+        /* src re-laid again, not kept from forward: pipeline stages run
+         * several forwards before their backwards. */
+        dnnl_memory_t wsrc = into(&e->x_wsrc, e->src);
+        dnnl_memory_t wddst = e->wddst_same ? ddst : into(&e->x_wddst, e->diff_dst);
         dnnl_exec_arg_t aw[] = {{DNNL_ARG_SRC, wsrc}, {DNNL_ARG_DIFF_DST, wddst},
                                 {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, e->diff_bias}};
         exec(e->bwd_w, 4, aw);
@@ -471,9 +464,9 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
         set(e->diff_src, dinp);
         dnnl_exec_arg_t ad[] = {{DNNL_ARG_DIFF_DST, ddst},
                                 {DNNL_ARG_WEIGHTS, weights_for(e, &e->w_bwd)},
-                                {DNNL_ARG_DIFF_SRC, e->wino ? outof(&e->x_dsrc, e->diff_src) : e->diff_src}};
+                                {DNNL_ARG_DIFF_SRC, outof(&e->x_dsrc, e->diff_src)}};
         exec(e->bwd_data, 3, ad);
-        if (e->wino) back(&e->x_dsrc, e->diff_src);
+        back(&e->x_dsrc, e->diff_src);
     }
     DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
 }
