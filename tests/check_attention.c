@@ -9,9 +9,9 @@
  * comparison can fail (layer_check.h's 1.1 x gradient test). Shapes are
  * picked so T is not a multiple of the kernel's 64-row blocks, heads are
  * narrower than a vector or not a multiple of 16 wide, and there are one or
- * several samples and heads. Each check runs on both kernel sets: the
- * AVX-512 one (where the CPU has it) and the plain C one
- * (DTRAIN_NO_FAST_KERNELS=1). bf16 activations are compared with float32
+ * several samples and heads. Each check runs on every kernel set: the
+ * AVX-512 one and the AVX2 one (each where the CPU has it; a line says
+ * when it is skipped) and the plain C one (DTRAIN_NO_FAST_KERNELS=1). bf16 activations are compared with float32
  * runs on the same (bf16-representable) inputs, so what differs is the
  * rounding of the outputs alone, half a bf16 ulp; skipped with a message
  * on a CPU without bf16 instructions. */
@@ -44,8 +44,31 @@ enum { NSHAPES = sizeof shapes / sizeof *shapes };
  * uniform nor one-hot. */
 #define AMP 2.0f
 
-static void use_kernels(int fast) { setenv("DTRAIN_NO_FAST_KERNELS", fast ? "0" : "1", 1); }
-static const char *kernel_name(int fast) { return fast ? "avx512" : "plain C"; }
+/* The kernel sets, widest first: the one the CPU runs by default, the AVX2
+ * one where it has AVX-512 too (DTRAIN_NO_FAST_KERNELS=avx512), plain C. */
+enum { KSETS = 3 };
+static const char *const kset_env[KSETS] = {"0", "avx512", "1"};
+static const char *const kset_name[KSETS] = {"avx512", "avx2", "plain C"};
+
+/* Whether this CPU runs set k; a set it lacks is skipped with a line
+ * saying so (once per test), since the default would silently run another. */
+static int kset_usable(int k)
+{
+    if (k == 0) return __builtin_cpu_supports("avx512f");
+    if (k == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return 1;
+}
+
+static int use_kernels(int k, const char *test)
+{
+    if (!kset_usable(k)) {
+        printf("# %s: SKIP the %s kernels: this CPU lacks %s\n", test, kset_name[k], k == 0 ? "AVX-512F" : "AVX2/FMA");
+        return 0;
+    }
+    setenv("DTRAIN_NO_FAST_KERNELS", kset_env[k], 1);
+    return 1;
+}
+static const char *kernel_name(int k) { return kset_name[k]; }
 
 static float *nan_buffer(size_t n)
 {
@@ -138,14 +161,13 @@ static void random_inputs(float *qkv, float *R, struct shape s, uint64_t seed)
     if (R) fill_uniform(R, act_size(s), &r, -1.0f, 1.0f);
 }
 
-static void check_forward(struct shape s, int fast)
+static void check_forward(struct shape s, int k)
 {
     const size_t nq = qkv_size(s), na = act_size(s), nl = lse_size(s);
     const int C = s.H * s.D;
     float *qkv = malloc(sizeof(float) * nq), *out = nan_buffer(na), *lse = nan_buffer(nl);
     double *rout = malloc(sizeof(double) * na), *rlse = malloc(sizeof(double) * nl);
     random_inputs(qkv, NULL, s, 1000 + (uint64_t)(s.T * 7 + s.H * 3 + s.D));
-    use_kernels(fast);
     be->attention_forward(out, lse, qkv, s.n, s.T, C, s.H);
     ref_attention(rout, rlse, NULL, qkv, NULL, s);
     /* Float rounding over <= T terms of O(1) (softmax weights sum to 1,
@@ -153,12 +175,12 @@ static void check_forward(struct shape s, int fast)
     double eo = 0.0, el = 0.0;
     for (size_t i = 0; i < na; i++) eo = fmax(eo, fabs((double)out[i] - rout[i]));
     for (size_t i = 0; i < nl; i++) el = fmax(el, fabs((double)lse[i] - rlse[i]) / (1.0 + fabs(rlse[i])));
-    printf("# forward %-7s n=%d T=%3d H=%d D=%2d: max |out - ref| %.1e, lse rel %.1e\n", kernel_name(fast), s.n,
+    printf("# forward %-7s n=%d T=%3d H=%d D=%2d: max |out - ref| %.1e, lse rel %.1e\n", kernel_name(k), s.n,
            s.T, s.H, s.D, eo, el);
     ck_assert_msg(eo < 2e-5, "out n=%d T=%d H=%d D=%d (%s): max error %.3e", s.n, s.T, s.H, s.D,
-                  kernel_name(fast), eo);
+                  kernel_name(k), eo);
     ck_assert_msg(el < 2e-6, "lse n=%d T=%d H=%d D=%d (%s): max relative error %.3e", s.n, s.T, s.H, s.D,
-                  kernel_name(fast), el);
+                  kernel_name(k), el);
     free(qkv), free(out), free(lse), free(rout), free(rlse);
 }
 
@@ -177,7 +199,7 @@ static double part_error(const float *a, const double *ref, struct shape s, int 
     return m > 0.0 ? e / m : e;
 }
 
-static void check_backward(struct shape s, int fast)
+static void check_backward(struct shape s, int k)
 {
     const size_t nq = qkv_size(s), na = act_size(s), nl = lse_size(s);
     const int C = s.H * s.D;
@@ -186,19 +208,18 @@ static void check_backward(struct shape s, int fast)
     double *rout = malloc(sizeof(double) * na), *rlse = malloc(sizeof(double) * nl),
            *rd = malloc(sizeof(double) * nq);
     random_inputs(qkv, R, s, 2000 + (uint64_t)(s.T * 7 + s.H * 3 + s.D));
-    use_kernels(fast);
     be->attention_forward(out, lse, qkv, s.n, s.T, C, s.H);
     be->attention_backward(dqkv, R, qkv, out, lse, s.n, s.T, C, s.H);
     ref_attention(rout, rlse, rd, qkv, R, s);
     static const char part_name[] = "qkv";
     for (int part = 0; part < 3; part++) {
         double m, e = part_error(dqkv, rd, s, part, &m);
-        printf("# backward %-7s n=%d T=%3d H=%d D=%2d: d%c rel err %.1e (max |d%c| %.2f)\n", kernel_name(fast), s.n,
+        printf("# backward %-7s n=%d T=%3d H=%d D=%2d: d%c rel err %.1e (max |d%c| %.2f)\n", kernel_name(k), s.n,
                s.T, s.H, s.D, part_name[part], e, part_name[part], m);
         /* T = 1: a query sees only itself, so dq = dk = 0 exactly. */
         if (s.T == 1 && part < 2) ck_assert_msg(e == 0.0, "d%c T = 1 must be 0", part_name[part]);
         ck_assert_msg(e < 1e-4, "d%c n=%d T=%d H=%d D=%d (%s): norm-wise error %.3e", part_name[part], s.n, s.T,
-                      s.H, s.D, kernel_name(fast), e);
+                      s.H, s.D, kernel_name(k), e);
     }
     free(qkv), free(R), free(out), free(lse), free(dqkv), free(rout), free(rlse), free(rd);
 }
@@ -206,16 +227,16 @@ static void check_backward(struct shape s, int fast)
 START_TEST(forward_matches_reference)
 {
     setup_fp32();
-    for (int fast = 1; fast >= 0; fast--)
-        for (int i = 0; i < NSHAPES; i++) check_forward(shapes[i], fast);
+    for (int k = 0; k < KSETS; k++)
+        for (int i = 0; i < NSHAPES && use_kernels(k, "forward"); i++) check_forward(shapes[i], k);
 }
 END_TEST
 
 START_TEST(backward_matches_reference)
 {
     setup_fp32();
-    for (int fast = 1; fast >= 0; fast--)
-        for (int i = 0; i < NSHAPES; i++) check_backward(shapes[i], fast);
+    for (int k = 0; k < KSETS; k++)
+        for (int i = 0; i < NSHAPES && use_kernels(k, "backward"); i++) check_backward(shapes[i], k);
 }
 END_TEST
 
@@ -237,7 +258,7 @@ static double fd_objective(void *ctx, uint64_t *signature)
     return L;
 }
 
-static void check_fd(struct shape s, int fast, int probes)
+static void check_fd(struct shape s, int k, int probes)
 {
     const size_t nq = qkv_size(s), na = act_size(s);
     const int C = s.H * s.D;
@@ -249,11 +270,10 @@ static void check_fd(struct shape s, int fast, int probes)
     random_inputs(x.qkv, x.R, s, 3000 + (uint64_t)s.T);
     dt_rng_seed(&r, 3001, 2);
     for (int i = 0; i < probes; i++) idx[i] = (size_t)((double)dt_rng_uniform(&r) * (double)nq) % nq;
-    use_kernels(fast);
     be->attention_forward(x.out, x.lse, x.qkv, s.n, s.T, C, s.H);
     be->attention_backward(dqkv, x.R, x.qkv, x.out, x.lse, s.n, s.T, C, s.H);
     char what[96];
-    snprintf(what, sizeof what, "attention %s T=%d H=%d D=%d", kernel_name(fast), s.T, s.H, s.D);
+    snprintf(what, sizeof what, "attention %s T=%d H=%d D=%d", kernel_name(k), s.T, s.H, s.D);
     /* Smooth: truncation error ~h^2 |L'''|, ~1e-4 relative at h = 1e-2. */
     fd_assert(what, fd_compare(fd_objective, &x, x.qkv, dqkv, idx, (size_t)probes, 1e-2f), (size_t)probes);
     free(x.qkv), free(x.R), free(x.out), free(x.lse), free(dqkv), free(idx);
@@ -262,9 +282,10 @@ static void check_fd(struct shape s, int fast, int probes)
 START_TEST(backward_matches_finite_differences)
 {
     setup_fp32();
-    for (int fast = 1; fast >= 0; fast--) {
-        check_fd((struct shape){1, 7, 2, 8}, fast, 60);
-        check_fd((struct shape){2, 70, 2, 16}, fast, 60);
+    for (int k = 0; k < KSETS; k++) {
+        if (!use_kernels(k, "finite differences")) continue;
+        check_fd((struct shape){1, 7, 2, 8}, k, 60);
+        check_fd((struct shape){2, 70, 2, 16}, k, 60);
     }
 }
 END_TEST
@@ -295,7 +316,7 @@ static void expect_bf16_rounding(const char *what, const uint16_t *got, const fl
     printf("# %-40s worst error %.2f of the bf16 bound\n", what, worst);
 }
 
-static void check_bf16(struct shape s, int fast)
+static void check_bf16(struct shape s, int k)
 {
     const size_t nq = qkv_size(s), na = act_size(s), nl = lse_size(s);
     const int C = s.H * s.D;
@@ -309,7 +330,6 @@ static void check_bf16(struct shape s, int fast)
              *dqkv16 = malloc(sizeof(uint16_t) * nq);
     memset(out16, 0xff, sizeof(uint16_t) * na); /* NaN */
     memset(dqkv16, 0xff, sizeof(uint16_t) * nq);
-    use_kernels(fast);
 
     ck_assert_msg(be->setup(1, DT_PREC_BF16, why, sizeof why) == 0, "%s", why);
     ck_assert_int_eq(be->set_act_type(DT_PREC_BF16), DT_PREC_BF16);
@@ -322,13 +342,13 @@ static void check_bf16(struct shape s, int fast)
     for (size_t i = 0; i < nl; i++)
         ck_assert_msg(lse16[i] == lse[i], "lse [%zu]: bf16 run %.9g, float32 run %.9g (same inputs)", i,
                       (double)lse16[i], (double)lse[i]);
-    snprintf(what, sizeof what, "bf16 out %s T=%d H=%d D=%d", kernel_name(fast), s.T, s.H, s.D);
+    snprintf(what, sizeof what, "bf16 out %s T=%d H=%d D=%d", kernel_name(k), s.T, s.H, s.D);
     expect_bf16_rounding(what, out16, out, na, 1e-6);
     for (size_t i = 0; i < na; i++) out[i] = dt_bf16_to_f32(out16[i]);
     be->attention_backward(dqkv, R, qkv, out, lse, s.n, s.T, C, s.H);
     double gmax = 0.0;
     for (size_t i = 0; i < nq; i++) gmax = fmax(gmax, fabs((double)dqkv[i]));
-    snprintf(what, sizeof what, "bf16 dqkv %s T=%d H=%d D=%d", kernel_name(fast), s.T, s.H, s.D);
+    snprintf(what, sizeof what, "bf16 dqkv %s T=%d H=%d D=%d", kernel_name(k), s.T, s.H, s.D);
     expect_bf16_rounding(what, dqkv16, dqkv, nq, 1e-6 * gmax);
     free(qkv), free(R), free(out), free(lse), free(dqkv), free(lse16);
     free(qkv16), free(R16), free(out16), free(dqkv16);
@@ -342,8 +362,8 @@ START_TEST(bf16_matches_fp32)
         setup_fp32();
         return;
     }
-    for (int fast = 1; fast >= 0; fast--)
-        for (int i = 0; i < NSHAPES; i++) check_bf16(shapes[i], fast);
+    for (int k = 0; k < KSETS; k++)
+        for (int i = 0; i < NSHAPES && use_kernels(k, "bf16"); i++) check_bf16(shapes[i], k);
     setup_fp32();
 }
 END_TEST

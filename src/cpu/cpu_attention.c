@@ -21,10 +21,12 @@
  * diagonal block, skip the columns or the inner terms the causal mask
  * zeroes. The primitive, the element-wise block passes (online softmax; P
  * and dS) and the panel transpose have a plain C version, the reference
- * that runs anywhere, and an AVX-512 version (6 x 64 accumulators in
- * registers, a polynomial 2^x, 16 x 16 register transposes), used when the
- * CPU has AVX-512F and DTRAIN_NO_FAST_KERNELS is unset (read on every call);
- * tests/check_attention.c checks both against a double reference. */
+ * that runs anywhere, an AVX-512 version (6 x 64 accumulators in
+ * registers, a polynomial 2^x, 16 x 16 register transposes) and an AVX2 +
+ * FMA version (cpu_attention_avx2.c: 6 x 16 accumulators, strips of 16
+ * columns; cpu_attention_kernels.h is the sets' interface); kernels() picks
+ * the widest the CPU has, unless DTRAIN_NO_FAST_KERNELS says otherwise;
+ * tests/check_attention.c checks each against a double reference. */
 #include "config.h"
 
 #include <math.h>
@@ -33,62 +35,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_attention_kernels.h"
 #include "cpu/cpu_internal.h"
-
-/* Queries and keys per block. Equal and aligned, so every block pair below
- * the diagonal is unmasked and each diagonal block is square. */
-enum { B = 64 };
-/* Rows of C per call of the primitive, and at most this many columns: 6 x 4
- * vectors of 16 floats are the AVX-512 version's accumulators. */
-enum { RT = 6, NC = 64 };
 
 /* How a diagonal block's causal mask trims a product on the tile of rows
  * [r0, r0 + R): N_UPTO only columns < r0 + R (scores: query rows against
  * keys), K_UPTO only inner terms k < r0 + R (query rows summed over keys),
  * K_FROM only k >= r0 (key rows summed over queries). */
 enum trim { FULL, N_UPTO, K_UPTO, K_FROM };
-
-/* The primitive on one tile: c[r][0:n] = (acc ? c[r][0:n] * (rs ? rs[r] :
- * 1) : 0) + sum over k < K of a[r*sam + k*sak] * b[k*ldb + 0:n], for r < R
- * <= RT, n <= NC. rs rescales the online softmax's output rows for free. */
-typedef void mm_tile_fn(int R, int n, int K, const float *a, ptrdiff_t sam, ptrdiff_t sak, const float *b,
-                        ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs);
-
-/* Scores are kept in base 2 (q is scaled by log2(e) / sqrt(D)), so the
- * softmax's exponentials are 2^x, which the AVX-512 kernels compute in
- * fewer instructions than e^x; lse is converted back to base e. */
-#define LOG2E 1.44269504088896341f
-#define LN2 0.693147180559945309f
-
-/* One forward key block of the online softmax, on s [m][B] (ld B), kn keys:
- * where diag, row r keeps keys c <= r only. mx/sum [m] are the running max
- * and sum; s becomes P = 2^(s - new max) (0 where masked); alpha [m] =
- * 2^(old max - new max), by which the output rows so far are rescaled. */
-typedef void softmax_fn(float *s, int m, int kn, int diag, float *mx, float *sum, float *alpha);
-/* Backward: s [m][B] becomes P = 2^(s - lse[r] log2(e)) (0 where masked);
- * then dp [m][B] becomes dS = P * (dp - di[r]) (0 where masked). */
-typedef void probs_fn(float *s, int m, int kn, int diag, const float *lse);
-typedef void dsoft_fn(float *dp, const float *p, int m, int kn, int diag, const float *di);
-/* rows [T][D] transposed per key block into panels [T/B][D][B] (element
- * [t/B][d][t%B]), so a block's k^T is a [D][B] matrix with a short row
- * stride (one [D][T] transpose, T a multiple of 256, would put every row of
- * a block in the same few L1 sets). */
-typedef void panels_fn(float *panels, const float *rows, int T, int D);
-
-struct att_kernels {
-    mm_tile_fn *mm;
-    softmax_fn *softmax;
-    probs_fn *probs;
-    dsoft_fn *dsoft;
-    panels_fn *panels;
-};
-
-#define INLINE inline __attribute__((always_inline))
-
-static inline int imin(int a, int b) { return a < b ? a : b; }
-
-/* Keys row r of a block keeps: all kn, or r + 1 on the diagonal. */
-static inline int valid_keys(int r, int kn, int diag) { return diag ? imin(r + 1, kn) : kn; }
 
 /* ---- the reference kernels: plain C ----------------------------------- */
 
@@ -396,15 +350,24 @@ FAST static void panels_fast(float *pan, const float *rows, int T, int D)
 }
 
 static const struct att_kernels kernels_fast = {mm_tile_fast, softmax_fast, probs_fast, dsoft_fast, panels_fast};
+/* The AVX2 set's panel transpose is plain C: a head's two panels cost
+ * about 1% of its products. */
+static const struct att_kernels kernels_avx2 = {cpu_att_mm_tile_avx2, cpu_att_softmax_avx2, cpu_att_probs_avx2,
+                                                cpu_att_dsoft_avx2, panels_c};
+
 #endif
 
-/* The AVX-512 kernels where the CPU has them, unless DTRAIN_NO_FAST_KERNELS
- * is set (read on every call, so a test can run both in one process). */
+/* The AVX-512 kernels where the CPU has them, else the AVX2 ones where it
+ * has AVX2 and FMA, else plain C. DTRAIN_NO_FAST_KERNELS (read on every
+ * call, so a test can run every set in one process): 1 runs plain C,
+ * "avx512" skips only the AVX-512 set. */
 static const struct att_kernels *kernels(void)
 {
 #ifdef HAVE_FAST
     const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    if (!(off && *off && strcmp(off, "0")) && __builtin_cpu_supports("avx512f")) return &kernels_fast;
+    const int no512 = off && !strcmp(off, "avx512"), none = off && *off && strcmp(off, "0") && !no512;
+    if (!none && !no512 && __builtin_cpu_supports("avx512f")) return &kernels_fast;
+    if (!none && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kernels_avx2;
 #endif
     return &kernels_c;
 }

@@ -1,0 +1,71 @@
+/* cpu_attention_kernels.h: the block kernels behind cpu_attention.c's
+ * flash attention, as a set of function pointers (the primitive product,
+ * the three element-wise block passes, the panel transpose), so that the
+ * driver never asks which ISA it runs on. cpu_attention.c holds the plain C
+ * set (the reference) and the AVX-512 one, cpu_attention_avx2.c the
+ * functions of the AVX2 + FMA one; kernels() in cpu_attention.c picks among
+ * them. Internal to src/cpu/. */
+#ifndef DT_CPU_ATTENTION_KERNELS_H
+#define DT_CPU_ATTENTION_KERNELS_H
+
+#include <stddef.h>
+
+/* Queries and keys per block. Equal and aligned, so every block pair below
+ * the diagonal is unmasked and each diagonal block is square. */
+enum { B = 64 };
+/* Rows of C per call of the primitive, and at most this many columns: 6 x 4
+ * vectors of 16 floats are the AVX-512 version's accumulators. */
+enum { RT = 6, NC = 64 };
+
+/* The primitive on one tile: c[r][0:n] = (acc ? c[r][0:n] * (rs ? rs[r] :
+ * 1) : 0) + sum over k < K of a[r*sam + k*sak] * b[k*ldb + 0:n], for r < R
+ * <= RT, n <= NC. rs rescales the online softmax's output rows for free. */
+typedef void mm_tile_fn(int R, int n, int K, const float *a, ptrdiff_t sam, ptrdiff_t sak, const float *b,
+                        ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs);
+
+/* Scores are kept in base 2 (q is scaled by log2(e) / sqrt(D)), so the
+ * softmax's exponentials are 2^x, which the AVX-512 kernels compute in
+ * fewer instructions than e^x; lse is converted back to base e. */
+#define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
+
+/* One forward key block of the online softmax, on s [m][B] (ld B), kn keys:
+ * where diag, row r keeps keys c <= r only. mx/sum [m] are the running max
+ * and sum; s becomes P = 2^(s - new max) (0 where masked); alpha [m] =
+ * 2^(old max - new max), by which the output rows so far are rescaled. */
+typedef void softmax_fn(float *s, int m, int kn, int diag, float *mx, float *sum, float *alpha);
+/* Backward: s [m][B] becomes P = 2^(s - lse[r] log2(e)) (0 where masked);
+ * then dp [m][B] becomes dS = P * (dp - di[r]) (0 where masked). */
+typedef void probs_fn(float *s, int m, int kn, int diag, const float *lse);
+typedef void dsoft_fn(float *dp, const float *p, int m, int kn, int diag, const float *di);
+/* rows [T][D] transposed per key block into panels [T/B][D][B] (element
+ * [t/B][d][t%B]), so a block's k^T is a [D][B] matrix with a short row
+ * stride (one [D][T] transpose, T a multiple of 256, would put every row of
+ * a block in the same few L1 sets). */
+typedef void panels_fn(float *panels, const float *rows, int T, int D);
+
+struct att_kernels {
+    mm_tile_fn *mm;
+    softmax_fn *softmax;
+    probs_fn *probs;
+    dsoft_fn *dsoft;
+    panels_fn *panels;
+};
+
+#define INLINE inline __attribute__((always_inline))
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* Keys row r of a block keeps: all kn, or r + 1 on the diagonal. */
+static inline int valid_keys(int r, int kn, int diag) { return diag ? imin(r + 1, kn) : kn; }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* The AVX2 + FMA set (cpu_attention_avx2.c); call only where the CPU has
+ * both. Its panel transpose is the plain C one. */
+mm_tile_fn cpu_att_mm_tile_avx2;
+softmax_fn cpu_att_softmax_avx2;
+probs_fn cpu_att_probs_avx2;
+dsoft_fn cpu_att_dsoft_avx2;
+#endif
+
+#endif
