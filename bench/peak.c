@@ -6,6 +6,9 @@
  * Three units, each a loop of one instruction on independent accumulators
  * (enough of them to cover the instruction's latency on both FMA ports):
  *   fp32_fma  vfmadd231ps zmm, 16 accumulators: 16 lanes x 2 = 32 FLOP each;
+ *             on a CPU without AVX-512 but with AVX2 and FMA (AMD Zen 1-3,
+ *             Intel Haswell to Alder Lake) the same on ymm, 12 accumulators,
+ *             16 FLOP each (insn=vfmadd231ps_ymm): the fp32 peak there;
  *   bf16_dot  vdpbf16ps zmm (AVX512-BF16), 16 accumulators: 16 fp32 lanes,
  *             each adding two bf16 products, = 64 FLOP each;
  *   amx_bf16  tdpbf16ps on 16x16 fp32 tiles (AMX), 4 accumulator tiles fed by
@@ -100,6 +103,21 @@ static const char *avx512_why_not(void)
     return NULL;
 }
 
+/* AVX2 + FMA with the YMM state enabled (the fp32_fma unit's fallback). */
+static const char *avx2_why_not(void)
+{
+    unsigned a, b, c, d;
+    if (!(leaf7(0, 1) & (1u << 5)))
+        return "CPUID reports neither AVX512F nor AVX2";
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 12)))
+        return "CPUID reports neither AVX512F nor FMA";
+    if (!(c & (1u << 27)))
+        return "CPUID reports no OSXSAVE";
+    if ((xcr0() & 0x6) != 0x6)
+        return "the kernel has not enabled the AVX state in XCR0";
+    return NULL;
+}
+
 static const char *bf16_why_not(void)
 {
     const char *why = avx512_why_not();
@@ -161,6 +179,26 @@ static const char *amx_why_not(void)
  * the sums stop growing at 2^24 x 0.25 and stay finite). */
 ZMM_LOOP(fp32_fma_loop, "avx512f", "vbroadcastss", "vfmadd231ps %%zmm30, %%zmm31, %%zmm\\r", float, 0.5f)
 
+/* The fp32_fma unit on ymm: ymm14 and ymm15 hold 0.5, ymm0-11 accumulate
+ * (Zen 3 and Haswell: 2 FMA ports x 4-5 cycles of latency, so 12 chains
+ * keep both busy). */
+__attribute__((target("avx2,fma"), noinline)) static float fp32_fma_ymm_loop(uint64_t iters)
+{
+    static const float h = 0.5f;
+    float out[8];
+    __asm__ volatile("vbroadcastss %[h], %%ymm14\n\tvbroadcastss %[h], %%ymm15\n\t"
+                     ".irp r,0,1,2,3,4,5,6,7,8,9,10,11\n\tvpxor %%ymm\\r, %%ymm\\r, %%ymm\\r\n\t.endr\n\t"
+                     "1:\n\t.irp r,0,1,2,3,4,5,6,7,8,9,10,11\n\tvfmadd231ps %%ymm14, %%ymm15, %%ymm\\r\n\t.endr\n\t"
+                     "dec %[n]\n\tjnz 1b\n\t"
+                     ".irp r,1,2,3,4,5,6,7,8,9,10,11\n\tvaddps %%ymm\\r, %%ymm0, %%ymm0\n\t.endr\n\t"
+                     "vmovups %%ymm0, %[out]\n\tvzeroupper"
+                     : [n] "+r"(iters), [out] "=m"(out)
+                     : [h] "m"(h)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "xmm14", "xmm15", "cc");
+    return out[0];
+}
+
 /* acc[i] += x[2l] * y[2l] + x[2l+1] * y[2l+1] per fp32 lane l, bf16 inputs
  * all 0.5 (0x3f00), 16 independent accumulators. */
 ZMM_LOOP(bf16_dot_loop, "avx512f,avx512bf16", "vpbroadcastd", "vdpbf16ps %%zmm31, %%zmm30, %%zmm\\r", uint32_t,
@@ -210,8 +248,9 @@ __attribute__((noinline)) static float amx_bf16_loop(uint64_t iters)
     return c[0];
 }
 
+static const struct unit fp32_ymm = {"fp32_fma", "vfmadd231ps_ymm", 12 * 16, 16, avx2_why_not, fp32_fma_ymm_loop};
 static const struct unit units[] = {
-    {"fp32_fma", "vfmadd231ps", 16 * 32, 32, avx512_why_not, fp32_fma_loop},
+    {"fp32_fma", "vfmadd231ps", 16 * 32, 32, avx512_why_not, fp32_fma_loop}, /* else fp32_ymm */
     {"bf16_dot", "vdpbf16ps", 16 * 64, 64, bf16_why_not, bf16_dot_loop},
     {"amx_bf16", "tdpbf16ps", 4 * 16384, 16384, amx_why_not, amx_bf16_loop},
 };
@@ -282,7 +321,7 @@ static void measure(const struct unit *u, double seconds, int repeats)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: peak [--seconds S] [--repeats R]\n"
-               "  one core's fp32 AVX-512 FMA, AVX512-BF16 and AMX bf16 peaks in GFLOP/s:\n"
+               "  one core's fp32 FMA (AVX-512, else AVX2), AVX512-BF16 and AMX bf16 peaks in GFLOP/s:\n"
                "  --seconds S   length of one timed repeat, per unit (default 0.25; at most 60)\n"
                "  --repeats R   timed repeats per unit; the median is printed (default 7; 1 to %d)\n",
             MAX_REPEATS);
@@ -361,7 +400,7 @@ int main(int argc, char **argv)
     printf("# cpu: %s; %s\n", model, cpu >= 0 ? "pinned to the CPU it started on" : "not pinned");
     printf("# gflops = FLOP / s / 1e9, a multiply-add counted as 2 FLOP\n");
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        measure(&units[i], seconds, repeats);
+        measure(i == 0 && avx512_why_not() && !avx2_why_not() ? &fp32_ymm : &units[i], seconds, repeats);
     return 0;
 }
 

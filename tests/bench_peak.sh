@@ -34,7 +34,12 @@ unavailable() { # UNIT PATTERN
   if grep -q "^peak $1 unavailable: .*$2" "$out"; then pass "$(grep "^peak $1 " "$out")"
   else fail "$1: expected 'unavailable: ...$2', found '$(grep "^peak $1 " "$out")'"; fi
 }
-if has avx512f; then measured fp32_fma; else unavailable fp32_fma AVX512F; fi
+# fp32_fma: zmm where AVX-512F, else ymm where AVX2 and FMA (the insn says which).
+if has avx512f; then measured fp32_fma; grep -q '^peak fp32_fma .* insn=vfmadd231ps flop_per_insn=32$' "$out" &&
+  pass "fp32_fma on zmm" || fail "fp32_fma: expected insn=vfmadd231ps flop_per_insn=32 on an AVX-512 CPU"
+elif has avx2 && has fma; then measured fp32_fma; grep -q '^peak fp32_fma .* insn=vfmadd231ps_ymm flop_per_insn=16$' "$out" &&
+  pass "fp32_fma on ymm (no AVX-512)" || fail "fp32_fma: expected insn=vfmadd231ps_ymm flop_per_insn=16 without AVX-512"
+else unavailable fp32_fma 'neither AVX512F nor'; fi
 if has avx512_bf16; then measured bf16_dot; else unavailable bf16_dot 'AVX512'; fi
 if has amx_tile && has amx_bf16; then
   # The CPU has it; the kernel may still refuse the tile state.
