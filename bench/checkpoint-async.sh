@@ -43,7 +43,8 @@ steps written in the step, and with --checkpoint-async; R rounds; medians.
   --build DIR       build directory holding dtrain (default: build)
   --model CFG       model (default: inputs/resnet32-wide4.cfg, 7.4 M parameters)
   --np N            ranks (default 2)
-  --precision P     fp32 or bf16 (default bf16)
+  --precision P     fp32 or bf16 (default bf16 where the CPU has AVX512-BF16
+                    or AMX-BF16, else fp32)
   --batch B         batch per rank (default 64)
   --steps S         steps in the epoch (default 60)
   --every K         a checkpoint every K steps (default 20; K < S)
@@ -55,7 +56,7 @@ steps written in the step, and with --checkpoint-async; R rounds; medians.
 EOF
 }
 
-build=$repo/build model=$repo/inputs/resnet32-wide4.cfg np=2 precision=bf16 batch=64 steps=60 every=20 rounds=3
+build=$repo/build model=$repo/inputs/resnet32-wide4.cfg np=2 precision= batch=64 steps=60 every=20 rounds=3
 dir="" out=""
 while (($#)); do
     case $1 in
@@ -79,6 +80,10 @@ done
 dtrain=$build/dtrain
 [[ -x $dtrain ]] || die "--build $build: no dtrain there (run make first)"
 [[ -r $model ]] || die "--model $model: no such readable file"
+if [[ -z $precision ]]; then # dtrain refuses bf16 on a CPU without bf16 instructions
+    precision=fp32
+    grep -qw 'avx512_bf16\|amx_bf16' /proc/cpuinfo && precision=bf16
+fi
 mid=$(((steps - 1) / every))
 win=$((every - 1 < 5 ? every - 1 : 5))
 ((win >= 1)) || die "--every $every: expected 2 or more, so that a window of steps follows each checkpoint"

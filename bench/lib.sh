@@ -38,7 +38,11 @@
 #                              fraction of that kernel's peak it reached
 #                              (5 steps of DTRAIN-ARGS on CPU 0, ONEDNN_VERBOSE)
 # bench_precisions LIST        sets precisions (array) from a comma list of
-#                              fp32 and bf16 (--precision), or dies
+#                              fp32 and bf16 (--precision), or dies; bf16
+#                              is dropped, with a line saying so, on a CPU
+#                              without AVX512-BF16 or AMX-BF16 (dtrain
+#                              refuses it there; bf16_dropped=1); a list of
+#                              bf16 alone dies there
 # ratios A B / ratio_row TEXT A B   per-round ratios A/B from the caller's
 #                              sps["RUN ROUND"] over rounds 1..$repeats; the
 #                              row prints their median, range and count
@@ -139,6 +143,14 @@ bench_precisions() { # LIST
         [[ " ${precisions[*]} " != *" $p "* ]] || die "--precision: '$p' is listed twice in '$1'"
         precisions+=("$p")
     done
+    bf16_dropped=0
+    if [[ " ${precisions[*]} " == *" bf16 "* ]] && ! grep -qw 'avx512_bf16\|amx_bf16' /proc/cpuinfo; then
+        ((${#precisions[@]} > 1)) ||
+            die "--precision bf16: this CPU has neither AVX512-BF16 nor AMX-BF16, and dtrain refuses bf16 without them; use --precision fp32"
+        precisions=(fp32)
+        bf16_dropped=1
+        say "bf16 not measured: this CPU has neither AVX512-BF16 nor AMX-BF16 (dtrain refuses --precision bf16 there)"
+    fi
 }
 
 # bench_usage_env              the Environment part of a driver's --help
@@ -265,9 +277,10 @@ bench_machine() {
     machine=()
     bench_isa
     machine+=("cpu: ${cpu_model:-unknown}; ISA: ${isa:-none of avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx}")
-    [[ " $flags " == *" amx_bf16 "* ]] || machine+=("cpu: no AMX here: bf16 convolutions take the AVX512-BF16 path (or fp32) on this machine")
+    [[ " $flags " == *" amx_bf16 "* || " $flags " != *" avx512_bf16 "* ]] ||
+        machine+=("cpu: no AMX here: bf16 convolutions take the AVX512-BF16 path on this machine")
     [[ " $flags " == *" avx512_bf16 "* || " $flags " == *" amx_bf16 "* ]] ||
-        machine+=("cpu: neither AVX512-BF16 nor AMX here: oneDNN emulates bf16, and bf16 figures say little")
+        machine+=("cpu: neither AVX512-BF16 nor AMX here: dtrain refuses --precision bf16$( ((${bf16_dropped:-0})) && echo ", so bf16 is not measured"; true)")
     bench_peaks "$peak"
     if [[ -x $peak ]]; then
         machine+=("peak (bench/peak, one core, median of 5): $peak_line")

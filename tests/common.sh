@@ -10,6 +10,11 @@ set -u
 mkdir -p "$TEST_TMP"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# cpu_bf16: whether dtrain runs --precision bf16 on this CPU's CPU backend
+# (AVX512-BF16 or AMX-BF16, what src/cpu/cpu_setup.c asks for); where not,
+# a test says "SKIP (part): ..." and checks the rest.
+cpu_bf16() { grep -qw 'avx512_bf16\|amx_bf16' /proc/cpuinfo; }
+no_bf16() { echo "SKIP (part): this CPU has neither AVX512-BF16 nor AMX-BF16: $* not checked"; }
 pass() { echo "ok: $*"; }
 
 launch() {
