@@ -597,8 +597,7 @@ int main(void)
      * this file aborted in fd_residual_model's forked child with a corrupted
      * heap whenever OMP_NUM_THREADS=1 was set (as make check sets it), every
      * time, and never unforked, under Valgrind or in ASan's build; the cause
-     * is not found (bench/README-resnet.md's 2026-12-06 notes). None of these
-     * tests needs a process of its own. */
+     * is not found. None of these tests needs a process of its own. */
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
