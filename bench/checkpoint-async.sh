@@ -82,7 +82,7 @@ dtrain=$build/dtrain
 [[ -r $model ]] || die "--model $model: no such readable file"
 if [[ -z $precision ]]; then # dtrain refuses bf16 on a CPU without bf16 instructions
     precision=fp32
-    grep -qw 'avx512_bf16\|amx_bf16' /proc/cpuinfo && precision=bf16
+    bench_cpu_bf16 && precision=bf16
 fi
 mid=$(((steps - 1) / every))
 win=$((every - 1 < 5 ? every - 1 : 5))

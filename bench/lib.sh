@@ -132,6 +132,10 @@ bench_launcher() {
     mpi_flags+=("${extra[@]}")
 }
 
+# bench_cpu_bf16: whether dtrain runs --precision bf16 on this CPU (AVX512-BF16
+# or AMX-BF16, what src/cpu/cpu_setup.c asks for).
+bench_cpu_bf16() { grep -qw 'avx512_bf16\|amx_bf16' /proc/cpuinfo; }
+
 bench_precisions() { # LIST
     local p words
     precisions=()
@@ -144,7 +148,7 @@ bench_precisions() { # LIST
         precisions+=("$p")
     done
     bf16_dropped=0
-    if [[ " ${precisions[*]} " == *" bf16 "* ]] && ! grep -qw 'avx512_bf16\|amx_bf16' /proc/cpuinfo; then
+    if [[ " ${precisions[*]} " == *" bf16 "* ]] && ! bench_cpu_bf16; then
         ((${#precisions[@]} > 1)) ||
             die "--precision bf16: this CPU has neither AVX512-BF16 nor AMX-BF16, and dtrain refuses bf16 without them; use --precision fp32"
         precisions=(fp32)
