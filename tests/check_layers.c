@@ -266,6 +266,77 @@ END_TEST
 START_TEST(fd_conv_same_s2_even) { fd_conv((struct dt_shape){8, 8, 2}, 3, 3, 2, 1, 1, "conv2d same s2 8x8 relu"); }
 END_TEST
 
+/* A 1x1 convolution of stride 2 on few input channels, backward against an
+ * exact double reference, at a batch and image large enough to matter.
+ * oneDNN's jit_1x1 backward-weights kernels (2.x and 3.x, AVX2 and AVX-512)
+ * copy the strided NHWC source into a workspace sized for whole channel
+ * blocks ("reduce to unit stride") and write past it when the input has
+ * fewer channels than a block (8 on AVX2, 16 on AVX-512; oneDNN issue
+ * 6035): one thread corrupts the heap or segfaults, more hang or give wrong
+ * weight gradients. cpu_conv2d.c steers these shapes to another kernel;
+ * this test fails (crash or wrong dW) without that. */
+static void conv1x1_s2_backward(int C, int K)
+{
+    const int n = 32, H = 32;
+    check_conv_forward((struct dt_shape){H, H, C}, K, 1, 2, 0, 0, n);
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 1, .stride = 2};
+    struct lh h;
+    lh_setup(&h, &dt_conv2d_ops, spec, (struct dt_shape){H, H, C}, n, 900 + (uint64_t)C);
+    const int oh = h.l.out.h;
+    ck_assert_int_eq(oh, H / 2);
+    lh_backward(&h);
+    size_t nw = (size_t)C * K;
+    double *dw = calloc(nw + (size_t)K, sizeof(double)), *bw = calloc(nw + (size_t)K, sizeof(double));
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < oh; y++)
+            for (int x = 0; x < oh; x++) {
+                const float *xi = h.inp + (((size_t)b * H + 2 * y) * H + 2 * x) * C;
+                const float *r = h.R + (((size_t)b * oh + y) * oh + x) * K;
+                for (int c = 0; c < C; c++)
+                    for (int f = 0; f < K; f++) {
+                        dw[(size_t)c * K + f] += (double)xi[c] * (double)r[f];
+                        bw[(size_t)c * K + f] += fabs((double)xi[c] * (double)r[f]);
+                    }
+                for (int f = 0; f < K; f++) {
+                    dw[nw + f] += (double)r[f];
+                    bw[nw + f] += fabs((double)r[f]);
+                }
+            }
+    /* n * oh * oh = 8192 terms each: float32 sums of them are within about
+     * 1e-4 of sum|terms| in any order; the bug's gradients are off by whole
+     * multiples of the values. */
+    for (size_t i = 0; i < nw + (size_t)K; i++)
+        ck_assert_msg(fabs((double)h.dparams[i] - dw[i]) <= 1e-4 * bw[i] + 1e-6,
+                      "1x1 s2 conv, %d -> %d channels: d/dparams[%zu] = %.9g, reference %.9g", C, K, i,
+                      (double)h.dparams[i], dw[i]);
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < H; x++)
+                for (int c = 0; c < C; c++) {
+                    double want = 0.0, bound = 0.0;
+                    if (y % 2 == 0 && x % 2 == 0) {
+                        const float *r = h.R + (((size_t)b * oh + y / 2) * oh + x / 2) * K;
+                        for (int f = 0; f < K; f++) {
+                            want += (double)h.params[(size_t)c * K + f] * (double)r[f];
+                            bound += fabs((double)h.params[(size_t)c * K + f] * (double)r[f]);
+                        }
+                    }
+                    size_t i = (((size_t)b * H + y) * H + x) * C + c;
+                    ck_assert_msg(fabs((double)h.dinp[i] - want) <= REF_TOL * bound,
+                                  "1x1 s2 conv, %d -> %d channels: d/dinp[%zu] = %.9g, reference %.9g", C, K, i,
+                                  (double)h.dinp[i], want);
+                }
+    free(dw);
+    free(bw);
+    lh_free(&h);
+}
+
+START_TEST(conv1x1_s2_few_channels_avx2) { conv1x1_s2_backward(4, 8); }
+END_TEST
+
+START_TEST(conv1x1_s2_few_channels_avx512) { conv1x1_s2_backward(12, 16); }
+END_TEST
+
 static void fd_pool(struct dt_shape in, int k, int s, const char *what)
 {
     struct lh h;
@@ -1117,6 +1188,8 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, fd_conv_same_s1);
     tcase_add_test(tc, fd_conv_same_s2_odd);
     tcase_add_test(tc, fd_conv_same_s2_even);
+    tcase_add_test(tc, conv1x1_s2_few_channels_avx2);
+    tcase_add_test(tc, conv1x1_s2_few_channels_avx512);
     tcase_add_test(tc, fd_maxpool_even);
     tcase_add_test(tc, fd_maxpool_odd);
     tcase_add_test(tc, fd_maxpool_overlap);

@@ -106,8 +106,41 @@ static void pd_create(dnnl_primitive_desc_t *pd, const void *desc, const_dnnl_pr
     if (rc != 0)
         DT_DIE("oneDNN refused the float32 %s convolution for %dx%dx%d input, %d %dx%d filters (status %d)",
                what, s->h, s->w, s->c, s->k, s->kh, s->kw, rc);
-    static int warned;
+    /* oneDNN's jit_1x1 backward-weights kernels, for a stride above 1, copy
+     * the strided source into a workspace sized for whole blocks of input
+     * channels ("reduce to unit stride") and, from an NHWC source with
+     * fewer channels than a block (8 on AVX2, 16 on AVX-512), write past it:
+     * a corrupted heap at one thread, wrong weight gradients or a hang at
+     * more (oneDNN issue 6035). Such shapes take the next implementation
+     * oneDNN offers (a GEMM-based one); any channel count not a multiple of
+     * 16 counts, as only whole blocks are known good.
+     * tests/check_layers.c's conv1x1_s2_* fail without this. */
     const char *impl = NULL;
+    if (strcmp(what, "backward-weights") == 0 && s->kh == 1 && s->kw == 1 && s->stride > 1 && s->c % 16 != 0 &&
+        dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+        strncmp(impl, "jit_1x1", 7) == 0) {
+        dnnl_primitive_desc_iterator_t it;
+        DT_DNNL_CHECK(dnnl_primitive_desc_iterator_create(&it, desc, attr, cpu_dnnl_engine(), hint));
+        dnnl_primitive_desc_t alt = NULL;
+        while (!alt && dnnl_primitive_desc_iterator_next(it) == dnnl_success) {
+            alt = dnnl_primitive_desc_iterator_fetch(it);
+            if (alt && dnnl_primitive_desc_query(alt, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+                impl && strncmp(impl, "jit_1x1", 7) == 0) {
+                dnnl_primitive_desc_destroy(alt);
+                alt = NULL;
+            }
+        }
+        dnnl_primitive_desc_iterator_destroy(it);
+        if (!alt)
+            DT_DIE("oneDNN offers only 'jit_1x1' kernels for the 1x1 stride-%d backward-weights convolution of a "
+                   "%dx%dx%d input, and they overrun their buffers unless the input channels are a multiple of "
+                   "16 (oneDNN issue 6035): give the layer 16 input channels, or stride 1",
+                   s->stride, s->h, s->w, s->c);
+        dnnl_primitive_desc_destroy(*pd);
+        *pd = alt;
+    }
+    static int warned;
+    impl = NULL;
     if (p->bf16 && !warned && dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
         impl && strstr(impl, "ref")) {
         DT_LOG(DT_LOG_WARN, "oneDNN runs the bf16 %s convolution of a %dx%dx%d input with '%s', a reference "
