@@ -593,12 +593,6 @@ static Suite *residual_suite(void)
 int main(void)
 {
     SRunner *sr = srunner_create(residual_suite());
-    /* No fork per test: on an AVX2-only Zen 3, the in-tree release's build of
-     * this file aborted in fd_residual_model's forked child with a corrupted
-     * heap whenever OMP_NUM_THREADS=1 was set (as make check sets it), every
-     * time, and never unforked, under Valgrind or in ASan's build; the cause
-     * is not found. None of these tests needs a process of its own. */
-    srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
