@@ -261,7 +261,9 @@ bench_peaks() {
 # What every figure was measured on, before any figure: the CPU, its ISA,
 # one core's peaks, and the kernels oneDNN dispatched for dtrain's
 # convolutions. The kernels are read off a short run of the same model with
-# ONEDNN_VERBOSE=1 (DNNL_VERBOSE for oneDNN before 2.5): 5 steps on CPU 0 (or
+# ONEDNN_VERBOSE=1 (DNNL_VERBOSE for oneDNN before 2.5) and
+# DTRAIN_KERNEL_VERBOSE=1 (dtrain's own kernels, "dtrain:avx2", in the same
+# format): 5 steps on CPU 0 (or
 # as many as the data holds), the first step dropped (cold caches), each convolution's FLOP (2 per
 # multiply-add, from its problem descriptor) over its execution time. Each
 # kernel is compared with the peak of the instructions it names: AMX
@@ -294,7 +296,7 @@ bench_machine() {
     prof=$(mktemp "${TMPDIR:-/tmp}/bench-onednn.XXXXXX")
     for prec in "${precs[@]}"; do
         rc=0
-        ONEDNN_VERBOSE=1 DNNL_VERBOSE=1 OMP_NUM_THREADS=1 taskset -c 0 "$dtrain" "$@" \
+        ONEDNN_VERBOSE=1 DNNL_VERBOSE=1 DTRAIN_KERNEL_VERBOSE=1 OMP_NUM_THREADS=1 taskset -c 0 "$dtrain" "$@" \
             --precision "$prec" --epochs 1 --steps-per-epoch 5 --quiet --metrics "$prof.csv" >"$prof" 2>&1 </dev/null || rc=$?
         if ((rc != 0)); then
             machine+=("onednn $prec: the 5-step run with ONEDNN_VERBOSE=1 exited with $rc: $(tail -n 1 "$prof")")

@@ -337,6 +337,121 @@ END_TEST
 START_TEST(conv1x1_s2_few_channels_avx512) { conv1x1_s2_backward(12, 16); }
 END_TEST
 
+/* The AVX2 3x3 kernels (cpu_conv3x3_avx2.c: 3x3, stride 1, 'same', channels
+ * multiples of 8) against exact double references and against oneDNN's
+ * kernels, on shapes that exercise their edges: pixel tiles across rows and
+ * images (batch 3 of 9x7), an 8-channel output tail (24 = 16 + 8), 8 input
+ * channels, a 4x4 image smaller than a tile. DTRAIN_NO_FAST_KERNELS picks
+ * the set at plan creation: "avx512" runs the AVX2 kernels on an AVX-512
+ * CPU too, "1" leaves every convolution to oneDNN. */
+static int avx2_conv_here(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static void conv3x3_run(struct lh *h, struct dt_shape in, int K, int n, int relu, const char *set)
+{
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = 1,
+                                 .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    if (set) setenv("DTRAIN_NO_FAST_KERNELS", set, 1);
+    else unsetenv("DTRAIN_NO_FAST_KERNELS");
+    lh_setup(h, &dt_conv2d_ops, spec, in, n, 4000 + (uint64_t)(in.c * 31 + K));
+    unsetenv("DTRAIN_NO_FAST_KERNELS");
+    lh_backward(h);
+}
+
+static void check_conv3x3_set(struct dt_shape in, int K, int n, int relu)
+{
+    if (!avx2_conv_here()) {
+        printf("# SKIP the AVX2 3x3 kernels: this CPU lacks AVX2 or FMA\n");
+        return;
+    }
+    struct lh a, o;
+    conv3x3_run(&a, in, K, n, relu, __builtin_cpu_supports("avx512f") ? "avx512" : NULL);
+    conv3x3_run(&o, in, K, n, relu, "1");
+    const int H = in.h, W = in.w, C = in.c;
+    /* forward against the double reference (with the ReLU) */
+    double *ref = malloc(sizeof(double) * a.nout), *bound = malloc(sizeof(double) * a.nout);
+    int oh, ow;
+    conv_ref(ref, bound, &oh, &ow, a.inp, a.params, a.params + (size_t)9 * C * K, n, in, K, 3, 1, 1);
+    double worst = 0.0, vs = 0.0;
+    for (size_t i = 0; i < a.nout; i++) {
+        double want = relu ? fmax(ref[i], 0.0) : ref[i];
+        ck_assert_msg(fabs((double)a.out[i] - want) <= REF_TOL * bound[i],
+                      "conv3x3 avx2 %dx%dx%d -> %d: out[%zu] = %.9g, reference %.9g", H, W, C, K, i,
+                      (double)a.out[i], want);
+        worst = fmax(worst, fabs((double)a.out[i] - want) / (bound[i] + 1e-30));
+        vs = fmax(vs, fabs((double)a.out[i] - (double)o.out[i]) / (bound[i] + 1e-30));
+    }
+    /* backward: dout = R masked by the ReLU, as the layer passes it on */
+    double *dw = calloc((size_t)9 * C * K + (size_t)K, sizeof(double));
+    double *bw = calloc((size_t)9 * C * K + (size_t)K, sizeof(double));
+    double *dx = calloc(a.nin, sizeof(double)), *bx = calloc(a.nin, sizeof(double));
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                for (int k = 0; k < K; k++) {
+                    size_t oi = (((size_t)b * H + y) * W + x) * K + k;
+                    double g = relu && a.out[oi] <= 0.0f ? 0.0 : (double)a.R[oi];
+                    dw[(size_t)9 * C * K + k] += g;
+                    bw[(size_t)9 * C * K + k] += fabs(g);
+                    for (int t = 0; t < 9; t++) {
+                        int iy = y + t / 3 - 1, ix = x + t % 3 - 1;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                        for (int c = 0; c < C; c++) {
+                            size_t ii = (((size_t)b * H + iy) * W + ix) * C + c, wi = ((size_t)t * C + c) * K + k;
+                            dw[wi] += (double)a.inp[ii] * g;
+                            bw[wi] += fabs((double)a.inp[ii] * g);
+                            dx[ii] += (double)a.params[wi] * g;
+                            bx[ii] += fabs((double)a.params[wi] * g);
+                        }
+                    }
+                }
+    for (size_t i = 0; i < (size_t)9 * C * K + (size_t)K; i++) {
+        ck_assert_msg(fabs((double)a.dparams[i] - dw[i]) <= REF_TOL * bw[i] + 1e-12,
+                      "conv3x3 avx2 %dx%dx%d -> %d: d/dparams[%zu] = %.9g, reference %.9g", H, W, C, K, i,
+                      (double)a.dparams[i], dw[i]);
+        vs = fmax(vs, fabs((double)a.dparams[i] - (double)o.dparams[i]) / (bw[i] + 1e-30));
+    }
+    for (size_t i = 0; i < a.nin; i++) {
+        ck_assert_msg(fabs((double)a.dinp[i] - dx[i]) <= REF_TOL * bx[i] + 1e-12,
+                      "conv3x3 avx2 %dx%dx%d -> %d: d/dinp[%zu] = %.9g, reference %.9g", H, W, C, K, i,
+                      (double)a.dinp[i], dx[i]);
+        vs = fmax(vs, fabs((double)a.dinp[i] - (double)o.dinp[i]) / (bx[i] + 1e-30));
+    }
+    printf("# conv3x3 avx2 kernels %dx%dx%d -> %d, batch %d%s: forward within %.1e of sum|terms| of the "
+           "reference, oneDNN's results within %.1e\n", H, W, C, K, n, relu ? ", relu" : "", worst, vs);
+    ck_assert_msg(vs <= 2 * REF_TOL, "the AVX2 kernels and oneDNN's differ by %.3e of sum|terms|", vs);
+    free(ref); free(bound); free(dw); free(bw); free(dx); free(bx);
+    lh_free(&a);
+    lh_free(&o);
+}
+
+START_TEST(conv3x3_avx2_rows_and_images) { check_conv3x3_set((struct dt_shape){9, 7, 8}, 16, 3, 1); }
+END_TEST
+
+START_TEST(conv3x3_avx2_channel_tail) { check_conv3x3_set((struct dt_shape){6, 5, 16}, 24, 2, 0); }
+END_TEST
+
+START_TEST(conv3x3_avx2_small_image) { check_conv3x3_set((struct dt_shape){4, 4, 8}, 8, 5, 0); }
+END_TEST
+
+START_TEST(fd_conv3x3_avx2)
+{
+    if (!avx2_conv_here()) {
+        printf("# SKIP the AVX2 3x3 kernels' finite differences: this CPU lacks AVX2 or FMA\n");
+        return;
+    }
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = 8, .kernel = 3, .stride = 1, .same = 1};
+    struct lh h;
+    if (__builtin_cpu_supports("avx512f")) setenv("DTRAIN_NO_FAST_KERNELS", "avx512", 1);
+    lh_setup(&h, &dt_conv2d_ops, spec, (struct dt_shape){5, 6, 8}, 2, 4321);
+    unsetenv("DTRAIN_NO_FAST_KERNELS");
+    lh_fd(&h, "conv2d 3x3 same s1, AVX2 kernels");
+    lh_free(&h);
+}
+END_TEST
+
 static void fd_pool(struct dt_shape in, int k, int s, const char *what)
 {
     struct lh h;
@@ -1190,6 +1305,10 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, fd_conv_same_s2_even);
     tcase_add_test(tc, conv1x1_s2_few_channels_avx2);
     tcase_add_test(tc, conv1x1_s2_few_channels_avx512);
+    tcase_add_test(tc, conv3x3_avx2_rows_and_images);
+    tcase_add_test(tc, conv3x3_avx2_channel_tail);
+    tcase_add_test(tc, conv3x3_avx2_small_image);
+    tcase_add_test(tc, fd_conv3x3_avx2);
     tcase_add_test(tc, fd_maxpool_even);
     tcase_add_test(tc, fd_maxpool_odd);
     tcase_add_test(tc, fd_maxpool_overlap);

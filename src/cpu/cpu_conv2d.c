@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/log.h"
 #include "runtime/status.h"
@@ -61,6 +62,9 @@ struct dt_conv_plan {
     int act16;          /* activations stored in bf16 (cpu_act_bf16): read and written as they are */
     int direct;         /* cpu_conv_direct.c handles forward and backward-weights */
     int wino;           /* try oneDNN's Winograd kernels (cpu_winograd and the shape fits) */
+    int avx2;           /* cpu_conv3x3_avx2.c handles forward and both backward passes */
+    int verbose;        /* DTRAIN_KERNEL_VERBOSE: a line per call of those kernels */
+    float *wflip;       /* its backward-data weights, [9][k][c] */
     unsigned clock;
     struct entry cache[CONV_CACHE];
 };
@@ -361,6 +365,10 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
      * oneDNN there; its backward-data (rarely needed) is a bf16 primitive. */
     p->direct = cpu_conv_direct_fits(shape) && !getenv("DTRAIN_NO_DIRECT_CONV");
     p->wino = cpu_winograd && wino_fits(shape) && !p->bf16 && !p->act16 && !p->direct;
+    p->avx2 = !p->bf16 && !p->act16 && !p->direct && !p->wino && cpu_conv3x3_fits(shape);
+    if (p->avx2) p->wflip = dt_xmalloc(sizeof(float) * 9 * (size_t)shape->c * (size_t)shape->k);
+    const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
+    p->verbose = p->avx2 && v && *v && strcmp(v, "0");
     return p;
 }
 
@@ -391,6 +399,7 @@ void cpu_conv_destroy(dt_conv_plan *p)
 {
     if (!p) return;
     for (int i = 0; i < CONV_CACHE; i++) entry_destroy(&p->cache[i]);
+    free(p->wflip);
     free(p);
 }
 
@@ -405,6 +414,26 @@ static void load(dnnl_memory_t m, uint16_t *bf, const void *x, size_t count)
 {
     if (bf) cpu_to_bf16(bf, x, count);
     else set(m, x);
+}
+
+/* DTRAIN_KERNEL_VERBOSE: one line per call of dtrain's own convolution
+ * kernels in oneDNN's verbose format (ONEDNN_VERBOSE=1), so that the tools
+ * that read oneDNN's log (bench/lib.sh's kernel table) read these too. */
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)
+{
+    const struct dt_conv_shape *s = &p->s;
+    printf("dtrain_verbose,exec,cpu,convolution,dtrain:avx2,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
+           "alg:convolution_direct,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
+           dir, n, s->c, s->k, s->h, s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride, s->pad,
+           1e3 * (seconds() - t0));
+    fflush(stdout);
 }
 
 static size_t in_count(const struct dt_conv_plan *p, int n)
@@ -449,6 +478,12 @@ void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const 
         cpu_conv_direct_forward(&p->s, p->relu, n, out, inp, weight, bias, p->act16);
         return;
     }
+    if (p->avx2) {
+        const double t0 = p->verbose ? seconds() : 0.0;
+        cpu_conv3x3_forward(&p->s, p->relu, n, out, inp, weight, bias);
+        if (p->verbose) verbose_line(p, "forward_training", n, t0);
+        return;
+    }
     struct entry *e = lookup(p, n);
     load(e->src, e->src_bf, inp, in_count(p, n));
     set(e->dst, out);
@@ -468,6 +503,14 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
     if (n == 0) { /* no samples, no gradient */
         memset(dweight, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
         memset(dbias, 0, sizeof(float) * (size_t)s->k);
+        return;
+    }
+    if (p->avx2) {
+        double t0 = p->verbose ? seconds() : 0.0;
+        cpu_conv3x3_backward_weights(s, n, dweight, dbias, dout, inp);
+        if (p->verbose) verbose_line(p, "backward_weights", n, t0), t0 = seconds();
+        if (dinp) cpu_conv3x3_backward_data(s, n, dinp, dout, weight, p->wflip);
+        if (dinp && p->verbose) verbose_line(p, "backward_data", n, t0);
         return;
     }
     if (p->direct) {

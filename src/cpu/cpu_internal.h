@@ -71,6 +71,18 @@ void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n, voi
 void cpu_conv_direct_backward_weights(const struct dt_conv_shape *s, int n, float *dweight,
                                       float *dbias, const void *dout, const void *inp, int bf);
 
+/* cpu_conv3x3_avx2.c: 3x3, stride 1, padding 1, float32, channels in and
+ * out multiples of 8, on CPUs with AVX2 + FMA and without AVX-512 (or with
+ * DTRAIN_NO_FAST_KERNELS=avx512); DTRAIN_NO_FAST_KERNELS=1 leaves them to
+ * oneDNN. wflip: 9 c k floats of scratch. */
+int cpu_conv3x3_fits(const struct dt_conv_shape *s);
+void cpu_conv3x3_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+                         const float *weight, const float *bias);
+void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+                               const float *weight, float *wflip);
+void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+                                  const float *dout, const float *inp);
+
 /* cpu_pool.c */
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);
 void cpu_pool_destroy(dt_pool_plan *plan);
