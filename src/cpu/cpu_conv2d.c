@@ -63,6 +63,8 @@ struct dt_conv_plan {
     int direct;         /* cpu_conv_direct.c handles forward and backward-weights */
     int wino;           /* try oneDNN's Winograd kernels (cpu_winograd and the shape fits) */
     int avx2;           /* cpu_conv3x3_avx2.c handles forward and both backward passes */
+    int wino2;          /* ... and cpu_winograd_avx2.c its forward and backward-data (--winograd) */
+    float *U;           /* its filters' transform, [16][c][k] (or [16][k][c] for backward-data) */
     int verbose;        /* DTRAIN_KERNEL_VERBOSE: a line per call of those kernels */
     float *wflip;       /* its backward-data weights, [9][k][c] */
     unsigned clock;
@@ -364,9 +366,11 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
      * bound by its loads rather than its multiply-adds, and it already beats
      * oneDNN there; its backward-data (rarely needed) is a bf16 primitive. */
     p->direct = cpu_conv_direct_fits(shape) && !getenv("DTRAIN_NO_DIRECT_CONV");
-    p->wino = cpu_winograd && wino_fits(shape) && !p->bf16 && !p->act16 && !p->direct;
+    p->wino = cpu_winograd == 1 && wino_fits(shape) && !p->bf16 && !p->act16 && !p->direct;
     p->avx2 = !p->bf16 && !p->act16 && !p->direct && !p->wino && cpu_conv3x3_fits(shape);
     if (p->avx2) p->wflip = dt_xmalloc(sizeof(float) * 9 * (size_t)shape->c * (size_t)shape->k);
+    p->wino2 = p->avx2 && cpu_winograd == 2 && wino_fits(shape);
+    if (p->wino2) p->U = dt_xmalloc(sizeof(float) * 16 * (size_t)shape->c * (size_t)shape->k);
     const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
     p->verbose = p->avx2 && v && *v && strcmp(v, "0");
     return p;
@@ -385,8 +389,14 @@ int cpu_set_winograd(int on, char *why, size_t whylen)
         dnnl_primitive_desc_t pd[3];
         DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
         if (!wino_pds(&probe, 1, NULL, &bias, st, pad, pad, &pd[0], &pd[1], &pd[2])) {
+            /* dtrain's own F(2x2, 3x3) where its AVX2 3x3 kernels run */
+            if (cpu_conv3x3_fits(&probe.s)) {
+                cpu_winograd = 2;
+                return 0;
+            }
             snprintf(why, whylen, "oneDNN %d.%d has no Winograd convolution on this CPU (its Winograd kernels "
-                     "need AVX-512)", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR);
+                     "need AVX-512), nor does dtrain (its own needs AVX2 and FMA)", DNNL_VERSION_MAJOR,
+                     DNNL_VERSION_MINOR);
             return -1;
         }
         for (int i = 0; i < 3; i++) dnnl_primitive_desc_destroy(pd[i]);
@@ -400,6 +410,7 @@ void cpu_conv_destroy(dt_conv_plan *p)
     if (!p) return;
     for (int i = 0; i < CONV_CACHE; i++) entry_destroy(&p->cache[i]);
     free(p->wflip);
+    free(p->U);
     free(p);
 }
 
@@ -429,10 +440,11 @@ static double seconds(void)
 static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)
 {
     const struct dt_conv_shape *s = &p->s;
-    printf("dtrain_verbose,exec,cpu,convolution,dtrain:avx2,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
-           "alg:convolution_direct,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
-           dir, n, s->c, s->k, s->h, s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride, s->pad,
-           1e3 * (seconds() - t0));
+    const int wino = p->wino2 && strcmp(dir, "backward_weights");
+    printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
+           "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
+           wino ? "dtrain_wino_2x3:avx2" : "dtrain:avx2", dir, wino ? "winograd" : "direct", n, s->c, s->k, s->h,
+           s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride, s->pad, 1e3 * (seconds() - t0));
     fflush(stdout);
 }
 
@@ -480,7 +492,8 @@ void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const 
     }
     if (p->avx2) {
         const double t0 = p->verbose ? seconds() : 0.0;
-        cpu_conv3x3_forward(&p->s, p->relu, n, out, inp, weight, bias);
+        if (p->wino2) cpu_wino_avx2_forward(&p->s, p->relu, n, out, inp, weight, bias, p->U);
+        else cpu_conv3x3_forward(&p->s, p->relu, n, out, inp, weight, bias);
         if (p->verbose) verbose_line(p, "forward_training", n, t0);
         return;
     }
@@ -509,7 +522,12 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
         double t0 = p->verbose ? seconds() : 0.0;
         cpu_conv3x3_backward_weights(s, n, dweight, dbias, dout, inp);
         if (p->verbose) verbose_line(p, "backward_weights", n, t0), t0 = seconds();
-        if (dinp) cpu_conv3x3_backward_data(s, n, dinp, dout, weight, p->wflip);
+        if (dinp && p->wino2) {
+            cpu_conv3x3_flip(s, weight, p->wflip);
+            cpu_wino_avx2_backward_data(s, n, dinp, dout, p->wflip, p->U);
+        } else if (dinp) {
+            cpu_conv3x3_backward_data(s, n, dinp, dout, weight, p->wflip);
+        }
         if (dinp && p->verbose) verbose_line(p, "backward_data", n, t0);
         return;
     }

@@ -227,15 +227,20 @@ void cpu_conv3x3_forward(const struct dt_conv_shape *s, int relu, int n, float *
     conv_core(s, n, out, inp, weight, s->c, s->k, bias, relu);
 }
 
-void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
-                               const float *weight, float *wflip)
+void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float *wflip)
 {
     const int C = s->c, K = s->k;
     for (int t = 0; t < 9; t++) /* wflip[t][k][c] = weight[8 - t][c][k] */
         for (int c = 0; c < C; c++)
             for (int k = 0; k < K; k++)
                 wflip[((size_t)t * K + (size_t)k) * C + c] = weight[((size_t)(8 - t) * C + (size_t)c) * K + k];
-    conv_core(s, n, dinp, dout, wflip, K, C, NULL, 0);
+}
+
+void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+                               const float *weight, float *wflip)
+{
+    cpu_conv3x3_flip(s, weight, wflip);
+    conv_core(s, n, dinp, dout, wflip, s->k, s->c, NULL, 0);
 }
 
 void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
@@ -275,5 +280,9 @@ void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *d
                                   const float *dout, const float *inp)
 {
     (void)s, (void)n, (void)dweight, (void)dbias, (void)dout, (void)inp;
+}
+void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float *wflip)
+{
+    (void)s, (void)weight, (void)wflip;
 }
 #endif

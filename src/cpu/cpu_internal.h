@@ -55,8 +55,8 @@ static inline __attribute__((always_inline)) void *cpu_at(const void *p, size_t 
  * when it is created: bf16 plans convert inputs and weights to bf16 and
  * accumulate and write float32. */
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu);
-/* set_winograd: sets cpu_winograd, or -1 where oneDNN has no Winograd
- * kernel on this CPU (it wants AVX-512) */
+/* set_winograd: sets cpu_winograd (1: oneDNN's kernels, 2: dtrain's AVX2
+ * F(2x2, 3x3) where oneDNN has none), or -1 where neither runs here */
 int cpu_set_winograd(int on, char *why, size_t whylen);
 void cpu_conv_destroy(dt_conv_plan *plan);
 void cpu_conv_forward(dt_conv_plan *plan, int n, void *out, const void *inp, const float *weight,
@@ -82,6 +82,14 @@ void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp
                                const float *weight, float *wflip);
 void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
                                   const float *dout, const float *inp);
+void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float *wflip);
+/* cpu_winograd_avx2.c: --winograd's F(2x2, 3x3) on the same shapes (where
+ * oneDNN has no Winograd kernel), forward and backward-data; U: 16 c k
+ * floats of scratch. */
+void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+                           const float *weight, const float *bias, float *U);
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+                                 const float *wflip, float *U);
 
 /* cpu_pool.c */
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);

@@ -1,0 +1,249 @@
+/* cpu_winograd_avx2.c: --winograd on CPUs with AVX2 + FMA and without
+ * AVX-512, where oneDNN 2.6 has no Winograd kernel: F(2x2, 3x3) for the
+ * forward and backward-data passes of the 3x3 convolutions that
+ * cpu_conv3x3_avx2.c takes (stride 1, padding 1, float32, channels
+ * multiples of 8); backward-weights stays with that file's direct kernel.
+ *
+ * F(2x2, 3x3) computes a 2x2 block of outputs from a 4x4 patch of input in
+ * 16 multiplies per input channel and filter instead of 36 (2.25x fewer),
+ * and its transforms use only 0, +-1 and +-1/2, so it rounds about as well as
+ * the direct sum (F(4x4, 3x3), oneDNN's choice on AVX-512, saves 4x but
+ * multiplies by up to 4 and 1/4 and rounds worse). The work runs in blocks
+ * of TB tiles (2x2 output blocks along the flattened batch), sized so that a
+ * block's transformed input and products stay in L2:
+ *   1. V[xi][t][c] = (B' d B)[xi] for each tile t's 4x4 input patch d,
+ *      vectorized over 8 channels (NHWC keeps them contiguous);
+ *   2. M[xi] = V[xi] U[xi] for the 16 positions xi, U = G g G' the filters'
+ *      transform (computed per call: 16 c k floats): 6 x 16 register tiles,
+ *      as in cpu_conv3x3_avx2.c;
+ *   3. the outputs y = A' m A (+ bias, ReLU), written where inside the image.
+ * Threads: OpenMP over blocks, each with its own V and M. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#include <omp.h>
+
+#define HAVE_WINO2 1
+#define FAST2 __attribute__((target("avx2,fma")))
+#define INLINE inline __attribute__((always_inline))
+#define RT 6 /* tiles per register tile */
+
+/* m[r][co0 .. co0 + 8 NV) = sum over c < Ci of a[r][c] b[c][co0 ..]; rows of a
+ * lda apart, of b and m ldb apart. */
+FAST2 static INLINE void gemm_tile(const int R, const int NV, int Ci, const float *a, int lda, const float *b,
+                                   int ldb, float *m)
+{
+    __m256 acc[RT][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int c = 0; c < Ci; c++) {
+        __m256 bv[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 av = _mm256_broadcast_ss(a + (size_t)r * lda + c);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+        b += ldb;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) _mm256_storeu_ps(m + (size_t)r * ldb + 8 * v, acc[r][v]);
+}
+
+#define GEMM_CASES(NV)                                                              \
+    switch (R) {                                                                    \
+    case 6: gemm_tile(6, NV, Ci, a, Ci, b, Co, m); break;                           \
+    case 5: gemm_tile(5, NV, Ci, a, Ci, b, Co, m); break;                           \
+    case 4: gemm_tile(4, NV, Ci, a, Ci, b, Co, m); break;                           \
+    case 3: gemm_tile(3, NV, Ci, a, Ci, b, Co, m); break;                           \
+    case 2: gemm_tile(2, NV, Ci, a, Ci, b, Co, m); break;                           \
+    default: gemm_tile(1, NV, Ci, a, Ci, b, Co, m); break;                          \
+    }
+
+/* M[xi] (nt x Co) = V[xi] (nt x Ci) U[xi] (Ci x Co), for the 16 xi. */
+FAST2 static void products(int nt, int Ci, int Co, const float *V, const float *U, float *M)
+{
+    for (int xi = 0; xi < 16; xi++)
+        for (int t = 0; t < nt; t += RT) {
+            const int R = nt - t < RT ? nt - t : RT;
+            int co = 0;
+            for (; co + 16 <= Co; co += 16) {
+                const float *a = V + ((size_t)xi * nt + t) * Ci, *b = U + (size_t)xi * Ci * Co + co;
+                float *m = M + ((size_t)xi * nt + t) * Co + co;
+                GEMM_CASES(2)
+            }
+            if (co < Co) {
+                const float *a = V + ((size_t)xi * nt + t) * Ci, *b = U + (size_t)xi * Ci * Co + co;
+                float *m = M + ((size_t)xi * nt + t) * Co + co;
+                GEMM_CASES(1)
+            }
+        }
+}
+
+/* U[xi][c][k] = (G g G')[xi] for each filter g = w[.][c][k] (3x3, HWIO). */
+FAST2 static void filter_transform(int Ci, int Co, const float *w, float *U)
+{
+    const __m256 half = _mm256_set1_ps(0.5f);
+    for (int c = 0; c < Ci; c++)
+        for (int k = 0; k < Co; k += 8) {
+            __m256 g[3][3], t[4][3];
+            for (int i = 0; i < 9; i++) g[i / 3][i % 3] = _mm256_loadu_ps(w + ((size_t)i * Ci + c) * Co + k);
+            for (int j = 0; j < 3; j++) { /* t = G g: rows g0, (g0+g1+g2)/2, (g0-g1+g2)/2, g2 */
+                const __m256 s = _mm256_add_ps(g[0][j], g[2][j]);
+                t[0][j] = g[0][j];
+                t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(s, g[1][j]));
+                t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(s, g[1][j]));
+                t[3][j] = g[2][j];
+            }
+            for (int i = 0; i < 4; i++) { /* U = t G' */
+                const __m256 s = _mm256_add_ps(t[i][0], t[i][2]);
+                const __m256 u[4] = {t[i][0], _mm256_mul_ps(half, _mm256_add_ps(s, t[i][1])),
+                                     _mm256_mul_ps(half, _mm256_sub_ps(s, t[i][1])), t[i][2]};
+                for (int j = 0; j < 4; j++) _mm256_storeu_ps(U + ((size_t)(i * 4 + j) * Ci + c) * Co + k, u[j]);
+            }
+        }
+}
+
+/* Tile number -> image, output row and column of its top-left corner. */
+static INLINE void tile_at(long t, int th, int tw, int *n, int *y, int *x)
+{
+    *n = (int)(t / ((long)th * tw));
+    const int r = (int)(t % ((long)th * tw));
+    *y = 2 * (r / tw);
+    *x = 2 * (r % tw);
+}
+
+/* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's input patch, i < nt. */
+FAST2 static void input_transform(const struct dt_conv_shape *s, long t0, int nt, int th, int tw, const float *inp,
+                                  int Ci, float *V)
+{
+    const int H = s->h, W = s->w;
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(t0 + i, th, tw, &n, &y, &x);
+        const float *src[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int q = 0; q < 4; q++) {
+                const int iy = y - 1 + r, ix = x - 1 + q;
+                src[r][q] = iy < 0 || iy >= H || ix < 0 || ix >= W
+                                ? NULL
+                                : inp + (((size_t)n * H + (size_t)iy) * W + (size_t)ix) * (size_t)Ci;
+            }
+        for (int c = 0; c < Ci; c += 8) {
+            __m256 d[4][4], t[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int q = 0; q < 4; q++) d[r][q] = src[r][q] ? _mm256_loadu_ps(src[r][q] + c) : _mm256_setzero_ps();
+            for (int q = 0; q < 4; q++) { /* t = B' d: rows d0-d2, d1+d2, d2-d1, d1-d3 */
+                t[0][q] = _mm256_sub_ps(d[0][q], d[2][q]);
+                t[1][q] = _mm256_add_ps(d[1][q], d[2][q]);
+                t[2][q] = _mm256_sub_ps(d[2][q], d[1][q]);
+                t[3][q] = _mm256_sub_ps(d[1][q], d[3][q]);
+            }
+            for (int r = 0; r < 4; r++) { /* V = t B */
+                float *v = V + ((size_t)(r * 4) * nt + (size_t)i) * Ci + c;
+                const size_t st = (size_t)nt * Ci;
+                _mm256_storeu_ps(v, _mm256_sub_ps(t[r][0], t[r][2]));
+                _mm256_storeu_ps(v + st, _mm256_add_ps(t[r][1], t[r][2]));
+                _mm256_storeu_ps(v + 2 * st, _mm256_sub_ps(t[r][2], t[r][1]));
+                _mm256_storeu_ps(v + 3 * st, _mm256_sub_ps(t[r][1], t[r][3]));
+            }
+        }
+    }
+}
+
+/* out's 2x2 block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
+FAST2 static void output_transform(const struct dt_conv_shape *s, long t0, int nt, int th, int tw, const float *M,
+                                   int Co, const float *bias, int relu, float *out)
+{
+    const int H = s->h, W = s->w;
+    const size_t st = (size_t)nt * Co;
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(t0 + i, th, tw, &n, &y, &x);
+        for (int k = 0; k < Co; k += 8) {
+            const float *m = M + (size_t)i * Co + k;
+            __m256 t[2][4];
+            for (int q = 0; q < 4; q++) { /* t = A' m: rows m0+m1+m2, m1-m2-m3 */
+                const __m256 m0 = _mm256_loadu_ps(m + (size_t)q * st), m1 = _mm256_loadu_ps(m + (size_t)(4 + q) * st);
+                const __m256 m2 = _mm256_loadu_ps(m + (size_t)(8 + q) * st), m3 = _mm256_loadu_ps(m + (size_t)(12 + q) * st);
+                t[0][q] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+                t[1][q] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+            }
+            const __m256 b = bias ? _mm256_loadu_ps(bias + k) : _mm256_setzero_ps();
+            for (int r = 0; r < 2 && y + r < H; r++) { /* y = t A */
+                __m256 o[2] = {_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t[r][0], t[r][1]), t[r][2]), b),
+                               _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(t[r][1], t[r][2]), t[r][3]), b)};
+                for (int q = 0; q < 2 && x + q < W; q++) {
+                    if (relu) o[q] = _mm256_max_ps(o[q], _mm256_setzero_ps());
+                    _mm256_storeu_ps(out + (((size_t)n * H + (size_t)(y + r)) * W + (size_t)(x + q)) * Co + k, o[q]);
+                }
+            }
+        }
+    }
+}
+
+/* out = conv(inp, w) (+ bias, ReLU) with Ci channels in and Co out; w is
+ * [9][Ci][Co]; U is 16 Ci Co floats of scratch. */
+static void wino_core(const struct dt_conv_shape *s, int n, float *out, const float *inp, const float *w, int Ci,
+                      int Co, const float *bias, int relu, float *U)
+{
+    filter_transform(Ci, Co, w, U);
+    const int th = (s->h + 1) / 2, tw = (s->w + 1) / 2;
+    const long tiles = (long)n * th * tw;
+    /* V and M of a block in about 192 KiB: 96 tiles at 16 channels, 24 at 64 */
+    int tb = 3072 / (Ci + Co) / RT * RT;
+    if (tb < RT) tb = RT;
+    const long blocks = (tiles + tb - 1) / tb;
+#pragma omp parallel
+    {
+        float *V = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Ci);
+        float *M = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Co);
+#pragma omp for schedule(static)
+        for (long b = 0; b < blocks; b++) {
+            const long t0 = b * tb;
+            const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
+            input_transform(s, t0, nt, th, tw, inp, Ci, V);
+            products(nt, Ci, Co, V, U, M);
+            output_transform(s, t0, nt, th, tw, M, Co, bias, relu, out);
+        }
+        free(V);
+        free(M);
+    }
+}
+
+void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+                           const float *weight, const float *bias, float *U)
+{
+    wino_core(s, n, out, inp, weight, s->c, s->k, bias, relu, U);
+}
+
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+                                 const float *wflip, float *U)
+{
+    wino_core(s, n, dinp, dout, wflip, s->k, s->c, NULL, 0, U);
+}
+#else
+void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+                           const float *weight, const float *bias, float *U)
+{
+    (void)s, (void)relu, (void)n, (void)out, (void)inp, (void)weight, (void)bias, (void)U;
+}
+
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+                                 const float *wflip, float *U)
+{
+    (void)s, (void)n, (void)dinp, (void)dout, (void)wflip, (void)U;
+}
+#endif
