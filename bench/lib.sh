@@ -335,7 +335,8 @@ bench_machine() {
                     used[impl[i]] = 1
                 }
                 kernels = ""; for (u in used) kernels = kernels (kernels == "" ? "" : ", ") u
-                printf "onednn %s: %s, CPU ISA \"%s\"; convolution kernels: %s\n", prec, version, cpuisa, kernels
+                if (version != "") printf "onednn %s: %s, CPU ISA \"%s\"; convolution kernels: %s\n", prec, version, cpuisa, kernels
+                else printf "onednn %s: no convolution ran in oneDNN; convolution kernels: %s\n", prec, kernels
                 for (j = 1; j <= nk; j++) {
                     k = order[j]; split(k, w, " "); pkv = peak_of(w[2])
                     printf "onednn %s:   %-11s %-30s %-58s %3d/step %6.2f ms %6.1f GFLOP/s%s\n", prec, w[1], w[2], w[3], C[k] / (steps - 1), T[k] / (steps - 1), F[k] / (T[k] * 1e6),

@@ -69,7 +69,7 @@ machine_report() {
   nconv=$(grep -Ec '^# onednn fp32:   (fwd|bwd-data|bwd-weights) +[a-z_0-9]+:[a-z_0-9]+ +mb[0-9]+_' "$m")
   if head -n 1 "$2" | grep -q '^# cpu: .*; ISA: ' &&
      grep -Eq '^# peak \(bench/peak, one core, median of 5\): fp32_fma [0-9.]+ GFLOP/s, bf16_dot ' "$m" &&
-     grep -Eq '^# onednn fp32: oneDNN v[0-9].*convolution kernels: [a-z_0-9]+:' "$m" &&
+     grep -Eq '^# onednn fp32: (oneDNN v[0-9].*|no convolution ran in oneDNN); convolution kernels: [a-z_0-9]+:' "$m" &&
      grep -Eq '^# onednn (fp32|bf16):   fwd .* [0-9]+/step +[0-9.]+ ms +[0-9.]+ GFLOP/s = +[0-9]+% of fp32_fma$' "$m" &&
      grep -Eq "^# onednn fp32: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks$" "$m" &&
      grep -Eq "^# onednn $lp: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks$" "$m" &&

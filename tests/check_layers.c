@@ -349,9 +349,9 @@ static int avx2_conv_here(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-static void conv3x3_run(struct lh *h, struct dt_shape in, int K, int n, int relu, const char *set)
+static void conv3x3_run(struct lh *h, struct dt_shape in, int K, int n, int relu, int same, const char *set)
 {
-    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = 1,
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
                                  .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
     if (set) setenv("DTRAIN_NO_FAST_KERNELS", set, 1);
     else unsetenv("DTRAIN_NO_FAST_KERNELS");
@@ -360,20 +360,20 @@ static void conv3x3_run(struct lh *h, struct dt_shape in, int K, int n, int relu
     lh_backward(h);
 }
 
-static void check_conv3x3_set(struct dt_shape in, int K, int n, int relu)
+static void check_conv3x3_set(struct dt_shape in, int K, int n, int relu, int same)
 {
     if (!avx2_conv_here()) {
         printf("# SKIP the AVX2 3x3 kernels: this CPU lacks AVX2 or FMA\n");
         return;
     }
     struct lh a, o;
-    conv3x3_run(&a, in, K, n, relu, __builtin_cpu_supports("avx512f") ? "avx512" : NULL);
-    conv3x3_run(&o, in, K, n, relu, "1");
-    const int H = in.h, W = in.w, C = in.c;
+    conv3x3_run(&a, in, K, n, relu, same, __builtin_cpu_supports("avx512f") ? "avx512" : NULL);
+    conv3x3_run(&o, in, K, n, relu, same, "1");
+    const int H = in.h, W = in.w, C = in.c, pad = same ? 1 : 0;
     /* forward against the double reference (with the ReLU) */
     double *ref = malloc(sizeof(double) * a.nout), *bound = malloc(sizeof(double) * a.nout);
     int oh, ow;
-    conv_ref(ref, bound, &oh, &ow, a.inp, a.params, a.params + (size_t)9 * C * K, n, in, K, 3, 1, 1);
+    conv_ref(ref, bound, &oh, &ow, a.inp, a.params, a.params + (size_t)9 * C * K, n, in, K, 3, 1, same);
     double worst = 0.0, vs = 0.0;
     for (size_t i = 0; i < a.nout; i++) {
         double want = relu ? fmax(ref[i], 0.0) : ref[i];
@@ -388,15 +388,15 @@ static void check_conv3x3_set(struct dt_shape in, int K, int n, int relu)
     double *bw = calloc((size_t)9 * C * K + (size_t)K, sizeof(double));
     double *dx = calloc(a.nin, sizeof(double)), *bx = calloc(a.nin, sizeof(double));
     for (int b = 0; b < n; b++)
-        for (int y = 0; y < H; y++)
-            for (int x = 0; x < W; x++)
+        for (int y = 0; y < oh; y++)
+            for (int x = 0; x < ow; x++)
                 for (int k = 0; k < K; k++) {
-                    size_t oi = (((size_t)b * H + y) * W + x) * K + k;
+                    size_t oi = (((size_t)b * oh + y) * ow + x) * K + k;
                     double g = relu && a.out[oi] <= 0.0f ? 0.0 : (double)a.R[oi];
                     dw[(size_t)9 * C * K + k] += g;
                     bw[(size_t)9 * C * K + k] += fabs(g);
                     for (int t = 0; t < 9; t++) {
-                        int iy = y + t / 3 - 1, ix = x + t % 3 - 1;
+                        int iy = y + t / 3 - pad, ix = x + t % 3 - pad;
                         if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
                         for (int c = 0; c < C; c++) {
                             size_t ii = (((size_t)b * H + iy) * W + ix) * C + c, wi = ((size_t)t * C + c) * K + k;
@@ -419,21 +419,26 @@ static void check_conv3x3_set(struct dt_shape in, int K, int n, int relu)
                       (double)a.dinp[i], dx[i]);
         vs = fmax(vs, fabs((double)a.dinp[i] - (double)o.dinp[i]) / (bx[i] + 1e-30));
     }
-    printf("# conv3x3 avx2 kernels %dx%dx%d -> %d, batch %d%s: forward within %.1e of sum|terms| of the "
-           "reference, oneDNN's results within %.1e\n", H, W, C, K, n, relu ? ", relu" : "", worst, vs);
+    printf("# conv3x3 avx2 kernels %dx%dx%d -> %d %s, batch %d%s: forward within %.1e of sum|terms| of the "
+           "reference, oneDNN's results within %.1e\n", H, W, C, K, same ? "same" : "valid", n, relu ? ", relu" : "",
+           worst, vs);
     ck_assert_msg(vs <= 2 * REF_TOL, "the AVX2 kernels and oneDNN's differ by %.3e of sum|terms|", vs);
     free(ref); free(bound); free(dw); free(bw); free(dx); free(bx);
     lh_free(&a);
     lh_free(&o);
 }
 
-START_TEST(conv3x3_avx2_rows_and_images) { check_conv3x3_set((struct dt_shape){9, 7, 8}, 16, 3, 1); }
+START_TEST(conv3x3_avx2_rows_and_images) { check_conv3x3_set((struct dt_shape){9, 7, 8}, 16, 3, 1, 1); }
 END_TEST
 
-START_TEST(conv3x3_avx2_channel_tail) { check_conv3x3_set((struct dt_shape){6, 5, 16}, 24, 2, 0); }
+START_TEST(conv3x3_avx2_channel_tail) { check_conv3x3_set((struct dt_shape){6, 5, 16}, 24, 2, 0, 1); }
 END_TEST
 
-START_TEST(conv3x3_avx2_small_image) { check_conv3x3_set((struct dt_shape){4, 4, 8}, 8, 5, 0); }
+START_TEST(conv3x3_avx2_small_image) { check_conv3x3_set((struct dt_shape){4, 4, 8}, 8, 5, 0, 1); }
+END_TEST
+
+/* 'valid' (no padding): the seed CNN's second convolution's kind */
+START_TEST(conv3x3_avx2_valid) { check_conv3x3_set((struct dt_shape){9, 8, 16}, 24, 3, 1, 0); }
 END_TEST
 
 START_TEST(fd_conv3x3_avx2)
@@ -1060,9 +1065,9 @@ static void no_winograd(void)
 /* A layer with a direct plan and one with a Winograd plan on the same
  * inputs and parameters, forward and backward; rel[] gets the Winograd
  * run's rel_diff from the direct one per result. 0 without Winograd. */
-static int winograd_case(struct dt_shape in, int K, int relu, double rel[BF_NCONV])
+static int winograd_case(struct dt_shape in, int K, int relu, int same, double rel[BF_NCONV])
 {
-    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = 1,
+    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
                                  .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
     const uint64_t seed = 1900 + (uint64_t)(in.c + K + relu);
     struct lh d, w;
@@ -1076,23 +1081,30 @@ static int winograd_case(struct dt_shape in, int K, int relu, double rel[BF_NCON
     no_winograd();
     lh_backward(&w);
     conv_rel_diffs(&w, &d, K, rel);
-    printf("# winograd conv %dx%dx%d -> %d%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
-           in.h, in.w, in.c, K, relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP], rel[BF_DWEIGHT], rel[BF_DBIAS]);
+    printf("# winograd conv %dx%dx%d -> %d%s%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
+           in.h, in.w, in.c, K, same ? "" : " valid", relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP],
+           rel[BF_DWEIGHT], rel[BF_DBIAS]);
     lh_free(&d);
     lh_free(&w);
     return 1;
 }
 
-/* ResNet-20's 32- and 64-channel shapes: Winograd's results within 1e-4 of
- * direct's, and not bitwise equal to them (else the direct kernels ran).
- * The ReLU is off for backward (see bf_convs). */
+/* ResNet-20's 32- and 64-channel shapes, and the seed CNN's second
+ * convolution ('valid', 13x13 -> 11x11: odd, so Winograd's 2x2 tiles end
+ * half outside): Winograd's results within 1e-4 of direct's, and not
+ * bitwise equal to them (else the direct kernels ran). The ReLU is off for
+ * backward (see bf_convs). */
 START_TEST(winograd_conv_vs_direct)
 {
-    static const struct { struct dt_shape in; int K; } shapes[] = {{{16, 16, 32}, 32}, {{8, 8, 64}, 64}};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    static const struct { struct dt_shape in; int K, same; } shapes[] = {
+        {{16, 16, 32}, 32, 1}, {{8, 8, 64}, 64, 1}, {{13, 13, 32}, 64, 0}};
+    /* the 'valid' case on dtrain's own F(2x2,3x3) only (AVX2 CPUs): oneDNN's
+     * F(4x4,3x3) may leave such a shape to its direct kernels */
+    const size_t nshapes = __builtin_cpu_supports("avx512f") ? 2 : 3;
+    for (size_t i = 0; i < nshapes; i++)
         for (int relu = 0; relu <= 1; relu++) {
             double rel[BF_NCONV];
-            if (!winograd_case(shapes[i].in, shapes[i].K, relu, rel)) return;
+            if (!winograd_case(shapes[i].in, shapes[i].K, relu, shapes[i].same, rel)) return;
             ck_assert_msg(rel[BF_OUT] > 0.0, "winograd conv %zu: out bitwise equal to direct: not Winograd", i);
             for (int r = 0; r < (relu ? 1 : BF_NCONV); r++)
                 ck_assert_msg(rel[r] < WINO_TOL, "winograd conv %zu relu %d: %s off by %.3e of its magnitude",
@@ -1106,7 +1118,7 @@ END_TEST
 START_TEST(winograd_not_below_32_channels)
 {
     double rel[BF_NCONV];
-    if (!winograd_case((struct dt_shape){8, 8, 16}, 16, 0, rel)) return;
+    if (!winograd_case((struct dt_shape){8, 8, 16}, 16, 0, 1, rel)) return;
     for (int r = 0; r < BF_NCONV; r++)
         ck_assert_msg(rel[r] == 0.0, "16-channel conv under --winograd: %s differs from direct by %.3e",
                       bf_conv_what[r], rel[r]);
@@ -1308,6 +1320,7 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, conv3x3_avx2_rows_and_images);
     tcase_add_test(tc, conv3x3_avx2_channel_tail);
     tcase_add_test(tc, conv3x3_avx2_small_image);
+    tcase_add_test(tc, conv3x3_avx2_valid);
     tcase_add_test(tc, fd_conv3x3_avx2);
     tcase_add_test(tc, fd_maxpool_even);
     tcase_add_test(tc, fd_maxpool_odd);

@@ -372,7 +372,7 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     p->wino2 = p->avx2 && cpu_winograd == 2 && wino_fits(shape);
     if (p->wino2) p->U = dt_xmalloc(sizeof(float) * 16 * (size_t)shape->c * (size_t)shape->k);
     const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
-    p->verbose = p->avx2 && v && *v && strcmp(v, "0");
+    p->verbose = (p->avx2 || p->direct) && v && *v && strcmp(v, "0");
     return p;
 }
 
@@ -428,8 +428,9 @@ static void load(dnnl_memory_t m, uint16_t *bf, const void *x, size_t count)
 }
 
 /* DTRAIN_KERNEL_VERBOSE: one line per call of dtrain's own convolution
- * kernels in oneDNN's verbose format (ONEDNN_VERBOSE=1), so that the tools
- * that read oneDNN's log (bench/lib.sh's kernel table) read these too. */
+ * kernels (dtrain:avx2, dtrain_wino_2x3:avx2, dtrain:direct) in oneDNN's
+ * verbose format (ONEDNN_VERBOSE=1), so that the tools that read oneDNN's
+ * log (bench/lib.sh's kernel table) read these too. */
 static double seconds(void)
 {
     struct timespec t;
@@ -443,7 +444,8 @@ static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, d
     const int wino = p->wino2 && strcmp(dir, "backward_weights");
     printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
            "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
-           wino ? "dtrain_wino_2x3:avx2" : "dtrain:avx2", dir, wino ? "winograd" : "direct", n, s->c, s->k, s->h,
+           p->direct ? "dtrain:direct" : wino ? "dtrain_wino_2x3:avx2" : "dtrain:avx2", dir,
+           wino ? "winograd" : "direct", n, s->c, s->k, s->h,
            s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride, s->pad, 1e3 * (seconds() - t0));
     fflush(stdout);
 }
@@ -487,7 +489,9 @@ void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const 
 {
     if (n == 0) return;
     if (p->direct) {
+        const double t0 = p->verbose ? seconds() : 0.0;
         cpu_conv_direct_forward(&p->s, p->relu, n, out, inp, weight, bias, p->act16);
+        if (p->verbose) verbose_line(p, "forward_training", n, t0);
         return;
     }
     if (p->avx2) {
@@ -532,7 +536,9 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
         return;
     }
     if (p->direct) {
+        const double t0 = p->verbose ? seconds() : 0.0;
         cpu_conv_direct_backward_weights(s, n, dweight, dbias, dout, inp, p->act16);
+        if (p->verbose) verbose_line(p, "backward_weights", n, t0);
         if (!dinp) return;
     }
     struct entry *e = lookup(p, n);

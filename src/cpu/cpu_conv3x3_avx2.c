@@ -1,5 +1,6 @@
-/* cpu_conv3x3_avx2.c: float32 3x3 convolutions (stride 1, padding 1, NHWC
- * activations, HWIO weights) for CPUs with AVX2 + FMA and without AVX-512.
+/* cpu_conv3x3_avx2.c: float32 3x3 convolutions (stride 1, padding 1 or 0:
+ * 'same' or 'valid'; NHWC activations, HWIO weights) for CPUs with AVX2 +
+ * FMA and without AVX-512.
  *
  * On such a CPU oneDNN 2.6 has only its older jit:avx2 kernels, which ran
  * ResNet-20's 3x3 layers at 37-99 GFLOP/s of a core's 100 (bench/conv_layouts,
@@ -45,25 +46,33 @@
 
 static const float zeros[MAX_CH] __attribute__((aligned(64)));
 
+/* One pass as a forward convolution: input hi x wi, output ho x wo, tap
+ * (ky, kx) of output (y, x) reading input (y + ky - pad, x + kx - pad). The
+ * forward pass is the layer's own; backward-data runs diff_dst (oh x ow)
+ * into diff_src (h x w) with pad 2 - pad (full correlation). */
+struct geom {
+    int hi, wi, ho, wo, pad;
+};
+
 /* out[p0 .. p0+R)[co0 .. co0+8 NV) = bias + sum over taps and ci; R <= 6,
  * NV 1 or 2, both constants where inlined. */
-FAST2 static INLINE void fwd_tile(const int R, const int NV, const struct dt_conv_shape *s, long p0, int co0,
+FAST2 static INLINE void fwd_tile(const int R, const int NV, const struct geom *g, long p0, int co0,
                                   float *out, const float *inp, const float *wt, int Ci, int Co,
                                   const float *bias, int relu)
 {
-    const int H = s->h, W = s->w;
+    const int H = g->hi, W = g->wi, HO = g->ho, WO = g->wo;
     int n[PX], y[PX], x[PX];
     {
         long p = p0;
-        n[0] = (int)(p / ((long)H * W));
-        int r = (int)(p % ((long)H * W));
-        y[0] = r / W;
-        x[0] = r % W;
+        n[0] = (int)(p / ((long)HO * WO));
+        int r = (int)(p % ((long)HO * WO));
+        y[0] = r / WO;
+        x[0] = r % WO;
         for (int j = 1; j < R; j++) {
             n[j] = n[j - 1], y[j] = y[j - 1], x[j] = x[j - 1] + 1;
-            if (x[j] == W) {
+            if (x[j] == WO) {
                 x[j] = 0;
-                if (++y[j] == H) y[j] = 0, n[j]++;
+                if (++y[j] == HO) y[j] = 0, n[j]++;
             }
         }
     }
@@ -73,14 +82,16 @@ FAST2 static INLINE void fwd_tile(const int R, const int NV, const struct dt_con
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) acc[j][v] = bias ? _mm256_loadu_ps(bias + co0 + 8 * v) : _mm256_setzero_ps();
     for (int t = 0; t < 9; t++) {
-        const int dy = t / 3 - 1, dx = t % 3 - 1;
+        const int dy = t / 3 - g->pad, dx = t % 3 - g->pad;
         const float *src[PX];
+        int inside = 0;
 #pragma GCC unroll 6
         for (int j = 0; j < R; j++) {
-            const int iy = y[j] + dy, ix = x[j] + dx;
-            src[j] = iy < 0 || iy >= H || ix < 0 || ix >= W ? zeros
-                     : inp + (((size_t)n[j] * H + (size_t)iy) * W + (size_t)ix) * (size_t)Ci;
+            const int iy = y[j] + dy, ix = x[j] + dx, in = iy >= 0 && iy < H && ix >= 0 && ix < W;
+            src[j] = in ? inp + (((size_t)n[j] * H + (size_t)iy) * W + (size_t)ix) * (size_t)Ci : zeros;
+            inside |= in;
         }
+        if (!inside) continue; /* the whole tile's tap in the padding (backward-data's pad 2) */
         const float *w = wt + (size_t)t * Ci * Co + co0;
         for (int c = 0; c < Ci; c++) {
             __m256 b[2];
@@ -106,16 +117,16 @@ FAST2 static INLINE void fwd_tile(const int R, const int NV, const struct dt_con
 
 #define FWD_CASES(NV)                                                                  \
     switch (R) {                                                                       \
-    case 6: fwd_tile(6, NV, s, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
-    case 5: fwd_tile(5, NV, s, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
-    case 4: fwd_tile(4, NV, s, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
-    case 3: fwd_tile(3, NV, s, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
-    case 2: fwd_tile(2, NV, s, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
-    default: fwd_tile(1, NV, s, p0, co, out, inp, wt, Ci, Co, bias, relu); break;      \
+    case 6: fwd_tile(6, NV, g, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
+    case 5: fwd_tile(5, NV, g, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
+    case 4: fwd_tile(4, NV, g, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
+    case 3: fwd_tile(3, NV, g, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
+    case 2: fwd_tile(2, NV, g, p0, co, out, inp, wt, Ci, Co, bias, relu); break;       \
+    default: fwd_tile(1, NV, g, p0, co, out, inp, wt, Ci, Co, bias, relu); break;      \
     }
 
 /* R pixels from p0, every output block: 16 wide, then 8 where Co % 16 == 8. */
-FAST2 static void fwd_tiles(const struct dt_conv_shape *s, long p0, int R, float *out, const float *inp,
+FAST2 static void fwd_tiles(const struct geom *g, long p0, int R, float *out, const float *inp,
                             const float *wt, int Ci, int Co, const float *bias, int relu)
 {
     int co = 0;
@@ -123,15 +134,15 @@ FAST2 static void fwd_tiles(const struct dt_conv_shape *s, long p0, int R, float
     if (co < Co) FWD_CASES(1)
 }
 
-/* out = conv(inp, wt) (+ bias, ReLU): Ci channels in, Co out, s's h and w. */
-static void conv_core(const struct dt_conv_shape *s, int n, float *out, const float *inp, const float *wt, int Ci,
-                      int Co, const float *bias, int relu)
+/* out = conv(inp, wt) (+ bias, ReLU): Ci channels in, Co out, g's sizes. */
+static void conv_core(const struct geom *g, int n, float *out, const float *inp, const float *wt, int Ci, int Co,
+                      const float *bias, int relu)
 {
-    const long P = (long)n * s->h * s->w, tiles = (P + PX - 1) / PX;
+    const long P = (long)n * g->ho * g->wo, tiles = (P + PX - 1) / PX;
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < tiles; i++) {
         const long p0 = i * PX;
-        fwd_tiles(s, p0, P - p0 < PX ? (int)(P - p0) : PX, out, inp, wt, Ci, Co, bias, relu);
+        fwd_tiles(g, p0, P - p0 < PX ? (int)(P - p0) : PX, out, inp, wt, Ci, Co, bias, relu);
     }
 }
 
@@ -140,20 +151,21 @@ static void conv_core(const struct dt_conv_shape *s, int n, float *out, const fl
 FAST2 static INLINE void bww_tile(const int R, const int NV, const struct dt_conv_shape *s, long r0, long r1, int t,
                                   int ci0, int co0, float *dw, const float *dout, const float *inp)
 {
-    const int H = s->h, W = s->w, C = s->c, K = s->k;
-    const int dy = t / 3 - 1, dx = t % 3 - 1;
-    const int x0 = dx < 0 ? 1 : 0, x1 = dx > 0 ? W - 1 : W;
+    const int H = s->h, W = s->w, C = s->c, K = s->k, HO = s->oh, WO = s->ow;
+    const int dy = t / 3 - s->pad, dx = t % 3 - s->pad;
+    /* output columns whose tap lands inside the input */
+    const int x0 = dx < 0 ? -dx : 0, x1 = WO < W - dx ? WO : W - dx;
     float *d = dw + ((size_t)t * C + (size_t)ci0) * K + co0;
     __m256 acc[PX][2];
 #pragma GCC unroll 6
     for (int j = 0; j < R; j++)
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) acc[j][v] = _mm256_loadu_ps(d + (size_t)j * K + 8 * v);
-    for (long r = r0; r < r1; r++) {
-        const int y = (int)(r % H), iy = y + dy;
+    for (long r = r0; r < r1; r++) { /* r: output row of the flattened batch */
+        const int y = (int)(r % HO), iy = y + dy;
         if (iy < 0 || iy >= H) continue;
-        const float *a = inp + ((size_t)(r - y + iy) * W + (size_t)(x0 + dx)) * C + ci0;
-        const float *b = dout + ((size_t)r * W + (size_t)x0) * K + co0;
+        const float *a = inp + (((size_t)(r / HO) * H + (size_t)iy) * W + (size_t)(x0 + dx)) * C + ci0;
+        const float *b = dout + ((size_t)r * WO + (size_t)x0) * K + co0;
         for (int x = x0; x < x1; x++) {
             __m256 bv[2];
 #pragma GCC unroll 2
@@ -197,7 +209,7 @@ FAST2 static void bww_chunk(const struct dt_conv_shape *s, long r0, long r1, flo
         }
 }
 
-/* Rows per chunk: inputs and gradients of the chunk in about 48 KiB. */
+/* Output rows per chunk: inputs and gradients of the chunk in about 48 KiB. */
 static long chunk_rows(const struct dt_conv_shape *s)
 {
     long bytes = (long)s->w * (s->c + s->k) * (long)sizeof(float), rows = 49152 / bytes;
@@ -212,8 +224,9 @@ int cpu_conv3x3_fits(const struct dt_conv_shape *s)
     const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
     const int no512 = off && !strcmp(off, "avx512"), none = off && *off && strcmp(off, "0") && !no512;
     return !none && (no512 || !__builtin_cpu_supports("avx512f")) && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma") && s->kh == 3 && s->kw == 3 && s->stride == 1 && s->pad == 1 &&
-           s->oh == s->h && s->ow == s->w && s->c % 8 == 0 && s->k % 8 == 0 && s->c <= MAX_CH && s->k <= MAX_CH;
+           __builtin_cpu_supports("fma") && s->kh == 3 && s->kw == 3 && s->stride == 1 && (s->pad == 0 || s->pad == 1) &&
+           s->oh == s->h + 2 * s->pad - 2 && s->ow == s->w + 2 * s->pad - 2 && s->oh > 0 && s->ow > 0 &&
+           s->c % 8 == 0 && s->k % 8 == 0 && s->c <= MAX_CH && s->k <= MAX_CH;
 #else
     (void)s;
     return 0;
@@ -224,7 +237,8 @@ int cpu_conv3x3_fits(const struct dt_conv_shape *s)
 void cpu_conv3x3_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
                          const float *weight, const float *bias)
 {
-    conv_core(s, n, out, inp, weight, s->c, s->k, bias, relu);
+    const struct geom g = {s->h, s->w, s->oh, s->ow, s->pad};
+    conv_core(&g, n, out, inp, weight, s->c, s->k, bias, relu);
 }
 
 void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float *wflip)
@@ -239,15 +253,16 @@ void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float 
 void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
                                const float *weight, float *wflip)
 {
+    const struct geom g = {s->oh, s->ow, s->h, s->w, 2 - s->pad};
     cpu_conv3x3_flip(s, weight, wflip);
-    conv_core(s, n, dinp, dout, wflip, s->k, s->c, NULL, 0);
+    conv_core(&g, n, dinp, dout, wflip, s->k, s->c, NULL, 0);
 }
 
 void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
                                   const float *dout, const float *inp)
 {
     const size_t nw = (size_t)9 * s->c * s->k;
-    const long rows = (long)n * s->h, step = chunk_rows(s), chunks = (rows + step - 1) / step;
+    const long rows = (long)n * s->oh, step = chunk_rows(s), chunks = (rows + step - 1) / step;
     const int nt = omp_get_max_threads() < chunks ? omp_get_max_threads() : (int)chunks;
     float *part = nt > 1 ? dt_xcalloc((size_t)(nt - 1) * nw, sizeof(float)) : NULL;
     memset(dweight, 0, nw * sizeof(float));
@@ -263,7 +278,7 @@ void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *d
     for (int i = 1; i < nt; i++)
         for (size_t j = 0; j < nw; j++) dweight[j] += part[(size_t)(i - 1) * nw + j];
     free(part);
-    cpu_bias_grad(dbias, dout, n * s->h * s->w, s->k);
+    cpu_bias_grad(dbias, dout, n * s->oh * s->ow, s->k);
 }
 #else
 void cpu_conv3x3_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,

@@ -1,7 +1,7 @@
 /* cpu_winograd_avx2.c: --winograd on CPUs with AVX2 + FMA and without
  * AVX-512, where oneDNN 2.6 has no Winograd kernel: F(2x2, 3x3) for the
  * forward and backward-data passes of the 3x3 convolutions that
- * cpu_conv3x3_avx2.c takes (stride 1, padding 1, float32, channels
+ * cpu_conv3x3_avx2.c takes (stride 1, padding 1 or 0, float32, channels
  * multiples of 8); backward-weights stays with that file's direct kernel.
  *
  * F(2x2, 3x3) computes a 2x2 block of outputs from a 4x4 patch of input in
@@ -116,6 +116,12 @@ FAST2 static void filter_transform(int Ci, int Co, const float *w, float *U)
         }
 }
 
+/* As in cpu_conv3x3_avx2.c: input hi x wi, output ho x wo, output (y, x)
+ * reading input (y + ky - pad, x + kx - pad). */
+struct geom {
+    int hi, wi, ho, wo, pad;
+};
+
 /* Tile number -> image, output row and column of its top-left corner. */
 static INLINE void tile_at(long t, int th, int tw, int *n, int *y, int *x)
 {
@@ -126,17 +132,17 @@ static INLINE void tile_at(long t, int th, int tw, int *n, int *y, int *x)
 }
 
 /* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's input patch, i < nt. */
-FAST2 static void input_transform(const struct dt_conv_shape *s, long t0, int nt, int th, int tw, const float *inp,
+FAST2 static void input_transform(const struct geom *g, long t0, int nt, int th, int tw, const float *inp,
                                   int Ci, float *V)
 {
-    const int H = s->h, W = s->w;
+    const int H = g->hi, W = g->wi;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
         tile_at(t0 + i, th, tw, &n, &y, &x);
         const float *src[4][4];
         for (int r = 0; r < 4; r++)
             for (int q = 0; q < 4; q++) {
-                const int iy = y - 1 + r, ix = x - 1 + q;
+                const int iy = y - g->pad + r, ix = x - g->pad + q;
                 src[r][q] = iy < 0 || iy >= H || ix < 0 || ix >= W
                                 ? NULL
                                 : inp + (((size_t)n * H + (size_t)iy) * W + (size_t)ix) * (size_t)Ci;
@@ -164,10 +170,10 @@ FAST2 static void input_transform(const struct dt_conv_shape *s, long t0, int nt
 }
 
 /* out's 2x2 block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
-FAST2 static void output_transform(const struct dt_conv_shape *s, long t0, int nt, int th, int tw, const float *M,
+FAST2 static void output_transform(const struct geom *g, long t0, int nt, int th, int tw, const float *M,
                                    int Co, const float *bias, int relu, float *out)
 {
-    const int H = s->h, W = s->w;
+    const int H = g->ho, W = g->wo;
     const size_t st = (size_t)nt * Co;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
@@ -196,11 +202,11 @@ FAST2 static void output_transform(const struct dt_conv_shape *s, long t0, int n
 
 /* out = conv(inp, w) (+ bias, ReLU) with Ci channels in and Co out; w is
  * [9][Ci][Co]; U is 16 Ci Co floats of scratch. */
-static void wino_core(const struct dt_conv_shape *s, int n, float *out, const float *inp, const float *w, int Ci,
-                      int Co, const float *bias, int relu, float *U)
+static void wino_core(const struct geom *g, int n, float *out, const float *inp, const float *w, int Ci, int Co,
+                      const float *bias, int relu, float *U)
 {
     filter_transform(Ci, Co, w, U);
-    const int th = (s->h + 1) / 2, tw = (s->w + 1) / 2;
+    const int th = (g->ho + 1) / 2, tw = (g->wo + 1) / 2;
     const long tiles = (long)n * th * tw;
     /* V and M of a block in about 192 KiB: 96 tiles at 16 channels, 24 at 64 */
     int tb = 3072 / (Ci + Co) / RT * RT;
@@ -214,9 +220,9 @@ static void wino_core(const struct dt_conv_shape *s, int n, float *out, const fl
         for (long b = 0; b < blocks; b++) {
             const long t0 = b * tb;
             const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
-            input_transform(s, t0, nt, th, tw, inp, Ci, V);
+            input_transform(g, t0, nt, th, tw, inp, Ci, V);
             products(nt, Ci, Co, V, U, M);
-            output_transform(s, t0, nt, th, tw, M, Co, bias, relu, out);
+            output_transform(g, t0, nt, th, tw, M, Co, bias, relu, out);
         }
         free(V);
         free(M);
@@ -226,13 +232,15 @@ static void wino_core(const struct dt_conv_shape *s, int n, float *out, const fl
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U)
 {
-    wino_core(s, n, out, inp, weight, s->c, s->k, bias, relu, U);
+    const struct geom g = {s->h, s->w, s->oh, s->ow, s->pad};
+    wino_core(&g, n, out, inp, weight, s->c, s->k, bias, relu, U);
 }
 
 void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
                                  const float *wflip, float *U)
 {
-    wino_core(s, n, dinp, dout, wflip, s->k, s->c, NULL, 0, U);
+    const struct geom g = {s->oh, s->ow, s->h, s->w, 2 - s->pad};
+    wino_core(&g, n, dinp, dout, wflip, s->k, s->c, NULL, 0, U);
 }
 #else
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
