@@ -388,12 +388,13 @@ int cpu_set_winograd(int on, char *why, size_t whylen)
         dnnl_dims_t bd = {32}, st = {1, 1}, pad = {1, 1};
         dnnl_primitive_desc_t pd[3];
         DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
+        /* dtrain's own F(2x2, 3x3) where its AVX2 3x3 kernels run (CPUs
+         * without AVX-512, or DTRAIN_NO_FAST_KERNELS=avx512), else oneDNN's */
+        if (cpu_conv3x3_fits(&probe.s)) {
+            cpu_winograd = 2;
+            return 0;
+        }
         if (!wino_pds(&probe, 1, NULL, &bias, st, pad, pad, &pd[0], &pd[1], &pd[2])) {
-            /* dtrain's own F(2x2, 3x3) where its AVX2 3x3 kernels run */
-            if (cpu_conv3x3_fits(&probe.s)) {
-                cpu_winograd = 2;
-                return 0;
-            }
             snprintf(why, whylen, "oneDNN %d.%d has no Winograd convolution on this CPU (its Winograd kernels "
                      "need AVX-512), nor does dtrain (its own needs AVX2 and FMA)", DNNL_VERSION_MAJOR,
                      DNNL_VERSION_MINOR);
