@@ -11,6 +11,11 @@
  * rewritten for it, cost. One line per case, machine-readable:
  *   conv fwd fp32 nhwc c16 k16 hw32 ms=1.565 gflops=193 impl=brgconv:avx512_core
  *   conv fwd fp32 winograd c16 k16 hw32 unavailable
+ * In fp32 two more kinds follow each case: dtrain's own AVX2 kernels
+ * (dtrain-avx2: cpu_conv3x3_avx2.c; dtrain-wino: cpu_winograd_avx2.c's
+ * F(2x2,3x3), forward and backward-data), timed where they run (CPUs with
+ * AVX2 + FMA and without AVX-512, or with DTRAIN_NO_FAST_KERNELS=avx512),
+ * else "unavailable".
  * ms is the median of R timed runs of 5 executions each, after 3 warm-up
  * executions; gflops counts the direct convolution's 2 n k h w c 9 (also
  * for Winograd, which does fewer). Exit 0; 2 for a bad command line. */

@@ -1,8 +1,12 @@
 #!/bin/sh
 # bench_conv_layouts.sh: bench/conv_layouts at a tiny batch: one line per
-# case (3 shapes x 3 directions x 3 layouts per type), every NHWC case
+# case (3 shapes x 3 directions x 5 kinds in fp32: oneDNN's NHWC, blocked
+# and Winograd, dtrain's AVX2 direct and Winograd kernels), every NHWC case
 # timed (> 0 ms, > 0 GFLOP/s, oneDNN's kernel named), Winograd timed or
-# said unavailable; bad options exit 2 with one message.
+# said unavailable; on a CPU with AVX2 + FMA (DTRAIN_NO_FAST_KERNELS=avx512
+# where it has AVX-512 too) dtrain's 9 direct cases and 6 Winograd ones
+# (forward, backward-data) timed, its Winograd backward-weights unavailable;
+# bad options exit 2 with one message.
 . "$TOP_SRCDIR/tests/common.sh"
 CL=$TOP_BUILDDIR/bench/conv_layouts
 T=$TEST_TMP/conv_layouts.$$
@@ -10,11 +14,21 @@ rm -rf "$T"
 mkdir -p "$T"
 out=$T/out err=$T/err
 
-"$CL" --batch 2 --repeats 1 --types fp32 >"$out" 2>"$err"
+DTRAIN_NO_FAST_KERNELS=avx512 "$CL" --batch 2 --repeats 1 --types fp32 >"$out" 2>"$err"
 rc=$?
 [ "$rc" = 0 ] && pass "conv_layouts --batch 2 --repeats 1 --types fp32 exits 0" || { fail "exit $rc"; cat "$out" "$err" >&2; }
-[ "$(grep -c '^conv ' "$out")" = 27 ] && pass "27 case lines (3 shapes x 3 directions x 3 layouts)" ||
-  { fail "expected 27 'conv' lines"; cat "$out" >&2; }
+[ "$(grep -c '^conv ' "$out")" = 45 ] && pass "45 case lines (3 shapes x 3 directions x 5 kinds)" ||
+  { fail "expected 45 'conv' lines"; cat "$out" >&2; }
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  d=$(grep -c '^conv [a-z_]* fp32 dtrain-avx2 .* ms=[0-9.]* gflops=[0-9]* impl=dtrain:avx2$' "$out")
+  w=$(grep -c '^conv \(fwd\|bwd_data\) fp32 dtrain-wino .* ms=[0-9.]* gflops=[0-9]* impl=dtrain_wino_2x3:avx2$' "$out")
+  u=$(grep -c '^conv bwd_weights fp32 dtrain-wino .* unavailable$' "$out")
+  [ "$d" = 9 ] && [ "$w" = 6 ] && [ "$u" = 3 ] &&
+    pass "dtrain's AVX2 kernels: 9 direct cases and 6 Winograd ones timed, Winograd backward-weights unavailable" ||
+    { fail "dtrain's AVX2 kernels: $d of 9 direct, $w of 6 Winograd timed, $u of 3 unavailable"; cat "$out" >&2; }
+else
+  echo "skip: this CPU lacks AVX2 or FMA: dtrain's AVX2 kernel lines not checked"
+fi
 timed=$(grep '^conv [a-z_]* fp32 nhwc ' "$out" | awk '{ ok = 0; for (i = 7; i <= NF; i++) { split($i, kv, "=");
   f[kv[1]] = kv[2] } if (f["ms"] > 0 && f["gflops"] > 0 && f["impl"] != "") ok = 1; n += ok } END { print n + 0 }')
 [ "$timed" = 9 ] && pass "all 9 NHWC cases timed with the kernel named" || { fail "$timed of 9 NHWC cases timed"; cat "$out" >&2; }
