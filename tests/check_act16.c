@@ -12,7 +12,7 @@
  * explains, and differ: bf16 (8 bits of mantissa) by more than fp16 (11). */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
  * on a CPU without bf16 instructions. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

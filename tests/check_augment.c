@@ -2,7 +2,7 @@
  * against results worked out by hand on small images. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <string.h>
 
 #include "data/augment.h"

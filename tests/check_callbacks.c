@@ -2,7 +2,7 @@
  * (src/train/callbacks.c), against Keras 3's rules worked out by hand here. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <signal.h>
 

@@ -19,7 +19,7 @@
  * - a model whose layer shapes differ gets a message naming the layer. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>

@@ -20,7 +20,7 @@
  * a collective the others have abandoned. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 
 #include <errno.h>
 #include <float.h>

@@ -8,7 +8,7 @@
  * the file, line and key. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * the CPU's forward (skipped without a device). */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

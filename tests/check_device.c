@@ -6,7 +6,7 @@
  * one GPU per task, and too many ranks for the node's GPUs. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <string.h>
 
 #include "runtime/device.h"

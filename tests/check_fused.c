@@ -13,7 +13,7 @@
  * separately visible through the backend table. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * bytes, and each kind of bad file must be refused with a message that names
  * the file and the problem.
  */
-#include <check.h>
+#include "ck_fast.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * it, so MPI_Init is not needed. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -17,7 +17,7 @@
  * needed only because datasets are opened through MPI-IO). */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * - evaluation gives every rank the same figures. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <hdf5.h>
 #include <mpi.h>

@@ -12,7 +12,7 @@
  * squares and scaling. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

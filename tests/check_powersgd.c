@@ -16,7 +16,7 @@
  * left alone in a collective. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 
 #include <math.h>
 #include <mpi.h>

@@ -12,7 +12,7 @@
  * Forward passes are compared with double-precision references. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * parts (what makes np=1 with batch 2B equal np=2 with batch B). */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -16,7 +16,7 @@
  * tests/gpu_train.sh. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * tests/interop/tb_read.py. */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>

@@ -17,7 +17,7 @@
  * It also prints what a span costs, on and off (not asserted). */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * (GPT-2's bpe(): rescan for the lowest-ranked pair, merge all of it) that
  * the incremental trainer and the heap encoder must match token for token.
  * Random UTF-8 must decode back to its exact bytes. */
-#include <check.h>
+#include "ck_fast.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * bf16-rounded, inputs, with tolerances of a bf16 rounding (2^-8). */
 #include "config.h"
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

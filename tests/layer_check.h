@@ -6,7 +6,7 @@
 #ifndef DT_LAYER_CHECK_H
 #define DT_LAYER_CHECK_H
 
-#include <check.h>
+#include "ck_fast.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

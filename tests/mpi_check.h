@@ -9,7 +9,7 @@
 #ifndef DT_MPI_CHECK_H
 #define DT_MPI_CHECK_H
 
-#include <check.h>
+#include "ck_fast.h"
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
