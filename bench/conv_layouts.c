@@ -13,7 +13,7 @@
  *   conv fwd fp32 winograd c16 k16 hw32 unavailable
  * In fp32 two more kinds follow each case: dtrain's own AVX2 kernels
  * (dtrain-avx2: cpu_conv3x3_avx2.c; dtrain-wino: cpu_winograd_avx2.c's
- * F(2x2,3x3), forward and backward-data), timed where they run (CPUs with
+ * F(2x2,3x3), every pass), timed where they run (CPUs with
  * AVX2 + FMA and without AVX-512, or with DTRAIN_NO_FAST_KERNELS=avx512),
  * else "unavailable".
  * ms is the median of R timed runs of 5 executions each, after 3 warm-up
@@ -158,7 +158,7 @@ static void one_case(int n, int c, int k, int hw, int dir, int bf16, int layout,
 }
 
 /* dtrain's own AVX2 3x3 kernels (cpu_conv3x3_avx2.c; wino: --winograd's
- * F(2x2, 3x3) of cpu_winograd_avx2.c, forward and backward-data) on the same
+ * F(2x2, 3x3) of cpu_winograd_avx2.c, every pass) on the same
  * case, where they run (fp32 on a CPU with AVX2 + FMA and without AVX-512,
  * or any AVX2 CPU with DTRAIN_NO_FAST_KERNELS=avx512); inputs as above. */
 static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, int wino)
@@ -166,7 +166,7 @@ static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, i
     const struct dt_conv_shape s = {.h = hw, .w = hw, .c = c, .k = k, .kh = 3, .kw = 3, .stride = 1, .pad = 1,
                                     .oh = hw, .ow = hw};
     printf("conv %s fp32 %s c%d k%d hw%d", dir_name[dir], wino ? "dtrain-wino" : "dtrain-avx2", c, k, hw);
-    if (!cpu_conv3x3_fits(&s) || (wino && dir == BWD_WEIGHTS)) {
+    if (!cpu_conv3x3_fits(&s)) {
         printf(" unavailable\n");
         return;
     }
@@ -188,6 +188,7 @@ static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, i
                 cpu_conv3x3_flip(&s, w, w2);
                 cpu_wino_avx2_backward_data(&s, n, x, y, w2, u);
             } else if (dir == BWD_DATA) cpu_conv3x3_backward_data(&s, n, x, y, w, w2);
+            else if (wino) cpu_wino_avx2_backward_weights(&s, n, w2, b, y, x);
             else cpu_conv3x3_backward_weights(&s, n, w2, b, y, x);
         }
         if (r >= 0) t[r] = (now() - t0) / 5;

@@ -1115,6 +1115,8 @@ START_TEST(winograd_conv_vs_direct)
                     return;
                 }
                 ck_assert_msg(rel[BF_OUT] > 0.0, "winograd conv %zu: out bitwise equal to direct: not Winograd", i);
+                ck_assert_msg(!own || relu || rel[BF_DWEIGHT] > 0.0,
+                              "winograd conv %zu: dweight bitwise equal to direct: not Winograd", i);
                 for (int r = 0; r < (relu ? 1 : BF_NCONV); r++)
                     ck_assert_msg(rel[r] < WINO_TOL, "winograd conv %zu relu %d: %s off by %.3e of its magnitude",
                                   i, relu, bf_conv_what[r], rel[r]);

@@ -63,7 +63,7 @@ struct dt_conv_plan {
     int direct;         /* cpu_conv_direct.c handles forward and backward-weights */
     int wino;           /* try oneDNN's Winograd kernels (cpu_winograd and the shape fits) */
     int avx2;           /* cpu_conv3x3_avx2.c handles forward and both backward passes */
-    int wino2;          /* ... and cpu_winograd_avx2.c its forward and backward-data (--winograd) */
+    int wino2;          /* ... and cpu_winograd_avx2.c all three passes instead (--winograd) */
     float *U;           /* its filters' transform, [16][c][k] (or [16][k][c] for backward-data) */
     int verbose;        /* DTRAIN_KERNEL_VERBOSE: a line per call of those kernels */
     float *wflip;       /* its backward-data weights, [9][k][c] */
@@ -442,7 +442,7 @@ static double seconds(void)
 static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)
 {
     const struct dt_conv_shape *s = &p->s;
-    const int wino = p->wino2 && strcmp(dir, "backward_weights");
+    const int wino = p->wino2;
     printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
            "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
            p->direct ? "dtrain:direct" : wino ? "dtrain_wino_2x3:avx2" : "dtrain:avx2", dir,
@@ -525,7 +525,8 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
     }
     if (p->avx2) {
         double t0 = p->verbose ? seconds() : 0.0;
-        cpu_conv3x3_backward_weights(s, n, dweight, dbias, dout, inp);
+        if (p->wino2) cpu_wino_avx2_backward_weights(s, n, dweight, dbias, dout, inp);
+        else cpu_conv3x3_backward_weights(s, n, dweight, dbias, dout, inp);
         if (p->verbose) verbose_line(p, "backward_weights", n, t0), t0 = seconds();
         if (dinp && p->wino2) {
             cpu_conv3x3_flip(s, weight, p->wflip);

@@ -84,12 +84,14 @@ void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *d
                                   const float *dout, const float *inp);
 void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float *wflip);
 /* cpu_winograd_avx2.c: --winograd's F(2x2, 3x3) on the same shapes (where
- * oneDNN has no Winograd kernel), forward and backward-data; U: 16 c k
- * floats of scratch. */
+ * oneDNN has no Winograd kernel), forward, backward-data and
+ * backward-weights; U: 16 c k floats of scratch. */
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U);
 void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
                                  const float *wflip, float *U);
+void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+                                    const float *dout, const float *inp);
 
 /* cpu_pool.c */
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);

@@ -1,8 +1,8 @@
 /* cpu_winograd_avx2.c: --winograd on CPUs with AVX2 + FMA and without
  * AVX-512, where oneDNN 2.6 has no Winograd kernel: F(2x2, 3x3) for the
- * forward and backward-data passes of the 3x3 convolutions that
- * cpu_conv3x3_avx2.c takes (stride 1, padding 1 or 0, float32, channels
- * multiples of 8); backward-weights stays with that file's direct kernel.
+ * forward, backward-data and backward-weights passes of the 3x3
+ * convolutions that cpu_conv3x3_avx2.c takes (stride 1, padding 1 or 0,
+ * float32, channels multiples of 8).
  *
  * F(2x2, 3x3) computes a 2x2 block of outputs from a 4x4 patch of input in
  * 16 multiplies per input channel and filter instead of 36 (2.25x fewer),
@@ -17,7 +17,9 @@
  *      transform (computed per call: 16 c k floats): 6 x 16 register tiles,
  *      as in cpu_conv3x3_avx2.c;
  *   3. the outputs y = A' m A (+ bias, ReLU), written where inside the image.
- * Threads: OpenMP over blocks, each with its own V and M. */
+ * Threads: OpenMP over blocks, each with its own V and M.
+ * Backward-data is the forward on flipped filters; backward-weights (below)
+ * transforms the output gradients instead of the filters. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -229,6 +231,172 @@ static void wino_core(const struct geom *g, int n, float *out, const float *inp,
     }
 }
 
+/* ---- backward-weights ----------------------------------------------------
+ * With m = U . V per tile (U = G g G', V = B' d B) and y = A' m A, the
+ * gradient of a filter is dg = G' [sum over tiles of (A dy A') . V] G: the
+ * output gradients' 2x2 blocks are transformed to 4x4 (Z = A dy A'), the 16
+ * positions' sums over tiles are 16 products Mw[xi] = V[xi]' Z[xi]
+ * (Ci x Co, reduced over the tiles), and one transform G' Mw G at the end
+ * gives the 3x3 filters: 16 multiplies per tile, channel and filter instead
+ * of 36, as forward. */
+
+/* Z[xi][i][k] = (A dy A')[xi] for the 2x2 block dy of output gradients of
+ * tile t0 + i, zero where the block lies outside the output. */
+FAST2 static void grad_transform(const struct geom *g, long t0, int nt, int th, int tw, const float *dout, int Co,
+                                 float *Z)
+{
+    const int H = g->ho, W = g->wo;
+    const size_t st = (size_t)nt * Co;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(t0 + i, th, tw, &n, &y, &x);
+        const float *src[2][2];
+        for (int r = 0; r < 2; r++)
+            for (int q = 0; q < 2; q++)
+                src[r][q] = y + r >= H || x + q >= W
+                                ? NULL
+                                : dout + (((size_t)n * H + (size_t)(y + r)) * W + (size_t)(x + q)) * (size_t)Co;
+        for (int k = 0; k < Co; k += 8) {
+            __m256 d[2][2], t[4][2];
+            for (int r = 0; r < 2; r++)
+                for (int q = 0; q < 2; q++) d[r][q] = src[r][q] ? _mm256_loadu_ps(src[r][q] + k) : zero;
+            for (int q = 0; q < 2; q++) { /* t = A dy: rows dy0, dy0+dy1, dy0-dy1, -dy1 */
+                t[0][q] = d[0][q];
+                t[1][q] = _mm256_add_ps(d[0][q], d[1][q]);
+                t[2][q] = _mm256_sub_ps(d[0][q], d[1][q]);
+                t[3][q] = _mm256_sub_ps(zero, d[1][q]);
+            }
+            for (int r = 0; r < 4; r++) { /* Z = t A': columns t0, t0+t1, t0-t1, -t1 */
+                float *z = Z + ((size_t)(r * 4) * nt + (size_t)i) * Co + k;
+                _mm256_storeu_ps(z, t[r][0]);
+                _mm256_storeu_ps(z + st, _mm256_add_ps(t[r][0], t[r][1]));
+                _mm256_storeu_ps(z + 2 * st, _mm256_sub_ps(t[r][0], t[r][1]));
+                _mm256_storeu_ps(z + 3 * st, _mm256_sub_ps(zero, t[r][1]));
+            }
+        }
+    }
+}
+
+/* w[r][k0 .. k0 + 8 NV) += sum over i < nt of a[i][r] b[i][k0 ..]: a's and
+ * b's rows (one per tile) lda and ldb apart, w's rows ldw apart. */
+FAST2 static INLINE void gemm_tn_tile(const int R, const int NV, int nt, const float *a, int lda, const float *b,
+                                      int ldb, float *w, int ldw)
+{
+    __m256 acc[RT][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_loadu_ps(w + (size_t)r * ldw + 8 * v);
+    for (int i = 0; i < nt; i++) {
+        __m256 bv[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 av = _mm256_broadcast_ss(a + r);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+        a += lda;
+        b += ldb;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) _mm256_storeu_ps(w + (size_t)r * ldw + 8 * v, acc[r][v]);
+}
+
+#define GEMM_TN_CASES(NV)                                                           \
+    switch (R) {                                                                    \
+    case 6: gemm_tn_tile(6, NV, nt, a, Ci, b, Co, w, Co); break;                        \
+    case 5: gemm_tn_tile(5, NV, nt, a, Ci, b, Co, w, Co); break;                        \
+    case 4: gemm_tn_tile(4, NV, nt, a, Ci, b, Co, w, Co); break;                        \
+    case 3: gemm_tn_tile(3, NV, nt, a, Ci, b, Co, w, Co); break;                        \
+    case 2: gemm_tn_tile(2, NV, nt, a, Ci, b, Co, w, Co); break;                        \
+    default: gemm_tn_tile(1, NV, nt, a, Ci, b, Co, w, Co); break;                       \
+    }
+
+/* Mw[xi] (Ci x Co) += V[xi]' (Ci x nt) Z[xi] (nt x Co), for the 16 xi. */
+FAST2 static void weight_products(int nt, int Ci, int Co, const float *V, const float *Z, float *Mw)
+{
+    for (int xi = 0; xi < 16; xi++)
+        for (int c = 0; c < Ci; c += RT) {
+            const int R = Ci - c < RT ? Ci - c : RT;
+            const float *a = V + (size_t)xi * nt * Ci + c;
+            int co = 0;
+            for (; co + 16 <= Co; co += 16) {
+                const float *b = Z + (size_t)xi * nt * Co + co;
+                float *w = Mw + ((size_t)xi * Ci + c) * Co + co;
+                GEMM_TN_CASES(2)
+            }
+            if (co < Co) {
+                const float *b = Z + (size_t)xi * nt * Co + co;
+                float *w = Mw + ((size_t)xi * Ci + c) * Co + co;
+                GEMM_TN_CASES(1)
+            }
+        }
+}
+
+/* dw[ky][kx][c][k] = (G' Mw G)[ky][kx]: G' rows (1, 1/2, 1/2, 0),
+ * (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1). */
+FAST2 static void weight_transform(int Ci, int Co, const float *Mw, float *dw)
+{
+    const __m256 half = _mm256_set1_ps(0.5f);
+    for (int c = 0; c < Ci; c++)
+        for (int k = 0; k < Co; k += 8) {
+            __m256 m[4][4], s[3][4];
+            for (int xi = 0; xi < 16; xi++) m[xi / 4][xi % 4] = _mm256_loadu_ps(Mw + ((size_t)xi * Ci + c) * Co + k);
+            for (int j = 0; j < 4; j++) { /* s = G' m */
+                const __m256 p = _mm256_mul_ps(half, _mm256_add_ps(m[1][j], m[2][j]));
+                s[0][j] = _mm256_add_ps(m[0][j], p);
+                s[1][j] = _mm256_mul_ps(half, _mm256_sub_ps(m[1][j], m[2][j]));
+                s[2][j] = _mm256_add_ps(p, m[3][j]);
+            }
+            for (int i = 0; i < 3; i++) { /* dw = s G */
+                const __m256 p = _mm256_mul_ps(half, _mm256_add_ps(s[i][1], s[i][2]));
+                float *d = dw + ((size_t)(i * 3) * Ci + c) * Co + k;
+                _mm256_storeu_ps(d, _mm256_add_ps(s[i][0], p));
+                _mm256_storeu_ps(d + (size_t)Ci * Co, _mm256_mul_ps(half, _mm256_sub_ps(s[i][1], s[i][2])));
+                _mm256_storeu_ps(d + (size_t)2 * Ci * Co, _mm256_add_ps(p, s[i][3]));
+            }
+        }
+}
+
+void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+                                    const float *dout, const float *inp)
+{
+    const struct geom g = {s->h, s->w, s->oh, s->ow, s->pad};
+    const int Ci = s->c, Co = s->k, th = (g.ho + 1) / 2, tw = (g.wo + 1) / 2;
+    const long tiles = (long)n * th * tw;
+    int tb = 3072 / (Ci + Co) / RT * RT; /* as wino_core: a block's V and Z in about 192 KiB */
+    if (tb < RT) tb = RT;
+    const long blocks = (tiles + tb - 1) / tb;
+    const int nthr = omp_get_max_threads() < blocks ? omp_get_max_threads() : (int)blocks;
+    const size_t nm = (size_t)16 * Ci * Co;
+    float *Mw = dt_xcalloc((size_t)nthr * nm, sizeof(float));
+#pragma omp parallel num_threads(nthr)
+    {
+        const int me = omp_get_thread_num(), nth = omp_get_num_threads();
+        float *V = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Ci);
+        float *Z = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Co);
+        for (long b = me; b < blocks; b += nth) { /* round robin: the same sums for a thread count */
+            const long t0 = b * tb;
+            const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
+            input_transform(&g, t0, nt, th, tw, inp, Ci, V);
+            grad_transform(&g, t0, nt, th, tw, dout, Co, Z);
+            weight_products(nt, Ci, Co, V, Z, Mw + (size_t)me * nm);
+        }
+        free(V);
+        free(Z);
+    }
+    for (int i = 1; i < nthr; i++)
+        for (size_t j = 0; j < nm; j++) Mw[j] += Mw[(size_t)i * nm + j];
+    weight_transform(Ci, Co, Mw, dweight);
+    free(Mw);
+    cpu_bias_grad(dbias, dout, n * s->oh * s->ow, Co);
+}
+
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U)
 {
@@ -243,6 +411,12 @@ void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *di
     wino_core(&g, n, dinp, dout, wflip, s->k, s->c, NULL, 0, U);
 }
 #else
+void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+                                    const float *dout, const float *inp)
+{
+    (void)s, (void)n, (void)dweight, (void)dbias, (void)dout, (void)inp;
+}
+
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U)
 {
