@@ -110,7 +110,7 @@ run_check build-mpich TESTS="tests/check_mpi_np2 tests/check_mpi_np3 tests/check
 # sanitizers they cost minutes each (pipeline.sh alone took 5.7).
 stage_end
 # Valgrind's Memcheck on the single-rank tests and two short dtrain runs, in
-# the plain Open MPI build (tests/valgrind.sh; 3-4 minutes): one process at a
+# the plain Open MPI build (tests/valgrind.sh; 5-6 minutes): one process at a
 # time, one core, so it runs in the background beside the ASan stage. Its
 # results are build/tests/valgrind/*.trs, counted below; its output
 # build/valgrind.out, shown when it fails.

@@ -5,7 +5,7 @@
 # Valgrind cannot run ASan binaries), passing the test programs and the
 # environment `make check` has (MPIEXEC, MPIEXEC_FLAGS, DTRAIN, TOP_SRCDIR).
 #
-#   make -C build check-valgrind          (1-2 minutes on 2 cores)
+#   make -C build check-valgrind          (about 5 minutes beside the ASan stage)
 #   tests/valgrind.sh PROGRAM...          (from a build directory, same environment)
 #
 # Check programs run in one process (CK_FORK=no) so Memcheck sees every test;
