@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include "ck_fast.h"
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,6 +183,56 @@ START_TEST(maxpool_forward_odd) { check_pool_forward((struct dt_shape){7, 5, 3},
 END_TEST
 
 START_TEST(maxpool_forward_overlap) { check_pool_forward((struct dt_shape){7, 7, 2}, 3, 2, 2); }
+END_TEST
+
+/* The 2x2/2 path (cpu_pool.c's pool2_fwd) at the seed CNN's shapes and an
+ * odd channel count, with ties (inputs on a coarse grid), -infinity and NaN:
+ * the output is the naive maximum from -FLT_MAX with strict '>' (so a NaN
+ * never wins and -infinity gives -FLT_MAX), and backward sends each
+ * gradient to the first maximum in window order, zero elsewhere. */
+static void check_pool2(struct dt_shape in, int n)
+{
+    struct lh h;
+    lh_setup(&h, &dt_maxpool_ops, (struct dt_layer_spec){.type = "maxpool", .kernel = 2}, in, n, 77);
+    for (size_t i = 0; i < h.nin; i++) h.inp[i] = (float)((int)(h.inp[i] * 3.0f)) / 3.0f; /* -2/3 .. 2/3: ties */
+    h.inp[5] = NAN;
+    h.inp[in.c + 6] = -INFINITY;
+    for (int j = 0; j < 4; j++) h.inp[(size_t)(j / 2) * in.w * in.c + (size_t)(j % 2) * in.c + 7] = -INFINITY;
+    lh_backward(&h);
+    const int oh = in.h / 2, ow = in.w / 2;
+    int ties = 0;
+    for (int b = 0; b < n; b++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int c = 0; c < in.c; c++) {
+                    float m = -FLT_MAX;
+                    size_t arg = 0, at[4];
+                    for (int t = 0; t < 4; t++) {
+                        at[t] = (((size_t)b * in.h + 2 * oy + t / 2) * in.w + 2 * ox + t % 2) * in.c + c;
+                        if (h.inp[at[t]] > m) m = h.inp[at[t]], arg = at[t];
+                        else if (h.inp[at[t]] == m) ties++;
+                    }
+                    if (m == -FLT_MAX) arg = at[0];
+                    const size_t o = (((size_t)b * oh + oy) * ow + ox) * in.c + c;
+                    if (h.out[o] != m || memcmp(&h.out[o], &m, sizeof m))
+                        ck_abort_msg("pool2 %dx%dx%d [%d,%d,%d,%d] = %g, naive %g", in.h, in.w, in.c, b, oy, ox, c,
+                                     (double)h.out[o], (double)m);
+                    for (int t = 0; t < 4; t++)
+                        if (h.dinp[at[t]] != (at[t] == arg ? h.R[o] : 0.0f))
+                            ck_abort_msg("pool2 %dx%dx%d [%d,%d,%d,%d] tap %d: gradient %g, want %g", in.h, in.w,
+                                         in.c, b, oy, ox, c, t, (double)h.dinp[at[t]],
+                                         (double)(at[t] == arg ? h.R[o] : 0.0f));
+                }
+    ck_assert_msg(ties > 0, "no ties: the first-maximum rule is not exercised");
+    lh_free(&h);
+}
+
+START_TEST(maxpool2_seed_shapes)
+{
+    check_pool2((struct dt_shape){26, 26, 32}, 2); /* the seed CNN's first pool */
+    check_pool2((struct dt_shape){11, 11, 64}, 2); /* its second: odd, the last row and column dropped */
+    check_pool2((struct dt_shape){6, 8, 13}, 3);   /* channels not a vector multiple */
+}
 END_TEST
 
 static void check_dense_forward(int relu)
@@ -1317,6 +1368,7 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, maxpool_forward_even);
     tcase_add_test(tc, maxpool_forward_odd);
     tcase_add_test(tc, maxpool_forward_overlap);
+    tcase_add_test(tc, maxpool2_seed_shapes);
     tcase_add_test(tc, dense_forward);
     tcase_add_test(tc, dense_forward_relu);
     tcase_add_test(tc, relu_forward_backward_exact);

@@ -59,6 +59,49 @@ static inline __attribute__((always_inline)) void window_max(float *restrict o, 
     }
 }
 
+/* 2x2 windows at stride 2, the CNNs' usual pool: per channel the maximum
+ * and its offset stay in registers over the four taps and are stored once
+ * (window_max_arg keeps them in the output row and rewrites it per tap:
+ * 2x slower). The same comparisons in the same order from the same start
+ * (-FLT_MAX, the first tap's offset): the same results, ties and NaNs
+ * included. */
+static inline __attribute__((always_inline)) void pool2_px(void *restrict out, int32_t *restrict am,
+                                                           const void *restrict inp, size_t at, size_t x,
+                                                           int32_t off, int32_t dx, int32_t dy, int C,
+                                                           const int train, const int bf)
+{
+    for (int c = 0; c < C; c++) {
+        float m = -FLT_MAX, v;
+        int32_t a = off + c;
+        v = cpu_ld(inp, x + (size_t)off + c, bf);
+        a = v > m ? off + c : a, m = v > m ? v : m;
+        v = cpu_ld(inp, x + (size_t)(off + dx) + c, bf);
+        a = v > m ? off + dx + c : a, m = v > m ? v : m;
+        v = cpu_ld(inp, x + (size_t)(off + dy) + c, bf);
+        a = v > m ? off + dy + c : a, m = v > m ? v : m;
+        v = cpu_ld(inp, x + (size_t)(off + dy + dx) + c, bf);
+        a = v > m ? off + dy + dx + c : a, m = v > m ? v : m;
+        cpu_st(out, at + c, m, bf);
+        if (train) am[c] = a;
+    }
+}
+
+static inline __attribute__((always_inline)) void pool2_fwd(dt_pool_plan *p, int n, void *out, const void *inp,
+                                                            const int train, const int bf)
+{
+    const struct dt_conv_shape *s = &p->s;
+    const size_t in_sample = (size_t)s->h * s->w * s->c, out_sample = (size_t)s->oh * s->ow * s->c;
+    const int32_t dx = s->c, dy = s->w * s->c;
+    for (int b = 0; b < n; b++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++) {
+                const size_t at = (size_t)b * out_sample + ((size_t)oy * s->ow + ox) * s->c;
+                const int32_t off = (int32_t)(((size_t)oy * 2 * s->w + (size_t)ox * 2) * s->c);
+                pool2_px(out, train ? p->argmax + at : NULL, inp, at, (size_t)b * in_sample, off, dx, dy, s->c,
+                         train, bf);
+            }
+}
+
 static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int n, void *out, const void *inp,
                                                            int train, float *tmp, const int bf)
 {
@@ -96,6 +139,13 @@ DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, void *out, const v
         free(p->argmax);
         p->argmax = dt_xmalloc(sizeof(int32_t) * out_sample * (size_t)n);
         p->capacity = n;
+    }
+    if (s->kh == 2 && s->kw == 2 && s->stride == 2) {
+        if (bf && train) pool2_fwd(p, n, out, inp, 1, 1);
+        else if (bf) pool2_fwd(p, n, out, inp, 0, 1);
+        else if (train) pool2_fwd(p, n, out, inp, 1, 0);
+        else pool2_fwd(p, n, out, inp, 0, 0);
+        return;
     }
     if (!bf) { /* float32 keeps each maximum in the output row itself */
         pool_fwd(p, n, out, inp, train, NULL, 0);
