@@ -36,26 +36,31 @@
 #define INLINE inline __attribute__((always_inline))
 #define RT 6 /* tiles per register tile */
 
-/* m[r][co0 .. co0 + 8 NV) = sum over c < Ci of a[r][c] b[c][co0 ..]; rows of a
- * lda apart, of b and m ldb apart. */
-FAST2 static INLINE void gemm_tile(const int R, const int NV, int Ci, const float *a, int lda, const float *b,
-                                   int ldb, float *m)
+/* m[r][0 .. 8 NV) = (acc ? m[r][..] : 0) + sum over l < L of a[r][l] b[l][..]:
+ * a's element (r, l) at a + r ar + l al, b's rows ldb apart, m's ldb apart.
+ * Forward's products run it with a's rows the tiles (ar = Ci, al = 1);
+ * backward-weights' with a's rows the channels and the tiles reduced
+ * (ar = 1, al = Ci), accumulating over blocks. */
+FAST2 static INLINE void gemm_tile(const int R, const int NV, const int acc_in, int L, const float *a, int ar, int al,
+                                   const float *b, int ldb, float *m)
 {
     __m256 acc[RT][2];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int c = 0; c < Ci; c++) {
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = acc_in ? _mm256_loadu_ps(m + (size_t)r * ldb + 8 * v) : _mm256_setzero_ps();
+    for (int l = 0; l < L; l++) {
         __m256 bv[2];
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
-            const __m256 av = _mm256_broadcast_ss(a + (size_t)r * lda + c);
+            const __m256 av = _mm256_broadcast_ss(a + (size_t)r * ar);
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
         }
+        a += al;
         b += ldb;
     }
 #pragma GCC unroll 6
@@ -64,14 +69,15 @@ FAST2 static INLINE void gemm_tile(const int R, const int NV, int Ci, const floa
         for (int v = 0; v < NV; v++) _mm256_storeu_ps(m + (size_t)r * ldb + 8 * v, acc[r][v]);
 }
 
-#define GEMM_CASES(NV)                                                              \
+/* R (1..6) as a constant, for gemm_tile's other arguments. */
+#define GEMM_CASES(NV, ACC, ...)                                                    \
     switch (R) {                                                                    \
-    case 6: gemm_tile(6, NV, Ci, a, Ci, b, Co, m); break;                           \
-    case 5: gemm_tile(5, NV, Ci, a, Ci, b, Co, m); break;                           \
-    case 4: gemm_tile(4, NV, Ci, a, Ci, b, Co, m); break;                           \
-    case 3: gemm_tile(3, NV, Ci, a, Ci, b, Co, m); break;                           \
-    case 2: gemm_tile(2, NV, Ci, a, Ci, b, Co, m); break;                           \
-    default: gemm_tile(1, NV, Ci, a, Ci, b, Co, m); break;                          \
+    case 6: gemm_tile(6, NV, ACC, __VA_ARGS__); break;                              \
+    case 5: gemm_tile(5, NV, ACC, __VA_ARGS__); break;                              \
+    case 4: gemm_tile(4, NV, ACC, __VA_ARGS__); break;                              \
+    case 3: gemm_tile(3, NV, ACC, __VA_ARGS__); break;                              \
+    case 2: gemm_tile(2, NV, ACC, __VA_ARGS__); break;                              \
+    default: gemm_tile(1, NV, ACC, __VA_ARGS__); break;                             \
     }
 
 /* M[xi] (nt x Co) = V[xi] (nt x Ci) U[xi] (Ci x Co), for the 16 xi. */
@@ -84,12 +90,12 @@ FAST2 static void products(int nt, int Ci, int Co, const float *V, const float *
             for (; co + 16 <= Co; co += 16) {
                 const float *a = V + ((size_t)xi * nt + t) * Ci, *b = U + (size_t)xi * Ci * Co + co;
                 float *m = M + ((size_t)xi * nt + t) * Co + co;
-                GEMM_CASES(2)
+                GEMM_CASES(2, 0, Ci, a, Ci, 1, b, Co, m)
             }
             if (co < Co) {
                 const float *a = V + ((size_t)xi * nt + t) * Ci, *b = U + (size_t)xi * Ci * Co + co;
                 float *m = M + ((size_t)xi * nt + t) * Co + co;
-                GEMM_CASES(1)
+                GEMM_CASES(1, 0, Ci, a, Ci, 1, b, Co, m)
             }
         }
 }
@@ -278,45 +284,6 @@ FAST2 static void grad_transform(const struct geom *g, long t0, int nt, int th, 
     }
 }
 
-/* w[r][k0 .. k0 + 8 NV) += sum over i < nt of a[i][r] b[i][k0 ..]: a's and
- * b's rows (one per tile) lda and ldb apart, w's rows ldw apart. */
-FAST2 static INLINE void gemm_tn_tile(const int R, const int NV, int nt, const float *a, int lda, const float *b,
-                                      int ldb, float *w, int ldw)
-{
-    __m256 acc[RT][2];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_loadu_ps(w + (size_t)r * ldw + 8 * v);
-    for (int i = 0; i < nt; i++) {
-        __m256 bv[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            const __m256 av = _mm256_broadcast_ss(a + r);
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
-        }
-        a += lda;
-        b += ldb;
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) _mm256_storeu_ps(w + (size_t)r * ldw + 8 * v, acc[r][v]);
-}
-
-#define GEMM_TN_CASES(NV)                                                           \
-    switch (R) {                                                                    \
-    case 6: gemm_tn_tile(6, NV, nt, a, Ci, b, Co, w, Co); break;                        \
-    case 5: gemm_tn_tile(5, NV, nt, a, Ci, b, Co, w, Co); break;                        \
-    case 4: gemm_tn_tile(4, NV, nt, a, Ci, b, Co, w, Co); break;                        \
-    case 3: gemm_tn_tile(3, NV, nt, a, Ci, b, Co, w, Co); break;                        \
-    case 2: gemm_tn_tile(2, NV, nt, a, Ci, b, Co, w, Co); break;                        \
-    default: gemm_tn_tile(1, NV, nt, a, Ci, b, Co, w, Co); break;                       \
-    }
-
 /* Mw[xi] (Ci x Co) += V[xi]' (Ci x nt) Z[xi] (nt x Co), for the 16 xi. */
 FAST2 static void weight_products(int nt, int Ci, int Co, const float *V, const float *Z, float *Mw)
 {
@@ -328,12 +295,12 @@ FAST2 static void weight_products(int nt, int Ci, int Co, const float *V, const 
             for (; co + 16 <= Co; co += 16) {
                 const float *b = Z + (size_t)xi * nt * Co + co;
                 float *w = Mw + ((size_t)xi * Ci + c) * Co + co;
-                GEMM_TN_CASES(2)
+                GEMM_CASES(2, 1, nt, a, 1, Ci, b, Co, w)
             }
             if (co < Co) {
                 const float *b = Z + (size_t)xi * nt * Co + co;
                 float *w = Mw + ((size_t)xi * Ci + c) * Co + co;
-                GEMM_TN_CASES(1)
+                GEMM_CASES(1, 1, nt, a, 1, Ci, b, Co, w)
             }
         }
 }
