@@ -157,15 +157,17 @@ static void one_case(int n, int c, int k, int hw, int dir, int bf16, int layout,
     dnnl_primitive_desc_destroy(pd);
 }
 
-/* dtrain's own AVX2 3x3 kernels (cpu_conv3x3_avx2.c; wino: --winograd's
- * F(2x2, 3x3) of cpu_winograd_avx2.c, every pass) on the same
- * case, where they run (fp32 on a CPU with AVX2 + FMA and without AVX-512,
+/* dtrain's own AVX2 3x3 kernels (cpu_conv3x3_avx2.c; wino 2 or 4:
+ * --winograd's F(2x2, 3x3) or F(4x4, 3x3) of cpu_winograd_avx2.c, every
+ * pass, whichever --winograd would choose) on the same case, where they run (fp32 on a CPU with AVX2 + FMA and without AVX-512,
  * or any AVX2 CPU with DTRAIN_NO_FAST_KERNELS=avx512); inputs as above. */
 static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, int wino)
 {
     const struct dt_conv_shape s = {.h = hw, .w = hw, .c = c, .k = k, .kh = 3, .kw = 3, .stride = 1, .pad = 1,
                                     .oh = hw, .ow = hw};
-    printf("conv %s fp32 %s c%d k%d hw%d", dir_name[dir], wino ? "dtrain-wino" : "dtrain-avx2", c, k, hw);
+    static const char *label[5] = {"dtrain-avx2", "", "dtrain-wino2", "", "dtrain-wino4"};
+    static const char *impl[5] = {"dtrain:avx2", "", "dtrain_wino_2x3:avx2", "", "dtrain_wino_4x3:avx2"};
+    printf("conv %s fp32 %s c%d k%d hw%d", dir_name[dir], label[wino], c, k, hw);
     if (!cpu_conv3x3_fits(&s)) {
         printf(" unavailable\n");
         return;
@@ -173,7 +175,7 @@ static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, i
     const size_t nx = (size_t)n * hw * hw * c, ny = (size_t)n * hw * hw * k, nw = (size_t)9 * c * k;
     float *x = dt_xmalloc(nx * sizeof(float)), *y = dt_xmalloc(ny * sizeof(float));
     float *w = dt_xmalloc(nw * sizeof(float)), *w2 = dt_xmalloc(nw * sizeof(float));
-    float *b = dt_xmalloc((size_t)k * sizeof(float)), *u = dt_xmalloc(16 * (size_t)c * k * sizeof(float));
+    float *b = dt_xmalloc((size_t)k * sizeof(float)), *u = dt_xmalloc(36 * (size_t)c * k * sizeof(float));
     memset(x, 0x3c, nx * sizeof(float));
     memset(y, 0x3c, ny * sizeof(float));
     memset(w, 0x3c, nw * sizeof(float));
@@ -182,20 +184,20 @@ static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, i
     for (int r = -1; r < repeats; r++) { /* r == -1: warm-up */
         double t0 = now();
         for (int i = 0; i < (r < 0 ? 3 : 5); i++) {
-            if (dir == FWD && wino) cpu_wino_avx2_forward(&s, 0, n, y, x, w, b, u);
+            if (dir == FWD && wino) cpu_wino_avx2_forward(&s, wino, 0, n, y, x, w, b, u);
             else if (dir == FWD) cpu_conv3x3_forward(&s, 0, n, y, x, w, b);
             else if (dir == BWD_DATA && wino) {
                 cpu_conv3x3_flip(&s, w, w2);
-                cpu_wino_avx2_backward_data(&s, n, x, y, w2, u);
+                cpu_wino_avx2_backward_data(&s, wino, n, x, y, w2, u);
             } else if (dir == BWD_DATA) cpu_conv3x3_backward_data(&s, n, x, y, w, w2);
-            else if (wino) cpu_wino_avx2_backward_weights(&s, n, w2, b, y, x);
+            else if (wino) cpu_wino_avx2_backward_weights(&s, wino, n, w2, b, y, x);
             else cpu_conv3x3_backward_weights(&s, n, w2, b, y, x);
         }
         if (r >= 0) t[r] = (now() - t0) / 5;
     }
     qsort(t, (size_t)repeats, sizeof *t, cmp);
     double ms = 1e3 * t[repeats / 2], flop = 2.0 * n * k * hw * hw * c * 9;
-    printf(" ms=%.3f gflops=%.0f impl=%s\n", ms, flop / (ms * 1e-3) / 1e9, wino ? "dtrain_wino_2x3:avx2" : "dtrain:avx2");
+    printf(" ms=%.3f gflops=%.0f impl=%s\n", ms, flop / (ms * 1e-3) / 1e9, impl[wino]);
     fflush(stdout);
     free(t), free(x), free(y), free(w), free(w2), free(b), free(u);
 }
@@ -242,7 +244,7 @@ int main(int argc, char **argv)
                 for (int layout = 0; layout < 3; layout++)
                     one_case(batch, shapes[s][0], shapes[s][0], shapes[s][1], dir, bf, layout, repeats);
                 if (!bf)
-                    for (int wino = 0; wino < 2; wino++)
+                    for (int wino = 0; wino <= 4; wino += 2)
                         one_case_dtrain(batch, shapes[s][0], shapes[s][0], shapes[s][1], dir, repeats, wino);
             }
     }

@@ -135,23 +135,23 @@ if [ "$torch" = 1 ]; then
 fi
 
 # --dtrain-flags reaches every dtrain run: --winograd, named in the report,
-# shows as a Winograd kernel in the kernel lines on the 32-channel stage and
-# a direct one on the 16-channel stage: oneDNN's (jit_wino_4x3, brgconv) on
-# an AVX-512 CPU, dtrain's own (dtrain_wino_2x3 in all three passes, dtrain)
-# on an AVX2-only one.
+# shows as a Winograd kernel in the kernel lines on the 32-channel stage:
+# oneDNN's (jit_wino_4x3) on an AVX-512 CPU, with the 16-channel stage
+# direct (brgconv); dtrain's own F(4x4) (dtrain_wino_4x3, all three passes)
+# on an AVX2-only one, where the 16-channel stage takes it too.
 bash "$B/resnet.sh" --build "$TOP_BUILDDIR" --repeats 1 --epochs 1 --samples 64 --batch-size 32 --no-torch \
   --dtrain-flags --winograd --out "$T/w.csv" >"$out" 2>"$err"
 rc=$?
 if [ "$rc" = 0 ] && grep -q '^# dtrain: .*; options added to every run: --winograd$' "$out" &&
    { { grep -Eq '^# onednn fp32:   fwd +jit_wino_4x3:[a-z_0-9]+ +mb32_ic32oc32_ih16oh16' "$out" &&
        grep -Eq '^# onednn fp32:   fwd +brgconv:[a-z_0-9]+ +mb32_ic16oc16_ih32oh32' "$out"; } ||
-     { grep -Eq '^# onednn fp32:   fwd +dtrain_wino_2x3:avx2 +mb32_ic32oc32_ih16oh16' "$out" &&
-       grep -Eq '^# onednn fp32:   bwd-data +dtrain_wino_2x3:avx2 +mb32_ic32oc32_ih16oh16' "$out" &&
-       grep -Eq '^# onednn fp32:   bwd-weights +dtrain_wino_2x3:avx2 +mb32_ic32oc32_ih16oh16' "$out" &&
-       grep -Eq '^# onednn fp32:   fwd +dtrain:avx2 +mb32_ic16oc16_ih32oh32' "$out" &&
-       grep -Eq '^# onednn fp32:   bwd-weights +dtrain:avx2 +mb32_ic16oc16_ih32oh32' "$out"; }; } &&
+     { grep -Eq '^# onednn fp32:   fwd +dtrain_wino_4x3:avx2 +mb32_ic32oc32_ih16oh16' "$out" &&
+       grep -Eq '^# onednn fp32:   bwd-data +dtrain_wino_4x3:avx2 +mb32_ic32oc32_ih16oh16' "$out" &&
+       grep -Eq '^# onednn fp32:   bwd-weights +dtrain_wino_4x3:avx2 +mb32_ic32oc32_ih16oh16' "$out" &&
+       grep -Eq '^# onednn fp32:   fwd +dtrain_wino_4x3:avx2 +mb32_ic16oc16_ih32oh32' "$out" &&
+       grep -Eq '^# onednn fp32:   bwd-weights +dtrain_wino_4x3:avx2 +mb32_ic16oc16_ih32oh32' "$out"; }; } &&
    [ "$(grep -c '^1,dtrain-np[12],fp32,[12],1,1,1,' "$T/w.csv")" = 2 ]; then
-  pass "resnet.sh --dtrain-flags --winograd: both runs; the 32-channel forward $(grep -Eo 'fwd +(jit|dtrain)_wino_[0-9x]+:[a-z_0-9]+ +mb32_ic32oc32' "$out" | head -1 | tr -s ' '), 16 channels direct"
+  pass "resnet.sh --dtrain-flags --winograd: both runs; the 32-channel forward $(grep -Eo 'fwd +(jit|dtrain)_wino_[0-9x]+:[a-z_0-9]+ +mb32_ic32oc32' "$out" | head -1 | tr -s ' '), the 16-channel one $(grep -Eo 'fwd +[a-z_0-9]+:[a-z_0-9]+ +mb32_ic16oc16' "$out" | head -1 | tr -s ' ')"
 elif [ "$rc" != 0 ] && grep -q 'has no Winograd convolution on this CPU' "$err" "$out" "$T/w.log" 2>/dev/null; then
   echo "skip: oneDNN has no Winograd kernel on this CPU: resnet.sh --dtrain-flags --winograd not checked"
 else

@@ -1116,7 +1116,7 @@ static void no_winograd(void)
 /* A layer with a direct plan and one with a Winograd plan on the same
  * inputs and parameters, forward and backward; rel[] gets the Winograd
  * run's rel_diff from the direct one per result. 0 without Winograd. */
-static int winograd_case(struct dt_shape in, int K, int relu, int same, double rel[BF_NCONV])
+static int winograd_case(struct dt_shape in, int K, int relu, int same, const char *tag, double rel[BF_NCONV])
 {
     struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
                                  .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
@@ -1132,59 +1132,82 @@ static int winograd_case(struct dt_shape in, int K, int relu, int same, double r
     no_winograd();
     lh_backward(&w);
     conv_rel_diffs(&w, &d, K, rel);
-    printf("# winograd conv %dx%dx%d -> %d%s%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
-           in.h, in.w, in.c, K, same ? "" : " valid", relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP],
+    printf("# winograd%s conv %dx%dx%d -> %d%s%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
+           tag, in.h, in.w, in.c, K, same ? "" : " valid", relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP],
            rel[BF_DWEIGHT], rel[BF_DBIAS]);
     lh_free(&d);
     lh_free(&w);
     return 1;
 }
 
-/* ResNet-20's 32- and 64-channel shapes, and the seed CNN's second
- * convolution ('valid', 13x13 -> 11x11: odd, so Winograd's 2x2 tiles end
- * half outside): Winograd's results within 1e-4 of direct's, and not
- * bitwise equal to them (else the direct kernels ran). The ReLU is off for
+/* ResNet-20's 32- and 64-channel shapes (and on dtrain's own kernels its
+ * 16-channel one), the seed CNN's second
+ * convolution ('valid', 13x13 -> 11x11: odd, so Winograd's tiles end partly
+ * outside) and a 6x6 one: Winograd's results within 1e-4 of direct's, and
+ * not bitwise equal to them (else the direct kernels ran). dtrain's own
+ * kernels run with each output tile forced (DTRAIN_WINO_TILE=2: F(2x2, 3x3),
+ * 4: F(4x4, 3x3)) and with their own choice, which must give the very bits
+ * of the tile it should have chosen (F(4x4) but at 6x6, where F(4x4)'s tiles
+ * would stick out most) and not those of the other. The ReLU is off for
  * backward (see bf_convs). */
 START_TEST(winograd_conv_vs_direct)
 {
-    static const struct { struct dt_shape in; int K, same; } shapes[] = {
-        {{16, 16, 32}, 32, 1}, {{8, 8, 64}, 64, 1}, {{13, 13, 32}, 64, 0}};
+    static const struct { struct dt_shape in; int K, same, tile; } shapes[] = {
+        {{16, 16, 32}, 32, 1, 4}, {{8, 8, 64}, 64, 1, 4}, {{13, 13, 32}, 64, 0, 4}, {{6, 6, 32}, 32, 1, 2},
+        {{32, 32, 16}, 16, 1, 4}};
+    static const char *const tiles[3] = {"2", "4", NULL}, *const tags[3] = {" F(2x2)", " F(4x4)", " own choice"};
     /* On an AVX-512 CPU: oneDNN's F(4x4,3x3), then (DTRAIN_NO_FAST_KERNELS=
-     * avx512) dtrain's F(2x2,3x3) against its direct AVX2 kernels; on an AVX2
-     * CPU dtrain's only. The 'valid' case on dtrain's only: oneDNN's may
-     * leave such a shape to its direct kernels. */
+     * avx512) dtrain's against its direct AVX2 kernels; on an AVX2 CPU
+     * dtrain's only. The 'valid', 6x6 and 16-channel cases on dtrain's
+     * only: oneDNN's may leave such shapes to its direct kernels. */
     const int avx512 = __builtin_cpu_supports("avx512f");
     for (int own = avx512 ? 0 : 1; own <= 1; own++) {
         if (own && avx512 && !avx2_conv_here()) break;
         if (own && avx512) setenv("DTRAIN_NO_FAST_KERNELS", "avx512", 1);
-        printf("# winograd kernels: %s\n", own ? "dtrain's F(2x2,3x3)" : "oneDNN's");
-        for (size_t i = 0; i < (own ? 3u : 2u); i++)
+        printf("# winograd kernels: %s\n", own ? "dtrain's F(2x2,3x3) and F(4x4,3x3)" : "oneDNN's");
+        for (size_t i = 0; i < (own ? 5u : 2u); i++)
             for (int relu = 0; relu <= 1; relu++) {
-                double rel[BF_NCONV];
-                if (!winograd_case(shapes[i].in, shapes[i].K, relu, shapes[i].same, rel)) {
-                    unsetenv("DTRAIN_NO_FAST_KERNELS");
-                    return;
+                double rel[3][BF_NCONV];
+                for (int t = 0; t < (own ? 3 : 1); t++) {
+                    if (own && tiles[t]) setenv("DTRAIN_WINO_TILE", tiles[t], 1);
+                    const int ran = winograd_case(shapes[i].in, shapes[i].K, relu, shapes[i].same, own ? tags[t] : "",
+                                                  rel[t]);
+                    unsetenv("DTRAIN_WINO_TILE");
+                    if (!ran) {
+                        unsetenv("DTRAIN_NO_FAST_KERNELS");
+                        return;
+                    }
+                    ck_assert_msg(rel[t][BF_OUT] > 0.0, "winograd conv %zu%s: out bitwise equal to direct: not Winograd",
+                                  i, tags[t]);
+                    ck_assert_msg(!own || relu || rel[t][BF_DWEIGHT] > 0.0,
+                                  "winograd conv %zu%s: dweight bitwise equal to direct: not Winograd", i, tags[t]);
+                    for (int r = 0; r < (relu ? 1 : BF_NCONV); r++)
+                        ck_assert_msg(rel[t][r] < WINO_TOL, "winograd conv %zu%s relu %d: %s off by %.3e of its magnitude",
+                                      i, tags[t], relu, bf_conv_what[r], rel[t][r]);
                 }
-                ck_assert_msg(rel[BF_OUT] > 0.0, "winograd conv %zu: out bitwise equal to direct: not Winograd", i);
-                ck_assert_msg(!own || relu || rel[BF_DWEIGHT] > 0.0,
-                              "winograd conv %zu: dweight bitwise equal to direct: not Winograd", i);
-                for (int r = 0; r < (relu ? 1 : BF_NCONV); r++)
-                    ck_assert_msg(rel[r] < WINO_TOL, "winograd conv %zu relu %d: %s off by %.3e of its magnitude",
-                                  i, relu, bf_conv_what[r], rel[r]);
+                if (!own) continue;
+                const int want = shapes[i].tile == 4, other = !want;
+                ck_assert_msg(rel[2][BF_OUT] == rel[want][BF_OUT] && rel[2][BF_OUT] != rel[other][BF_OUT],
+                              "winograd conv %zu: own choice's out (rel %.3e) is not F(%dx%d)'s (%.3e; the other's %.3e)",
+                              i, rel[2][BF_OUT], shapes[i].tile, shapes[i].tile, rel[want][BF_OUT], rel[other][BF_OUT]);
+                ck_assert_msg(relu || rel[2][BF_DINP] == rel[want][BF_DINP],
+                              "winograd conv %zu: own choice's dinp (rel %.3e) is not F(%dx%d)'s (%.3e)", i,
+                              rel[2][BF_DINP], shapes[i].tile, shapes[i].tile, rel[want][BF_DINP]);
             }
         unsetenv("DTRAIN_NO_FAST_KERNELS");
     }
 }
 END_TEST
 
-/* 16 channels (where Winograd measured slower) keep the direct kernels:
- * bitwise the direct results. */
-START_TEST(winograd_not_below_32_channels)
+/* Fewer channels than Winograd pays for keep the direct kernels, bitwise
+ * their results: 16 on oneDNN's (an AVX-512 CPU), 8 on dtrain's own. */
+START_TEST(winograd_not_below_threshold)
 {
     double rel[BF_NCONV];
-    if (!winograd_case((struct dt_shape){8, 8, 16}, 16, 0, 1, rel)) return;
+    const int c = avx2_conv_here() && !__builtin_cpu_supports("avx512f") ? 8 : 16;
+    if (!winograd_case((struct dt_shape){8, 8, c}, c, 0, 1, "", rel)) return;
     for (int r = 0; r < BF_NCONV; r++)
-        ck_assert_msg(rel[r] == 0.0, "16-channel conv under --winograd: %s differs from direct by %.3e",
+        ck_assert_msg(rel[r] == 0.0, "%d-channel conv under --winograd: %s differs from direct by %.3e", c,
                       bf_conv_what[r], rel[r]);
 }
 END_TEST
@@ -1193,29 +1216,50 @@ END_TEST
  * bias, and every 37th weight (all 1,600 inputs and 9,216 weights would take
  * seconds a probe run, minutes under Valgrind, where this runs since dtrain's
  * own Winograd kernels run on its AVX2 CPU; 5 and 37 are prime to the 32
- * channels and filters, so each channel, filter and tap is probed). */
-START_TEST(fd_conv_winograd)
+ * channels and filters, so each channel, filter and tap is probed). Where
+ * dtrain's own kernels run, once with each output tile: on the 5x5 image
+ * F(2x2)'s last tiles and three quarters of F(4x4)'s stick out. */
+static void fd_winograd_tile(const char *tile)
 {
-    if (!use_winograd("fd winograd conv")) return;
+    if (tile) setenv("DTRAIN_WINO_TILE", tile, 1);
+    if (!use_winograd("fd winograd conv")) {
+        unsetenv("DTRAIN_WINO_TILE");
+        return;
+    }
     struct dt_layer_spec spec = {.type = "conv2d", .filters = 32, .kernel = 3, .stride = 1, .same = 1};
     struct lh h;
     lh_setup(&h, &dt_conv2d_ops, spec, (struct dt_shape){5, 5, 32}, 2, 2100);
     no_winograd();
+    unsetenv("DTRAIN_WINO_TILE");
     lh_backward(&h);
     float *an_in = malloc(sizeof(float) * h.nin), *an_p = malloc(sizeof(float) * h.np);
     memcpy(an_in, h.dinp, sizeof(float) * h.nin);
     memcpy(an_p, h.dparams, sizeof(float) * h.np);
     size_t nw = h.np - 32, *idx = malloc(sizeof(size_t) * (h.np > h.nin ? h.np : h.nin)), n = 0;
+    char what[64];
     for (size_t i = 0; i < h.nin; i += 5) idx[n++] = i;
-    fd_assert("conv2d winograd d/dinp", fd_compare(lh_objective, &h, h.inp, an_in, idx, n, FD_STEP), n);
+    snprintf(what, sizeof what, "conv2d winograd%s%s d/dinp", tile ? " tile " : "", tile ? tile : "");
+    fd_assert(what, fd_compare(lh_objective, &h, h.inp, an_in, idx, n, FD_STEP), n);
     n = 0;
     for (size_t i = 0; i < h.np; i++)
         if (i >= nw || i % 37 == 0) idx[n++] = i;
-    fd_assert("conv2d winograd d/dparams", fd_compare(lh_objective, &h, h.params, an_p, idx, n, FD_STEP), n);
+    snprintf(what, sizeof what, "conv2d winograd%s%s d/dparams", tile ? " tile " : "", tile ? tile : "");
+    fd_assert(what, fd_compare(lh_objective, &h, h.params, an_p, idx, n, FD_STEP), n);
     free(idx);
     free(an_in);
     free(an_p);
     lh_free(&h);
+}
+
+START_TEST(fd_conv_winograd)
+{
+    const int own = avx2_conv_here() && !__builtin_cpu_supports("avx512f");
+    if (own) {
+        fd_winograd_tile("2");
+        fd_winograd_tile("4");
+    } else {
+        fd_winograd_tile(NULL);
+    }
 }
 END_TEST
 
@@ -1421,7 +1465,7 @@ static Suite *layers_suite(void)
     tc = tcase_create("winograd");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, winograd_conv_vs_direct);
-    tcase_add_test(tc, winograd_not_below_32_channels);
+    tcase_add_test(tc, winograd_not_below_threshold);
     tcase_add_test(tc, fd_conv_winograd);
     suite_add_tcase(s, tc);
 

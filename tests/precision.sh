@@ -12,7 +12,8 @@
 #   scale, and training goes on.
 # - --devices lists every rank; --device cuda says why it cannot run here.
 # - --winograd changes the arithmetic (1e-5 of the first loss), stays
-#   reproducible, and is refused outside float32.
+#   reproducible, and is refused outside float32 and for a DTRAIN_WINO_TILE
+#   other than 2 or 4.
 . "$TOP_SRCDIR/tests/common.sh"
 
 fm=$(fm_small) || exit $?
@@ -135,13 +136,25 @@ else
     pass "bf16 with float32 activations: step-40 loss $lff within 0.15 of fp32's" || fail "bf16 --fp32-activations loss $lff vs fp32 $lf"
 fi
 
-# --- --winograd: ResNet-20's 32- and 64-channel convolutions through oneDNN's
-# Winograd kernels: other arithmetic (losses differ from direct's: within
-# 1e-5 relative after one forward pass, drifting apart under Adam as any
-# change of rounding does, within 2e-3 over 6 steps), reproducible (two
-# runs bitwise equal), and refused outside float32. ---
+# --- --winograd: ResNet-20's 3x3 stride-1 convolutions through Winograd
+# kernels (oneDNN's F(4x4) at 32 and 64 channels on an AVX-512 CPU, dtrain's
+# own F(4x4) at 16, 32 and 64 on an AVX2 one): other arithmetic (losses
+# differ from direct's: within 1e-5 relative after one forward pass, then
+# drifting apart as any change of rounding does in the first steps of a
+# batch-normalized net: within 1e-2 over 6 steps; measured 3.1e-3 with
+# F(4x4), whose convolutions are about 5e-6 off direct's, and 9e-5 with
+# DTRAIN_WINO_TILE=2's F(2x2), 6e-7 off; Adam and SGD alike),
+# reproducible (two runs bitwise equal), and refused outside float32. ---
 expect_fail 2 "--winograd: the Winograd kernels are float32 only, found --precision bf16 (drop --winograd, or use --precision fp32)" \
   2 "$fm" --winograd --precision bf16
+# DTRAIN_WINO_TILE picks dtrain's own kernels' tile (CPUs with AVX2 and no
+# AVX-512); anything but 2 or 4 is refused there.
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && ! grep -qw avx512f /proc/cpuinfo; then
+  export DTRAIN_WINO_TILE=3
+  expect_fail 2 "--winograd: DTRAIN_WINO_TILE: expected 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)), found '3'" \
+    2 "$fm" --winograd
+  unset DTRAIN_WINO_TILE
+fi
 wino="--synthetic 32x32x3:10:192 --model $TOP_SRCDIR/inputs/resnet20.cfg --epochs 1 --steps-per-epoch 6 --batch-size 16 --no-validation --verbose --seed 3"
 run_np 2 $wino
 steps >"$TEST_TMP/direct.$$"
@@ -160,10 +173,10 @@ else
   first=${diffs% *} worst=${diffs#* }
   if [ "$rc" = 0 ] && [ "$(wc -l <"$TEST_TMP/wino1.$$")" = 6 ] && cmp -s "$TEST_TMP/wino1.$$" "$TEST_TMP/wino2.$$" &&
      ! cmp -s "$TEST_TMP/direct.$$" "$TEST_TMP/wino1.$$" &&
-     awk -v f="$first" -v w="$worst" 'BEGIN { exit !(f <= 1e-5 && w <= 2e-3) }'; then
+     awk -v f="$first" -v w="$worst" 'BEGIN { exit !(f <= 1e-5 && w <= 1e-2) }'; then
     pass "--winograd: 6 steps of ResNet-20, losses off direct's by $first at step 1, $worst at most (not equal); two runs bitwise equal"
   else
-    fail "--winograd: rc=$rc, relative loss differences $first at step 1 (want <= 1e-5), $worst at most (want > 0, <= 2e-3), or two runs differ"
+    fail "--winograd: rc=$rc, relative loss differences $first at step 1 (want <= 1e-5), $worst at most (want > 0, <= 1e-2), or two runs differ"
     paste "$TEST_TMP/direct.$$" "$TEST_TMP/wino1.$$" "$TEST_TMP/wino2.$$" >&2; cat "$err" >&2
   fi
 fi

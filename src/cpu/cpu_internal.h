@@ -83,14 +83,18 @@ void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp
 void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
                                   const float *dout, const float *inp);
 void cpu_conv3x3_flip(const struct dt_conv_shape *s, const float *weight, float *wflip);
-/* cpu_winograd_avx2.c: --winograd's F(2x2, 3x3) on the same shapes (where
- * oneDNN has no Winograd kernel), forward, backward-data and
- * backward-weights; U: 16 c k floats of scratch. */
-void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+/* cpu_winograd_avx2.c: --winograd's F(2x2, 3x3) and F(4x4, 3x3) on the
+ * same shapes (where oneDNN has no Winograd kernel), forward,
+ * backward-data and backward-weights; m: the output tile (2 or 4),
+ * cpu_wino_avx2_tile's choice for the pass's output size; U:
+ * (m+2)^2 c k floats of scratch. */
+int cpu_wino_avx2_tile(int ho, int wo);
+int cpu_wino_avx2_forced_tile(void); /* DTRAIN_WINO_TILE: 2, 4, 0 unset, -1 bad */
+void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U);
-void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int n, float *dinp, const float *dout,
                                  const float *wflip, float *U);
-void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n, float *dweight, float *dbias,
                                     const float *dout, const float *inp);
 
 /* cpu_pool.c */

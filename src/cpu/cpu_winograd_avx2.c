@@ -1,21 +1,24 @@
 /* cpu_winograd_avx2.c: --winograd on CPUs with AVX2 + FMA and without
- * AVX-512, where oneDNN 2.6 has no Winograd kernel: F(2x2, 3x3) for the
- * forward, backward-data and backward-weights passes of the 3x3
- * convolutions that cpu_conv3x3_avx2.c takes (stride 1, padding 1 or 0,
- * float32, channels multiples of 8).
+ * AVX-512, where oneDNN 2.6 has no Winograd kernel: F(2x2, 3x3) and
+ * F(4x4, 3x3) for the forward, backward-data and backward-weights passes of
+ * the 3x3 convolutions that cpu_conv3x3_avx2.c takes (stride 1, padding 1
+ * or 0, float32, channels multiples of 8).
  *
- * F(2x2, 3x3) computes a 2x2 block of outputs from a 4x4 patch of input in
- * 16 multiplies per input channel and filter instead of 36 (2.25x fewer),
- * and its transforms use only 0, +-1 and +-1/2, so it rounds about as well as
- * the direct sum (F(4x4, 3x3), oneDNN's choice on AVX-512, saves 4x but
- * multiplies by up to 4 and 1/4 and rounds worse). The work runs in blocks
- * of TB tiles (2x2 output blocks along the flattened batch), sized so that a
+ * F(m x m, 3x3) computes an m x m block of outputs from an (m+2) x (m+2)
+ * patch of input in (m+2)^2 multiplies per input channel and filter instead
+ * of 9 m^2: F(2x2) 16 for 36 (2.25x fewer), F(4x4) 36 for 144 (4x fewer).
+ * F(2x2)'s transforms use only 0, +-1 and +-1/2 and round about as well as
+ * the direct sum; F(4x4)'s (points 0, +-1, +-2) multiply by up to 8 and
+ * 1/24 and round a little worse (check_layers: within 1e-4 of direct either
+ * way). Each pass takes the one that needs fewer multiplies for its output
+ * size, tiles sticking out of the image counted (cpu_wino_avx2_tile). The work runs in blocks of
+ * TB tiles (m x m output blocks along the flattened batch), sized so that a
  * block's transformed input and products stay in L2:
- *   1. V[xi][t][c] = (B' d B)[xi] for each tile t's 4x4 input patch d,
+ *   1. V[xi][t][c] = (B' d B)[xi] for each tile t's input patch d,
  *      vectorized over 8 channels (NHWC keeps them contiguous);
- *   2. M[xi] = V[xi] U[xi] for the 16 positions xi, U = G g G' the filters'
- *      transform (computed per call: 16 c k floats): 6 x 16 register tiles,
- *      as in cpu_conv3x3_avx2.c;
+ *   2. M[xi] = V[xi] U[xi] for the (m+2)^2 positions xi, U = G g G' the
+ *      filters' transform (computed per call: (m+2)^2 c k floats): 6 x 16
+ *      register tiles, as in cpu_conv3x3_avx2.c;
  *   3. the outputs y = A' m A (+ bias, ReLU), written where inside the image.
  * Threads: OpenMP over blocks, each with its own V and M.
  * Backward-data is the forward on flipped filters; backward-weights (below)
@@ -80,10 +83,10 @@ FAST2 static INLINE void gemm_tile(const int R, const int NV, const int acc_in, 
     default: gemm_tile(1, NV, ACC, __VA_ARGS__); break;                             \
     }
 
-/* M[xi] (nt x Co) = V[xi] (nt x Ci) U[xi] (Ci x Co), for the 16 xi. */
-FAST2 static void products(int nt, int Ci, int Co, const float *V, const float *U, float *M)
+/* M[xi] (nt x Co) = V[xi] (nt x Ci) U[xi] (Ci x Co), for the P xi. */
+FAST2 static void products(int P, int nt, int Ci, int Co, const float *V, const float *U, float *M)
 {
-    for (int xi = 0; xi < 16; xi++)
+    for (int xi = 0; xi < P; xi++)
         for (int t = 0; t < nt; t += RT) {
             const int R = nt - t < RT ? nt - t : RT;
             int co = 0;
@@ -101,7 +104,7 @@ FAST2 static void products(int nt, int Ci, int Co, const float *V, const float *
 }
 
 /* U[xi][c][k] = (G g G')[xi] for each filter g = w[.][c][k] (3x3, HWIO). */
-FAST2 static void filter_transform(int Ci, int Co, const float *w, float *U)
+FAST2 static void filter_transform2(int Ci, int Co, const float *w, float *U)
 {
     const __m256 half = _mm256_set1_ps(0.5f);
     for (int c = 0; c < Ci; c++)
@@ -125,36 +128,52 @@ FAST2 static void filter_transform(int Ci, int Co, const float *w, float *U)
 }
 
 /* As in cpu_conv3x3_avx2.c: input hi x wi, output ho x wo, output (y, x)
- * reading input (y + ky - pad, x + kx - pad). */
+ * reading input (y + ky - pad, x + kx - pad); m x m output tiles, th x tw
+ * of them per image. */
 struct geom {
     int hi, wi, ho, wo, pad;
+    int m, th, tw;
 };
 
-/* Tile number -> image, output row and column of its top-left corner. */
-static INLINE void tile_at(long t, int th, int tw, int *n, int *y, int *x)
+static struct geom geom_of(int hi, int wi, int ho, int wo, int pad, int m)
 {
-    *n = (int)(t / ((long)th * tw));
-    const int r = (int)(t % ((long)th * tw));
-    *y = 2 * (r / tw);
-    *x = 2 * (r % tw);
+    return (struct geom){hi, wi, ho, wo, pad, m, (ho + m - 1) / m, (wo + m - 1) / m};
+}
+
+/* Tile number -> image, output row and column of its top-left corner. */
+static INLINE void tile_at(const struct geom *g, long t, int *n, int *y, int *x)
+{
+    *n = (int)(t / ((long)g->th * g->tw));
+    const int r = (int)(t % ((long)g->th * g->tw));
+    *y = g->m * (r / g->tw);
+    *x = g->m * (r % g->tw);
+}
+
+/* src[r * S + q] = the C values at (y0 + r, x0 + q) of image n (H x W,
+ * NHWC at base), NULL outside it: a tile's S x S patch. */
+static INLINE void patch_at(const float *base, int n, int H, int W, int C, int y0, int x0, const int S,
+                            const float **src)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < S; r++)
+#pragma GCC unroll 6
+        for (int q = 0; q < S; q++) {
+            const int iy = y0 + r, ix = x0 + q;
+            src[r * S + q] = iy < 0 || iy >= H || ix < 0 || ix >= W
+                                 ? NULL
+                                 : base + (((size_t)n * H + (size_t)iy) * W + (size_t)ix) * (size_t)C;
+        }
 }
 
 /* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's input patch, i < nt. */
-FAST2 static void input_transform(const struct geom *g, long t0, int nt, int th, int tw, const float *inp,
-                                  int Ci, float *V)
+FAST2 static void input_transform2(const struct geom *g, long t0, int nt, const float *inp, int Ci, float *V)
 {
     const int H = g->hi, W = g->wi;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
-        tile_at(t0 + i, th, tw, &n, &y, &x);
+        tile_at(g, t0 + i, &n, &y, &x);
         const float *src[4][4];
-        for (int r = 0; r < 4; r++)
-            for (int q = 0; q < 4; q++) {
-                const int iy = y - g->pad + r, ix = x - g->pad + q;
-                src[r][q] = iy < 0 || iy >= H || ix < 0 || ix >= W
-                                ? NULL
-                                : inp + (((size_t)n * H + (size_t)iy) * W + (size_t)ix) * (size_t)Ci;
-            }
+        patch_at(inp, n, H, W, Ci, y - g->pad, x - g->pad, 4, &src[0][0]);
         for (int c = 0; c < Ci; c += 8) {
             __m256 d[4][4], t[4][4];
             for (int r = 0; r < 4; r++)
@@ -178,14 +197,14 @@ FAST2 static void input_transform(const struct geom *g, long t0, int nt, int th,
 }
 
 /* out's 2x2 block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
-FAST2 static void output_transform(const struct geom *g, long t0, int nt, int th, int tw, const float *M,
-                                   int Co, const float *bias, int relu, float *out)
+FAST2 static void output_transform2(const struct geom *g, long t0, int nt, const float *M, int Co,
+                                    const float *bias, int relu, float *out)
 {
     const int H = g->ho, W = g->wo;
     const size_t st = (size_t)nt * Co;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
-        tile_at(t0 + i, th, tw, &n, &y, &x);
+        tile_at(g, t0 + i, &n, &y, &x);
         for (int k = 0; k < Co; k += 8) {
             const float *m = M + (size_t)i * Co + k;
             __m256 t[2][4];
@@ -208,35 +227,6 @@ FAST2 static void output_transform(const struct geom *g, long t0, int nt, int th
     }
 }
 
-/* out = conv(inp, w) (+ bias, ReLU) with Ci channels in and Co out; w is
- * [9][Ci][Co]; U is 16 Ci Co floats of scratch. */
-static void wino_core(const struct geom *g, int n, float *out, const float *inp, const float *w, int Ci, int Co,
-                      const float *bias, int relu, float *U)
-{
-    filter_transform(Ci, Co, w, U);
-    const int th = (g->ho + 1) / 2, tw = (g->wo + 1) / 2;
-    const long tiles = (long)n * th * tw;
-    /* V and M of a block in about 192 KiB: 96 tiles at 16 channels, 24 at 64 */
-    int tb = 3072 / (Ci + Co) / RT * RT;
-    if (tb < RT) tb = RT;
-    const long blocks = (tiles + tb - 1) / tb;
-#pragma omp parallel
-    {
-        float *V = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Ci);
-        float *M = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Co);
-#pragma omp for schedule(static)
-        for (long b = 0; b < blocks; b++) {
-            const long t0 = b * tb;
-            const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
-            input_transform(g, t0, nt, th, tw, inp, Ci, V);
-            products(nt, Ci, Co, V, U, M);
-            output_transform(g, t0, nt, th, tw, M, Co, bias, relu, out);
-        }
-        free(V);
-        free(M);
-    }
-}
-
 /* ---- backward-weights ----------------------------------------------------
  * With m = U . V per tile (U = G g G', V = B' d B) and y = A' m A, the
  * gradient of a filter is dg = G' [sum over tiles of (A dy A') . V] G: the
@@ -248,21 +238,16 @@ static void wino_core(const struct geom *g, int n, float *out, const float *inp,
 
 /* Z[xi][i][k] = (A dy A')[xi] for the 2x2 block dy of output gradients of
  * tile t0 + i, zero where the block lies outside the output. */
-FAST2 static void grad_transform(const struct geom *g, long t0, int nt, int th, int tw, const float *dout, int Co,
-                                 float *Z)
+FAST2 static void grad_transform2(const struct geom *g, long t0, int nt, const float *dout, int Co, float *Z)
 {
     const int H = g->ho, W = g->wo;
     const size_t st = (size_t)nt * Co;
     const __m256 zero = _mm256_setzero_ps();
     for (int i = 0; i < nt; i++) {
         int n, y, x;
-        tile_at(t0 + i, th, tw, &n, &y, &x);
+        tile_at(g, t0 + i, &n, &y, &x);
         const float *src[2][2];
-        for (int r = 0; r < 2; r++)
-            for (int q = 0; q < 2; q++)
-                src[r][q] = y + r >= H || x + q >= W
-                                ? NULL
-                                : dout + (((size_t)n * H + (size_t)(y + r)) * W + (size_t)(x + q)) * (size_t)Co;
+        patch_at(dout, n, H, W, Co, y, x, 2, &src[0][0]);
         for (int k = 0; k < Co; k += 8) {
             __m256 d[2][2], t[4][2];
             for (int r = 0; r < 2; r++)
@@ -284,10 +269,10 @@ FAST2 static void grad_transform(const struct geom *g, long t0, int nt, int th, 
     }
 }
 
-/* Mw[xi] (Ci x Co) += V[xi]' (Ci x nt) Z[xi] (nt x Co), for the 16 xi. */
-FAST2 static void weight_products(int nt, int Ci, int Co, const float *V, const float *Z, float *Mw)
+/* Mw[xi] (Ci x Co) += V[xi]' (Ci x nt) Z[xi] (nt x Co), for the P xi. */
+FAST2 static void weight_products(int P, int nt, int Ci, int Co, const float *V, const float *Z, float *Mw)
 {
-    for (int xi = 0; xi < 16; xi++)
+    for (int xi = 0; xi < P; xi++)
         for (int c = 0; c < Ci; c += RT) {
             const int R = Ci - c < RT ? Ci - c : RT;
             const float *a = V + (size_t)xi * nt * Ci + c;
@@ -307,7 +292,7 @@ FAST2 static void weight_products(int nt, int Ci, int Co, const float *V, const 
 
 /* dw[ky][kx][c][k] = (G' Mw G)[ky][kx]: G' rows (1, 1/2, 1/2, 0),
  * (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1). */
-FAST2 static void weight_transform(int Ci, int Co, const float *Mw, float *dw)
+FAST2 static void weight_transform2(int Ci, int Co, const float *Mw, float *dw)
 {
     const __m256 half = _mm256_set1_ps(0.5f);
     for (int c = 0; c < Ci; c++)
@@ -330,69 +315,329 @@ FAST2 static void weight_transform(int Ci, int Co, const float *Mw, float *dw)
         }
 }
 
-void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+/* ---- F(4x4, 3x3) ---------------------------------------------------------
+ * Points 0, 1, -1, 2, -2 and infinity (Lavin and Gray's matrices):
+ *   B' = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
+ *         0 2 -1 -2 1 0; 0 4 0 -5 0 1],
+ *   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6;
+ *        1/24 -1/12 1/6; 0 0 1],
+ *   A' = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+ * Each 2-D transform is its 1-D one down the columns, then along the rows. */
+
+/* t = B' d */
+FAST2 static INLINE void bt6(const __m256 *d, __m256 *t)
+{
+    const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 a = _mm256_fnmadd_ps(four, d[2], d[4]), b = _mm256_fnmadd_ps(four, d[1], d[3]);
+    const __m256 c = _mm256_sub_ps(d[4], d[2]), e = _mm256_mul_ps(two, _mm256_sub_ps(d[3], d[1]));
+    t[0] = _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4]));
+    t[1] = _mm256_add_ps(a, b);
+    t[2] = _mm256_sub_ps(a, b);
+    t[3] = _mm256_add_ps(c, e);
+    t[4] = _mm256_sub_ps(c, e);
+    t[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
+}
+
+/* y = A' m (4 of 6) */
+FAST2 static INLINE void at6(const __m256 *m, __m256 *y)
+{
+    const __m256 s12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
+    const __m256 s34 = _mm256_add_ps(m[3], m[4]), d34 = _mm256_sub_ps(m[3], m[4]);
+    y[0] = _mm256_add_ps(_mm256_add_ps(m[0], s12), s34);
+    y[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d34, d12);
+    y[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), s34, s12);
+    y[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d34, d12), m[5]);
+}
+
+/* u = G g (6 of 3) */
+FAST2 static INLINE void g6(const __m256 *g, __m256 *u)
+{
+    const __m256 p = _mm256_add_ps(g[0], g[2]), sixth = _mm256_set1_ps(-1.0f / 6.0f);
+    const __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 24.0f), g[0], _mm256_mul_ps(_mm256_set1_ps(1.0f / 6.0f), g[2]));
+    const __m256 r = _mm256_mul_ps(_mm256_set1_ps(1.0f / 12.0f), g[1]);
+    u[0] = _mm256_mul_ps(_mm256_set1_ps(0.25f), g[0]);
+    u[1] = _mm256_mul_ps(sixth, _mm256_add_ps(p, g[1]));
+    u[2] = _mm256_mul_ps(sixth, _mm256_sub_ps(p, g[1]));
+    u[3] = _mm256_add_ps(q, r);
+    u[4] = _mm256_sub_ps(q, r);
+    u[5] = g[2];
+}
+
+/* z = A d (6 of 4): A' transposed */
+FAST2 static INLINE void a6(const __m256 *d, __m256 *z)
+{
+    const __m256 e = _mm256_add_ps(d[0], d[2]), o = _mm256_add_ps(d[1], d[3]);
+    const __m256 e2 = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), d[2], d[0]);
+    const __m256 o2 = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), d[3], _mm256_add_ps(d[1], d[1]));
+    z[0] = d[0];
+    z[1] = _mm256_add_ps(e, o);
+    z[2] = _mm256_sub_ps(e, o);
+    z[3] = _mm256_add_ps(e2, o2);
+    z[4] = _mm256_sub_ps(e2, o2);
+    z[5] = d[3];
+}
+
+/* g = G' m (3 of 6) */
+FAST2 static INLINE void gt6(const __m256 *m, __m256 *g)
+{
+    const __m256 s12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
+    const __m256 s34 = _mm256_add_ps(m[3], m[4]), d34 = _mm256_sub_ps(m[3], m[4]);
+    const __m256 sixth = _mm256_set1_ps(1.0f / 6.0f);
+    g[0] = _mm256_fmadd_ps(_mm256_set1_ps(0.25f), m[0],
+                           _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 24.0f), s34, _mm256_mul_ps(_mm256_set1_ps(-1.0f / 6.0f), s12)));
+    g[1] = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 12.0f), d34, _mm256_mul_ps(_mm256_set1_ps(-1.0f / 6.0f), d12));
+    g[2] = _mm256_fmadd_ps(sixth, _mm256_sub_ps(s34, s12), m[5]);
+}
+
+/* y (O x O) = f x f' for the 1-D transform f taking I values to O, x
+ * (I x I, row-major) read at x[i] + off (zeros where x[i] is NULL): f down
+ * each column of x as it is loaded, then along each row. */
+FAST2 static INLINE void sep2d(void (*f)(const __m256 *, __m256 *), const int I, const int O,
+                               const float *const *x, size_t off, __m256 *y)
+{
+    __m256 t[6][6];
+#pragma GCC unroll 6
+    for (int j = 0; j < I; j++) {
+        __m256 col[6], u[6];
+#pragma GCC unroll 6
+        for (int i = 0; i < I; i++) col[i] = x[i * I + j] ? _mm256_loadu_ps(x[i * I + j] + off) : _mm256_setzero_ps();
+        f(col, u);
+#pragma GCC unroll 6
+        for (int r = 0; r < O; r++) t[r][j] = u[r];
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < O; r++) f(t[r], y + r * O);
+}
+
+/* U[xi][c][k] = (G g G')[xi], 36 positions. */
+FAST2 static void filter_transform4(int Ci, int Co, const float *w, float *U)
+{
+    const float *taps[9];
+    for (int i = 0; i < 9; i++) taps[i] = w + (size_t)i * Ci * Co;
+    for (int c = 0; c < Ci; c++)
+        for (int k = 0; k < Co; k += 8) {
+            __m256 u[36];
+            sep2d(g6, 3, 6, taps, (size_t)c * Co + k, u);
+#pragma GCC unroll 36
+            for (int xi = 0; xi < 36; xi++) _mm256_storeu_ps(U + ((size_t)xi * Ci + c) * Co + k, u[xi]);
+        }
+}
+
+/* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's 6x6 input patch, i < nt. */
+FAST2 static void input_transform4(const struct geom *g, long t0, int nt, const float *inp, int Ci, float *V)
+{
+    const size_t st = (size_t)nt * Ci;
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(g, t0 + i, &n, &y, &x);
+        const float *src[36];
+        patch_at(inp, n, g->hi, g->wi, Ci, y - g->pad, x - g->pad, 6, src);
+        for (int c = 0; c < Ci; c += 8) {
+            __m256 v[36];
+            sep2d(bt6, 6, 6, src, (size_t)c, v);
+            float *o = V + (size_t)i * Ci + c;
+#pragma GCC unroll 36
+            for (int xi = 0; xi < 36; xi++) _mm256_storeu_ps(o + xi * st, v[xi]);
+        }
+    }
+}
+
+/* out's 4x4 block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
+FAST2 static void output_transform4(const struct geom *g, long t0, int nt, const float *M, int Co,
+                                    const float *bias, int relu, float *out)
+{
+    const int H = g->ho, W = g->wo;
+    const size_t st = (size_t)nt * Co;
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(g, t0 + i, &n, &y, &x);
+        const int rows = H - y < 4 ? H - y : 4, cols = W - x < 4 ? W - x : 4;
+        const float *m[36];
+        for (int xi = 0; xi < 36; xi++) m[xi] = M + (size_t)xi * st + (size_t)i * Co;
+        for (int k = 0; k < Co; k += 8) {
+            __m256 o[16];
+            sep2d(at6, 6, 4, m, (size_t)k, o);
+            const __m256 b = bias ? _mm256_loadu_ps(bias + k) : _mm256_setzero_ps();
+            for (int r = 0; r < rows; r++) {
+                float *dst = out + (((size_t)n * H + (size_t)(y + r)) * W + (size_t)x) * Co + k;
+                for (int q = 0; q < cols; q++) {
+                    __m256 v = _mm256_add_ps(o[r * 4 + q], b);
+                    if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+                    _mm256_storeu_ps(dst + (size_t)q * Co, v);
+                }
+            }
+        }
+    }
+}
+
+/* Z[xi][i][k] = (A dy A')[xi] for the 4x4 block dy of output gradients of
+ * tile t0 + i, zero where the block lies outside the output. */
+FAST2 static void grad_transform4(const struct geom *g, long t0, int nt, const float *dout, int Co, float *Z)
+{
+    const size_t st = (size_t)nt * Co;
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(g, t0 + i, &n, &y, &x);
+        const float *src[16];
+        patch_at(dout, n, g->ho, g->wo, Co, y, x, 4, src);
+        for (int k = 0; k < Co; k += 8) {
+            __m256 z[36];
+            sep2d(a6, 4, 6, src, (size_t)k, z);
+            float *o = Z + (size_t)i * Co + k;
+#pragma GCC unroll 36
+            for (int xi = 0; xi < 36; xi++) _mm256_storeu_ps(o + xi * st, z[xi]);
+        }
+    }
+}
+
+/* dw[ky][kx][c][k] = (G' Mw G)[ky][kx] over the 36 positions. */
+FAST2 static void weight_transform4(int Ci, int Co, const float *Mw, float *dw)
+{
+    const float *m[36];
+    for (int xi = 0; xi < 36; xi++) m[xi] = Mw + (size_t)xi * Ci * Co;
+    for (int c = 0; c < Ci; c++)
+        for (int k = 0; k < Co; k += 8) {
+            __m256 d[9];
+            sep2d(gt6, 6, 3, m, (size_t)c * Co + k, d);
+#pragma GCC unroll 9
+            for (int i = 0; i < 9; i++) _mm256_storeu_ps(dw + ((size_t)i * Ci + c) * Co + k, d[i]);
+        }
+}
+
+/* ---- the passes ----------------------------------------------------------- */
+
+/* Tiles per block: a block's V and M (or Z) in about 192 KiB, a multiple of
+ * the register tile's rows: 96 tiles of F(2x2) at 16 channels, 12 of
+ * F(4x4) at 32 in and 64 out. */
+#ifndef WINO_BLOCK_FLOATS
+#define WINO_BLOCK_FLOATS 49152
+#endif
+static int block_tiles(int P, int Ci, int Co)
+{
+    const int tb = WINO_BLOCK_FLOATS / P / (Ci + Co) / RT * RT;
+    return tb < RT ? RT : tb;
+}
+
+/* out = conv(inp, w) (+ bias, ReLU) with Ci channels in and Co out; w is
+ * [9][Ci][Co]; U is (m+2)^2 Ci Co floats of scratch. */
+static void wino_core(const struct geom *g, int n, float *out, const float *inp, const float *w, int Ci, int Co,
+                      const float *bias, int relu, float *U)
+{
+    const int four = g->m == 4, P = four ? 36 : 16;
+    if (four) filter_transform4(Ci, Co, w, U);
+    else filter_transform2(Ci, Co, w, U);
+    const long tiles = (long)n * g->th * g->tw;
+    const int tb = block_tiles(P, Ci, Co);
+    const long blocks = (tiles + tb - 1) / tb;
+#pragma omp parallel
+    {
+        float *V = dt_xmalloc(sizeof(float) * (size_t)P * (size_t)tb * (size_t)Ci);
+        float *M = dt_xmalloc(sizeof(float) * (size_t)P * (size_t)tb * (size_t)Co);
+#pragma omp for schedule(static)
+        for (long b = 0; b < blocks; b++) {
+            const long t0 = b * tb;
+            const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
+            if (four) input_transform4(g, t0, nt, inp, Ci, V);
+            else input_transform2(g, t0, nt, inp, Ci, V);
+            products(P, nt, Ci, Co, V, U, M);
+            if (four) output_transform4(g, t0, nt, M, Co, bias, relu, out);
+            else output_transform2(g, t0, nt, M, Co, bias, relu, out);
+        }
+        free(V);
+        free(M);
+    }
+}
+
+void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n, float *dweight, float *dbias,
                                     const float *dout, const float *inp)
 {
-    const struct geom g = {s->h, s->w, s->oh, s->ow, s->pad};
-    const int Ci = s->c, Co = s->k, th = (g.ho + 1) / 2, tw = (g.wo + 1) / 2;
-    const long tiles = (long)n * th * tw;
-    int tb = 3072 / (Ci + Co) / RT * RT; /* as wino_core: a block's V and Z in about 192 KiB */
-    if (tb < RT) tb = RT;
+    const struct geom g = geom_of(s->h, s->w, s->oh, s->ow, s->pad, m);
+    const int Ci = s->c, Co = s->k, four = m == 4, P = four ? 36 : 16;
+    const long tiles = (long)n * g.th * g.tw;
+    const int tb = block_tiles(P, Ci, Co);
     const long blocks = (tiles + tb - 1) / tb;
     const int nthr = omp_get_max_threads() < blocks ? omp_get_max_threads() : (int)blocks;
-    const size_t nm = (size_t)16 * Ci * Co;
+    const size_t nm = (size_t)P * Ci * Co;
     float *Mw = dt_xcalloc((size_t)nthr * nm, sizeof(float));
 #pragma omp parallel num_threads(nthr)
     {
         const int me = omp_get_thread_num(), nth = omp_get_num_threads();
-        float *V = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Ci);
-        float *Z = dt_xmalloc(sizeof(float) * 16 * (size_t)tb * (size_t)Co);
+        float *V = dt_xmalloc(sizeof(float) * (size_t)P * (size_t)tb * (size_t)Ci);
+        float *Z = dt_xmalloc(sizeof(float) * (size_t)P * (size_t)tb * (size_t)Co);
         for (long b = me; b < blocks; b += nth) { /* round robin: the same sums for a thread count */
             const long t0 = b * tb;
             const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
-            input_transform(&g, t0, nt, th, tw, inp, Ci, V);
-            grad_transform(&g, t0, nt, th, tw, dout, Co, Z);
-            weight_products(nt, Ci, Co, V, Z, Mw + (size_t)me * nm);
+            if (four) {
+                input_transform4(&g, t0, nt, inp, Ci, V);
+                grad_transform4(&g, t0, nt, dout, Co, Z);
+            } else {
+                input_transform2(&g, t0, nt, inp, Ci, V);
+                grad_transform2(&g, t0, nt, dout, Co, Z);
+            }
+            weight_products(P, nt, Ci, Co, V, Z, Mw + (size_t)me * nm);
         }
         free(V);
         free(Z);
     }
     for (int i = 1; i < nthr; i++)
         for (size_t j = 0; j < nm; j++) Mw[j] += Mw[(size_t)i * nm + j];
-    weight_transform(Ci, Co, Mw, dweight);
+    if (four) weight_transform4(Ci, Co, Mw, dweight);
+    else weight_transform2(Ci, Co, Mw, dweight);
     free(Mw);
     cpu_bias_grad(dbias, dout, n * s->oh * s->ow, Co);
 }
 
-void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U)
 {
-    const struct geom g = {s->h, s->w, s->oh, s->ow, s->pad};
+    const struct geom g = geom_of(s->h, s->w, s->oh, s->ow, s->pad, m);
     wino_core(&g, n, out, inp, weight, s->c, s->k, bias, relu, U);
 }
 
-void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int n, float *dinp, const float *dout,
                                  const float *wflip, float *U)
 {
-    const struct geom g = {s->oh, s->ow, s->h, s->w, 2 - s->pad};
+    const struct geom g = geom_of(s->oh, s->ow, s->h, s->w, 2 - s->pad, m);
     wino_core(&g, n, dinp, dout, wflip, s->k, s->c, NULL, 0, U);
 }
 #else
-void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n, float *dweight, float *dbias,
                                     const float *dout, const float *inp)
 {
-    (void)s, (void)n, (void)dweight, (void)dbias, (void)dout, (void)inp;
+    (void)s, (void)m, (void)n, (void)dweight, (void)dbias, (void)dout, (void)inp;
 }
 
-void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
+void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U)
 {
-    (void)s, (void)relu, (void)n, (void)out, (void)inp, (void)weight, (void)bias, (void)U;
+    (void)s, (void)m, (void)relu, (void)n, (void)out, (void)inp, (void)weight, (void)bias, (void)U;
 }
 
-void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int n, float *dinp, const float *dout,
                                  const float *wflip, float *U)
 {
-    (void)s, (void)n, (void)dinp, (void)dout, (void)wflip, (void)U;
+    (void)s, (void)m, (void)n, (void)dinp, (void)dout, (void)wflip, (void)U;
 }
 #endif
+
+/* DTRAIN_WINO_TILE's tile: 2 or 4, 0 where unset or empty, -1 where it is
+ * anything else (cpu_set_winograd refuses --winograd then). */
+int cpu_wino_avx2_forced_tile(void)
+{
+    const char *e = getenv("DTRAIN_WINO_TILE");
+    if (!e || !*e) return 0;
+    return !strcmp(e, "2") ? 2 : !strcmp(e, "4") ? 4 : -1;
+}
+
+/* The tile for an ho x wo output: F(4x4) where it needs at least a fifth
+ * fewer multiplies than F(2x2), tiles sticking out of the output counted
+ * (F(2x2) for outputs 1, 2, 5, 6, 9 or 10 wide); DTRAIN_WINO_TILE=2 or 4
+ * forces one. */
+int cpu_wino_avx2_tile(int ho, int wo)
+{
+    const int forced = cpu_wino_avx2_forced_tile();
+    if (forced < 0) DT_DIE("DTRAIN_WINO_TILE=%s: expected 2 or 4", getenv("DTRAIN_WINO_TILE"));
+    if (forced) return forced;
+    const long m2 = 16L * ((ho + 1) / 2) * ((wo + 1) / 2), m4 = 36L * ((ho + 3) / 4) * ((wo + 3) / 4);
+    return 5 * m4 <= 4 * m2 ? 4 : 2;
+}
