@@ -188,7 +188,7 @@ static void one_case_dtrain(int n, int c, int k, int hw, int dir, int repeats, i
             else if (dir == FWD) cpu_conv3x3_forward(&s, 0, n, y, x, w, b);
             else if (dir == BWD_DATA && wino) {
                 cpu_conv3x3_flip(&s, w, w2);
-                cpu_wino_avx2_backward_data(&s, wino, n, x, y, w2, u);
+                cpu_wino_avx2_backward_data(&s, wino, 0, n, x, y, w2, u);
             } else if (dir == BWD_DATA) cpu_conv3x3_backward_data(&s, n, x, y, w, w2);
             else if (wino) cpu_wino_avx2_backward_weights(&s, wino, n, w2, b, y, x);
             else cpu_conv3x3_backward_weights(&s, n, w2, b, y, x);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_internal.h" /* cpu_wino_avx2_tile, cpu_wino_avx2_data_transposed */
 #include "nn/layer.h"
 #include "nn/loss.h"
 #include "nn/model.h"
@@ -1199,6 +1200,40 @@ START_TEST(winograd_conv_vs_direct)
 }
 END_TEST
 
+/* dtrain's own Winograd kernels' choices (pure functions of the shape):
+ * F(4x4) unless F(2x2) needs no more than 5/4 of its multiplies (outputs 1,
+ * 2, 5, 6, 9, 10 wide), and backward-data on the forward pass's F(4x4)
+ * tiles where they need fewer multiplies than its own (the seed CNN's
+ * 'valid' 13x13 -> 11x11: 9 tiles an image against 16), not on a 'same'
+ * convolution (the same tiles either way). */
+START_TEST(winograd_tile_choice)
+{
+    static const int two[] = {1, 2, 5, 6, 9, 10}, four[] = {3, 4, 7, 8, 11, 12, 13, 14, 16, 32};
+    unsetenv("DTRAIN_WINO_TILE");
+    for (size_t i = 0; i < sizeof two / sizeof *two; i++)
+        ck_assert_msg(cpu_wino_avx2_tile(two[i], two[i]) == 2, "%dx%d output: F(%d), expected F(2x2)", two[i],
+                      two[i], cpu_wino_avx2_tile(two[i], two[i]));
+    for (size_t i = 0; i < sizeof four / sizeof *four; i++)
+        ck_assert_msg(cpu_wino_avx2_tile(four[i], four[i]) == 4, "%dx%d output: F(%d), expected F(4x4)", four[i],
+                      four[i], cpu_wino_avx2_tile(four[i], four[i]));
+    const struct dt_conv_shape seed = {.h = 13, .w = 13, .c = 32, .k = 64, .kh = 3, .kw = 3, .stride = 1, .pad = 0,
+                                       .oh = 11, .ow = 11};
+    const struct dt_conv_shape same = {.h = 16, .w = 16, .c = 32, .k = 32, .kh = 3, .kw = 3, .stride = 1, .pad = 1,
+                                       .oh = 16, .ow = 16};
+    ck_assert_msg(cpu_wino_avx2_data_transposed(&seed, 4, 4), "13x13 -> 11x11: backward-data not transposed");
+    ck_assert_msg(!cpu_wino_avx2_data_transposed(&seed, 2, 2), "13x13 -> 11x11 on F(2x2): transposed");
+    ck_assert_msg(!cpu_wino_avx2_data_transposed(&same, 4, 4), "16x16 'same': backward-data transposed");
+    setenv("DTRAIN_WINO_TILE", "2", 1);
+    ck_assert_int_eq(cpu_wino_avx2_tile(16, 16), 2);
+    setenv("DTRAIN_WINO_TILE", "4", 1);
+    ck_assert_int_eq(cpu_wino_avx2_tile(6, 6), 4);
+    setenv("DTRAIN_WINO_TILE", "3", 1);
+    ck_assert_int_eq(cpu_wino_avx2_forced_tile(), -1);
+    unsetenv("DTRAIN_WINO_TILE");
+    ck_assert_int_eq(cpu_wino_avx2_forced_tile(), 0);
+}
+END_TEST
+
 /* Fewer channels than Winograd pays for keep the direct kernels, bitwise
  * their results: 16 on oneDNN's (an AVX-512 CPU), 8 on dtrain's own. */
 START_TEST(winograd_not_below_threshold)
@@ -1466,6 +1501,7 @@ static Suite *layers_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, winograd_conv_vs_direct);
     tcase_add_test(tc, winograd_not_below_threshold);
+    tcase_add_test(tc, winograd_tile_choice);
     tcase_add_test(tc, fd_conv_winograd);
     suite_add_tcase(s, tc);
 

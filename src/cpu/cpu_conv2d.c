@@ -65,6 +65,7 @@ struct dt_conv_plan {
     int avx2;           /* cpu_conv3x3_avx2.c handles forward and both backward passes */
     int wino2;          /* ... and cpu_winograd_avx2.c all three passes instead (--winograd) */
     int wm, wmd;        /* ... their output tiles (2 or 4): forward and backward-weights, backward-data */
+    int wtd;            /* ... backward-data transposed, on the forward's tiles */
     float *U;           /* its filters' transform, [36][c][k] (or [36][k][c] for backward-data) */
     int verbose;        /* DTRAIN_KERNEL_VERBOSE: a line per call of those kernels */
     float *wflip;       /* its backward-data weights, [9][k][c] */
@@ -385,6 +386,8 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     if (p->wino2) {
         p->wm = cpu_wino_avx2_tile(shape->oh, shape->ow);
         p->wmd = cpu_wino_avx2_tile(shape->h, shape->w);
+        p->wtd = cpu_wino_avx2_data_transposed(shape, p->wm, p->wmd);
+        if (p->wtd) p->wmd = 4;
         p->U = dt_xmalloc(sizeof(float) * 36 * (size_t)shape->c * (size_t)shape->k);
     }
     const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
@@ -553,7 +556,7 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
         if (p->verbose) verbose_line(p, "backward_weights", n, t0), t0 = seconds();
         if (dinp && p->wino2) {
             cpu_conv3x3_flip(s, weight, p->wflip);
-            cpu_wino_avx2_backward_data(s, p->wmd, n, dinp, dout, p->wflip, p->U);
+            cpu_wino_avx2_backward_data(s, p->wmd, p->wtd, n, dinp, dout, p->wflip, p->U);
         } else if (dinp) {
             cpu_conv3x3_backward_data(s, n, dinp, dout, weight, p->wflip);
         }

@@ -1,5 +1,6 @@
 /* cpu_internal.h: the CPU backend's functions, gathered into dt_backend_cpu
- * by cpu_backend.c. Nothing outside src/cpu/ includes this header. */
+ * by cpu_backend.c. Outside src/cpu/ only white-box tests (check_layers,
+ * check_fused) and benchmarks (bench/conv_layouts) include it. */
 #ifndef DT_CPU_INTERNAL_H
 #define DT_CPU_INTERNAL_H
 
@@ -92,8 +93,12 @@ int cpu_wino_avx2_tile(int ho, int wo);
 int cpu_wino_avx2_forced_tile(void); /* DTRAIN_WINO_TILE: 2, 4, 0 unset, -1 bad */
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n, float *out, const float *inp,
                            const float *weight, const float *bias, float *U);
-void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int n, float *dinp, const float *dout,
-                                 const float *wflip, float *U);
+/* backward-data: transposed (cpu_wino_avx2_data_transposed's choice) runs
+ * it on the forward pass's F(4x4) tiles, else the forward on wflip with
+ * F(m x m) tiles of its h x w output. */
+int cpu_wino_avx2_data_transposed(const struct dt_conv_shape *s, int m, int md);
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int transposed, int n, float *dinp,
+                                 const float *dout, const float *wflip, float *U);
 void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n, float *dweight, float *dbias,
                                     const float *dout, const float *inp);
 

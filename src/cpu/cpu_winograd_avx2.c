@@ -21,7 +21,10 @@
  *      register tiles, as in cpu_conv3x3_avx2.c;
  *   3. the outputs y = A' m A (+ bias, ReLU), written where inside the image.
  * Threads: OpenMP over blocks, each with its own V and M.
- * Backward-data is the forward on flipped filters; backward-weights (below)
+ * Backward-data is the forward on flipped filters, or where that needs more
+ * tiles than the forward pass (a 'valid' convolution's gradient is larger
+ * than its output: 13x13 against 11x11 on the seed CNN), the forward's
+ * adjoint on the forward's tiles (data_transposed4); backward-weights
  * transforms the output gradients instead of the filters. */
 #include "config.h"
 
@@ -338,6 +341,20 @@ FAST2 static INLINE void bt6(const __m256 *d, __m256 *t)
     t[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
 }
 
+/* z = B x: B' transposed (backward-data's input transform) */
+FAST2 static INLINE void b6(const __m256 *x, __m256 *z)
+{
+    const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 p = _mm256_add_ps(x[1], x[2]), q = _mm256_add_ps(x[3], x[4]);
+    const __m256 u = _mm256_sub_ps(x[1], x[2]), v = _mm256_sub_ps(x[3], x[4]);
+    z[0] = _mm256_mul_ps(four, x[0]);
+    z[1] = _mm256_fmsub_ps(four, x[5], _mm256_fmadd_ps(four, u, _mm256_mul_ps(two, v)));
+    z[2] = _mm256_sub_ps(_mm256_fnmadd_ps(five, x[0], _mm256_fnmadd_ps(four, p, _mm256_setzero_ps())), q);
+    z[3] = _mm256_fnmadd_ps(five, x[5], _mm256_fmadd_ps(two, v, u));
+    z[4] = _mm256_add_ps(_mm256_add_ps(x[0], p), q);
+    z[5] = x[5];
+}
+
 /* y = A' m (4 of 6) */
 FAST2 static INLINE void at6(const __m256 *m, __m256 *y)
 {
@@ -409,11 +426,12 @@ FAST2 static INLINE void sep2d(void (*f)(const __m256 *, __m256 *), const int I,
     for (int r = 0; r < O; r++) f(t[r], y + r * O);
 }
 
-/* U[xi][c][k] = (G g G')[xi], 36 positions. */
-FAST2 static void filter_transform4(int Ci, int Co, const float *w, float *U)
+/* U[xi][c][k] = (G g G')[xi], 36 positions; flip: w is the filters turned
+ * half a circle (wflip: [9][Ci][Co] with Ci and Co swapped), taken back. */
+FAST2 static void filter_transform4(int Ci, int Co, const float *w, int flip, float *U)
 {
     const float *taps[9];
-    for (int i = 0; i < 9; i++) taps[i] = w + (size_t)i * Ci * Co;
+    for (int i = 0; i < 9; i++) taps[i] = w + (size_t)(flip ? 8 - i : i) * Ci * Co;
     for (int c = 0; c < Ci; c++)
         for (int k = 0; k < Co; k += 8) {
             __m256 u[36];
@@ -490,6 +508,28 @@ FAST2 static void grad_transform4(const struct geom *g, long t0, int nt, const f
     }
 }
 
+/* dinp's 6x6 patch of tile t0 + i += B dV B' (backward-data transposed:
+ * the adjoint of input_transform4), inside the image. */
+FAST2 static void input_adjoint4(const struct geom *g, long t0, int nt, const float *dV, int Ci, float *dinp)
+{
+    const size_t st = (size_t)nt * Ci;
+    for (int i = 0; i < nt; i++) {
+        int n, y, x;
+        tile_at(g, t0 + i, &n, &y, &x);
+        const float *v[36];
+        float *dst[36];
+        for (int xi = 0; xi < 36; xi++) v[xi] = dV + (size_t)xi * st + (size_t)i * Ci;
+        patch_at(dinp, n, g->hi, g->wi, Ci, y - g->pad, x - g->pad, 6, (const float **)dst);
+        for (int c = 0; c < Ci; c += 8) {
+            __m256 d[36];
+            sep2d(b6, 6, 6, v, (size_t)c, d);
+#pragma GCC unroll 36
+            for (int j = 0; j < 36; j++)
+                if (dst[j]) _mm256_storeu_ps(dst[j] + c, _mm256_add_ps(_mm256_loadu_ps(dst[j] + c), d[j]));
+        }
+    }
+}
+
 /* dw[ky][kx][c][k] = (G' Mw G)[ky][kx] over the 36 positions. */
 FAST2 static void weight_transform4(int Ci, int Co, const float *Mw, float *dw)
 {
@@ -524,7 +564,7 @@ static void wino_core(const struct geom *g, int n, float *out, const float *inp,
                       const float *bias, int relu, float *U)
 {
     const int four = g->m == 4, P = four ? 36 : 16;
-    if (four) filter_transform4(Ci, Co, w, U);
+    if (four) filter_transform4(Ci, Co, w, 0, U);
     else filter_transform2(Ci, Co, w, U);
     const long tiles = (long)n * g->th * g->tw;
     const int tb = block_tiles(P, Ci, Co);
@@ -545,6 +585,42 @@ static void wino_core(const struct geom *g, int n, float *out, const float *inp,
         }
         free(V);
         free(M);
+    }
+}
+
+/* Backward-data on the forward pass's F(4x4) tiles: dV = U' (A dy A') for
+ * each tile, dinp's patch += B dV B', the patches overlapping by 2 rows and
+ * columns. For the seed CNN's 'valid' 13x13 -> 11x11 these are 9 tiles an
+ * image where the forward form on the 13x13 gradient needs 16. Blocks of at
+ * least tw + 2 tiles overlap only their neighbours' patches, so threads run
+ * the even blocks, then the odd ones. U: 36 Ci Co floats of scratch. */
+static void data_transposed4(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
+                             const float *wflip, float *U)
+{
+    const struct geom g = geom_of(s->h, s->w, s->oh, s->ow, s->pad, 4);
+    const int Ci = s->c, Co = s->k;
+    filter_transform4(Co, Ci, wflip, 1, U); /* U[xi][k][c] */
+    memset(dinp, 0, sizeof(float) * (size_t)n * s->h * s->w * Ci);
+    const long tiles = (long)n * g.th * g.tw;
+    int tb = block_tiles(36, Ci, Co);
+    if (tb < g.tw + 2) tb = (g.tw + 2 + RT - 1) / RT * RT;
+    const long blocks = (tiles + tb - 1) / tb;
+#pragma omp parallel
+    {
+        float *Z = dt_xmalloc(sizeof(float) * 36 * (size_t)tb * (size_t)Co);
+        float *dV = dt_xmalloc(sizeof(float) * 36 * (size_t)tb * (size_t)Ci);
+        for (int phase = 0; phase < 2; phase++) {
+#pragma omp for schedule(static)
+            for (long b = phase; b < blocks; b += 2) {
+                const long t0 = b * tb;
+                const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
+                grad_transform4(&g, t0, nt, dout, Co, Z);
+                products(36, nt, Co, Ci, Z, U, dV);
+                input_adjoint4(&g, t0, nt, dV, Ci, dinp);
+            }
+        }
+        free(Z);
+        free(dV);
     }
 }
 
@@ -594,9 +670,13 @@ void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n
     wino_core(&g, n, out, inp, weight, s->c, s->k, bias, relu, U);
 }
 
-void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int n, float *dinp, const float *dout,
-                                 const float *wflip, float *U)
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int transposed, int n, float *dinp,
+                                 const float *dout, const float *wflip, float *U)
 {
+    if (transposed) {
+        data_transposed4(s, n, dinp, dout, wflip, U);
+        return;
+    }
     const struct geom g = geom_of(s->oh, s->ow, s->h, s->w, 2 - s->pad, m);
     wino_core(&g, n, dinp, dout, wflip, s->k, s->c, NULL, 0, U);
 }
@@ -613,12 +693,22 @@ void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n
     (void)s, (void)m, (void)relu, (void)n, (void)out, (void)inp, (void)weight, (void)bias, (void)U;
 }
 
-void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int n, float *dinp, const float *dout,
-                                 const float *wflip, float *U)
+void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int transposed, int n, float *dinp,
+                                 const float *dout, const float *wflip, float *U)
 {
-    (void)s, (void)m, (void)n, (void)dinp, (void)dout, (void)wflip, (void)U;
+    (void)s, (void)m, (void)transposed, (void)n, (void)dinp, (void)dout, (void)wflip, (void)U;
 }
 #endif
+
+/* Whether backward-data runs transposed (data_transposed4): where the
+ * forward pass's tiles are F(4x4) (m) and need fewer multiplies than
+ * backward-data's own F(md x md) tiles on the input's h x w. */
+int cpu_wino_avx2_data_transposed(const struct dt_conv_shape *s, int m, int md)
+{
+    const long fwd = 36L * ((s->oh + 3) / 4) * ((s->ow + 3) / 4);
+    const long own = (long)(md + 2) * (md + 2) * ((s->h + md - 1) / md) * ((s->w + md - 1) / md);
+    return m == 4 && fwd < own;
+}
 
 /* DTRAIN_WINO_TILE's tile: 2 or 4, 0 where unset or empty, -1 where it is
  * anything else (cpu_set_winograd refuses --winograd then). */
