@@ -9,11 +9,12 @@
  * of 9 m^2: F(2x2) 16 for 36 (2.25x fewer), F(4x4) 36 for 144 (4x fewer).
  * F(2x2)'s transforms use only 0, +-1 and +-1/2 and round about as well as
  * the direct sum; F(4x4)'s (points 0, +-1, +-2) multiply by up to 8 and
- * 1/24 and round a little worse (check_layers: within 1e-4 of direct either
- * way). Each pass takes the one that needs fewer multiplies for its output
- * size, tiles sticking out of the image counted (cpu_wino_avx2_tile). The work runs in blocks of
- * TB tiles (m x m output blocks along the flattened batch), sized so that a
- * block's transformed input and products stay in L2:
+ * 1/24 and round about 8x worse (check_layers: 5e-6 against 6e-7 relative
+ * to direct). Each pass takes the one that needs fewer multiplies for its
+ * output size, tiles sticking out of the image counted (cpu_wino_avx2_tile).
+ * The work runs in blocks of TB tiles (m x m output blocks along the
+ * flattened batch), sized so that a block's transformed input and products
+ * stay in L2:
  *   1. V[xi][t][c] = (B' d B)[xi] for each tile t's input patch d,
  *      vectorized over 8 channels (NHWC keeps them contiguous);
  *   2. M[xi] = V[xi] U[xi] for the (m+2)^2 positions xi, U = G g G' the
