@@ -182,7 +182,9 @@ static void *watch(void *arg)
         if ((w->how == DT_WATCH_SEND && w->rank == 0) || w->beats) {
             /* MPI_THREAD_MULTIPLE: this thread may call MPI beside the main one. */
             pthread_mutex_unlock(&w->lock);
-            if (w->how == DT_WATCH_SEND && w->rank == 0) receive_rows(w);
+            /* A rank that stops first says goodbye while this thread still
+             * runs: counted here, or dt_watchdog_stop waits for it forever. */
+            if (w->how == DT_WATCH_SEND && w->rank == 0) w->byes += receive_rows(w);
             if (w->beats) heartbeat(w);
             pthread_mutex_lock(&w->lock);
         }
@@ -322,7 +324,7 @@ void dt_watchdog_stop(struct dt_watchdog *w)
                 const long bye[DT_WATCH_ROW] = {0};
                 send_row(w, bye, TAG_BYE);
             } else {
-                for (int byes = 0; byes < w->size - 1;) byes += receive_rows(w);
+                while (w->byes < w->size - 1) w->byes += receive_rows(w);
             }
             for (int k = 0; k < NSEND; k++) DT_MPI_CHECK(MPI_Wait(&w->sendreq[k], MPI_STATUS_IGNORE));
         }

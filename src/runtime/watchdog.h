@@ -49,6 +49,7 @@ struct dt_watchdog {
     long sendbuf[8][6];       /* two-sided: reports in flight, a ring */
     MPI_Request sendreq[8];
     int nsent;
+    int byes;                 /* rank 0, two-sided: goodbyes received (by either thread) */
     char why[160];            /* why the window could not be made (not DT_WATCH_PUT) */
     int publish_waiting;      /* enter/leave also update the table (no other thread uses MPI then) */
     pthread_t thread;
