@@ -107,30 +107,6 @@ FAST2 static void products(int P, int nt, int Ci, int Co, const float *V, const 
         }
 }
 
-/* U[xi][c][k] = (G g G')[xi] for each filter g = w[.][c][k] (3x3, HWIO). */
-FAST2 static void filter_transform2(int Ci, int Co, const float *w, float *U)
-{
-    const __m256 half = _mm256_set1_ps(0.5f);
-    for (int c = 0; c < Ci; c++)
-        for (int k = 0; k < Co; k += 8) {
-            __m256 g[3][3], t[4][3];
-            for (int i = 0; i < 9; i++) g[i / 3][i % 3] = _mm256_loadu_ps(w + ((size_t)i * Ci + c) * Co + k);
-            for (int j = 0; j < 3; j++) { /* t = G g: rows g0, (g0+g1+g2)/2, (g0-g1+g2)/2, g2 */
-                const __m256 s = _mm256_add_ps(g[0][j], g[2][j]);
-                t[0][j] = g[0][j];
-                t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(s, g[1][j]));
-                t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(s, g[1][j]));
-                t[3][j] = g[2][j];
-            }
-            for (int i = 0; i < 4; i++) { /* U = t G' */
-                const __m256 s = _mm256_add_ps(t[i][0], t[i][2]);
-                const __m256 u[4] = {t[i][0], _mm256_mul_ps(half, _mm256_add_ps(s, t[i][1])),
-                                     _mm256_mul_ps(half, _mm256_sub_ps(s, t[i][1])), t[i][2]};
-                for (int j = 0; j < 4; j++) _mm256_storeu_ps(U + ((size_t)(i * 4 + j) * Ci + c) * Co + k, u[j]);
-            }
-        }
-}
-
 /* As in cpu_conv3x3_avx2.c: input hi x wi, output ho x wo, output (y, x)
  * reading input (y + ky - pad, x + kx - pad); m x m output tiles, th x tw
  * of them per image. */
@@ -169,109 +145,14 @@ static INLINE void patch_at(const float *base, int n, int H, int W, int C, int y
         }
 }
 
-/* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's input patch, i < nt. */
-FAST2 static void input_transform2(const struct geom *g, long t0, int nt, const float *inp, int Ci, float *V)
-{
-    const int H = g->hi, W = g->wi;
-    for (int i = 0; i < nt; i++) {
-        int n, y, x;
-        tile_at(g, t0 + i, &n, &y, &x);
-        const float *src[4][4];
-        patch_at(inp, n, H, W, Ci, y - g->pad, x - g->pad, 4, &src[0][0]);
-        for (int c = 0; c < Ci; c += 8) {
-            __m256 d[4][4], t[4][4];
-            for (int r = 0; r < 4; r++)
-                for (int q = 0; q < 4; q++) d[r][q] = src[r][q] ? _mm256_loadu_ps(src[r][q] + c) : _mm256_setzero_ps();
-            for (int q = 0; q < 4; q++) { /* t = B' d: rows d0-d2, d1+d2, d2-d1, d1-d3 */
-                t[0][q] = _mm256_sub_ps(d[0][q], d[2][q]);
-                t[1][q] = _mm256_add_ps(d[1][q], d[2][q]);
-                t[2][q] = _mm256_sub_ps(d[2][q], d[1][q]);
-                t[3][q] = _mm256_sub_ps(d[1][q], d[3][q]);
-            }
-            for (int r = 0; r < 4; r++) { /* V = t B */
-                float *v = V + ((size_t)(r * 4) * nt + (size_t)i) * Ci + c;
-                const size_t st = (size_t)nt * Ci;
-                _mm256_storeu_ps(v, _mm256_sub_ps(t[r][0], t[r][2]));
-                _mm256_storeu_ps(v + st, _mm256_add_ps(t[r][1], t[r][2]));
-                _mm256_storeu_ps(v + 2 * st, _mm256_sub_ps(t[r][2], t[r][1]));
-                _mm256_storeu_ps(v + 3 * st, _mm256_sub_ps(t[r][1], t[r][3]));
-            }
-        }
-    }
-}
-
-/* out's 2x2 block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
-FAST2 static void output_transform2(const struct geom *g, long t0, int nt, const float *M, int Co,
-                                    const float *bias, int relu, float *out)
-{
-    const int H = g->ho, W = g->wo;
-    const size_t st = (size_t)nt * Co;
-    for (int i = 0; i < nt; i++) {
-        int n, y, x;
-        tile_at(g, t0 + i, &n, &y, &x);
-        for (int k = 0; k < Co; k += 8) {
-            const float *m = M + (size_t)i * Co + k;
-            __m256 t[2][4];
-            for (int q = 0; q < 4; q++) { /* t = A' m: rows m0+m1+m2, m1-m2-m3 */
-                const __m256 m0 = _mm256_loadu_ps(m + (size_t)q * st), m1 = _mm256_loadu_ps(m + (size_t)(4 + q) * st);
-                const __m256 m2 = _mm256_loadu_ps(m + (size_t)(8 + q) * st), m3 = _mm256_loadu_ps(m + (size_t)(12 + q) * st);
-                t[0][q] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
-                t[1][q] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
-            }
-            const __m256 b = bias ? _mm256_loadu_ps(bias + k) : _mm256_setzero_ps();
-            for (int r = 0; r < 2 && y + r < H; r++) { /* y = t A */
-                __m256 o[2] = {_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t[r][0], t[r][1]), t[r][2]), b),
-                               _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(t[r][1], t[r][2]), t[r][3]), b)};
-                for (int q = 0; q < 2 && x + q < W; q++) {
-                    if (relu) o[q] = _mm256_max_ps(o[q], _mm256_setzero_ps());
-                    _mm256_storeu_ps(out + (((size_t)n * H + (size_t)(y + r)) * W + (size_t)(x + q)) * Co + k, o[q]);
-                }
-            }
-        }
-    }
-}
-
 /* ---- backward-weights ----------------------------------------------------
  * With m = U . V per tile (U = G g G', V = B' d B) and y = A' m A, the
  * gradient of a filter is dg = G' [sum over tiles of (A dy A') . V] G: the
- * output gradients' 2x2 blocks are transformed to 4x4 (Z = A dy A'), the 16
- * positions' sums over tiles are 16 products Mw[xi] = V[xi]' Z[xi]
- * (Ci x Co, reduced over the tiles), and one transform G' Mw G at the end
- * gives the 3x3 filters: 16 multiplies per tile, channel and filter instead
- * of 36, as forward. */
-
-/* Z[xi][i][k] = (A dy A')[xi] for the 2x2 block dy of output gradients of
- * tile t0 + i, zero where the block lies outside the output. */
-FAST2 static void grad_transform2(const struct geom *g, long t0, int nt, const float *dout, int Co, float *Z)
-{
-    const int H = g->ho, W = g->wo;
-    const size_t st = (size_t)nt * Co;
-    const __m256 zero = _mm256_setzero_ps();
-    for (int i = 0; i < nt; i++) {
-        int n, y, x;
-        tile_at(g, t0 + i, &n, &y, &x);
-        const float *src[2][2];
-        patch_at(dout, n, H, W, Co, y, x, 2, &src[0][0]);
-        for (int k = 0; k < Co; k += 8) {
-            __m256 d[2][2], t[4][2];
-            for (int r = 0; r < 2; r++)
-                for (int q = 0; q < 2; q++) d[r][q] = src[r][q] ? _mm256_loadu_ps(src[r][q] + k) : zero;
-            for (int q = 0; q < 2; q++) { /* t = A dy: rows dy0, dy0+dy1, dy0-dy1, -dy1 */
-                t[0][q] = d[0][q];
-                t[1][q] = _mm256_add_ps(d[0][q], d[1][q]);
-                t[2][q] = _mm256_sub_ps(d[0][q], d[1][q]);
-                t[3][q] = _mm256_sub_ps(zero, d[1][q]);
-            }
-            for (int r = 0; r < 4; r++) { /* Z = t A': columns t0, t0+t1, t0-t1, -t1 */
-                float *z = Z + ((size_t)(r * 4) * nt + (size_t)i) * Co + k;
-                _mm256_storeu_ps(z, t[r][0]);
-                _mm256_storeu_ps(z + st, _mm256_add_ps(t[r][0], t[r][1]));
-                _mm256_storeu_ps(z + 2 * st, _mm256_sub_ps(t[r][0], t[r][1]));
-                _mm256_storeu_ps(z + 3 * st, _mm256_sub_ps(zero, t[r][1]));
-            }
-        }
-    }
-}
+ * output gradients' m x m blocks are transformed to (m+2) x (m+2)
+ * (Z = A dy A'), the (m+2)^2 positions' sums over tiles are products
+ * Mw[xi] = V[xi]' Z[xi] (Ci x Co, reduced over the tiles), and one
+ * transform G' Mw G at the end gives the 3x3 filters: (m+2)^2 multiplies
+ * per tile, channel and filter instead of 9 m^2, as forward. */
 
 /* Mw[xi] (Ci x Co) += V[xi]' (Ci x nt) Z[xi] (nt x Co), for the P xi. */
 FAST2 static void weight_products(int P, int nt, int Ci, int Co, const float *V, const float *Z, float *Mw)
@@ -294,41 +175,67 @@ FAST2 static void weight_products(int P, int nt, int Ci, int Co, const float *V,
         }
 }
 
-/* dw[ky][kx][c][k] = (G' Mw G)[ky][kx]: G' rows (1, 1/2, 1/2, 0),
- * (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1). */
-FAST2 static void weight_transform2(int Ci, int Co, const float *Mw, float *dw)
-{
-    const __m256 half = _mm256_set1_ps(0.5f);
-    for (int c = 0; c < Ci; c++)
-        for (int k = 0; k < Co; k += 8) {
-            __m256 m[4][4], s[3][4];
-            for (int xi = 0; xi < 16; xi++) m[xi / 4][xi % 4] = _mm256_loadu_ps(Mw + ((size_t)xi * Ci + c) * Co + k);
-            for (int j = 0; j < 4; j++) { /* s = G' m */
-                const __m256 p = _mm256_mul_ps(half, _mm256_add_ps(m[1][j], m[2][j]));
-                s[0][j] = _mm256_add_ps(m[0][j], p);
-                s[1][j] = _mm256_mul_ps(half, _mm256_sub_ps(m[1][j], m[2][j]));
-                s[2][j] = _mm256_add_ps(p, m[3][j]);
-            }
-            for (int i = 0; i < 3; i++) { /* dw = s G */
-                const __m256 p = _mm256_mul_ps(half, _mm256_add_ps(s[i][1], s[i][2]));
-                float *d = dw + ((size_t)(i * 3) * Ci + c) * Co + k;
-                _mm256_storeu_ps(d, _mm256_add_ps(s[i][0], p));
-                _mm256_storeu_ps(d + (size_t)Ci * Co, _mm256_mul_ps(half, _mm256_sub_ps(s[i][1], s[i][2])));
-                _mm256_storeu_ps(d + (size_t)2 * Ci * Co, _mm256_add_ps(p, s[i][3]));
-            }
-        }
-}
-
-/* ---- F(4x4, 3x3) ---------------------------------------------------------
- * Points 0, 1, -1, 2, -2 and infinity (Lavin and Gray's matrices):
+/* ---- the transforms ----------------------------------------------------
+ * Each 2-D transform is its 1-D one down the columns, then along the rows
+ * (sep2d), 8 channels a vector. F(2x2, 3x3):
+ *   B' = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+ *   G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
+ *   A' = [1 1 1 0; 0 1 -1 -1].
+ * F(4x4, 3x3), points 0, 1, -1, 2, -2 and infinity (Lavin and Gray's):
  *   B' = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
  *         0 2 -1 -2 1 0; 0 4 0 -5 0 1],
  *   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6;
  *        1/24 -1/12 1/6; 0 0 1],
  *   A' = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
- * Each 2-D transform is its 1-D one down the columns, then along the rows. */
+ * Backward-weights needs A (A' transposed) and G' too; backward-data on
+ * the forward's tiles B (B' transposed). */
 
-/* t = B' d */
+/* F(2x2): t = B' d */
+FAST2 static INLINE void bt4(const __m256 *d, __m256 *t)
+{
+    t[0] = _mm256_sub_ps(d[0], d[2]);
+    t[1] = _mm256_add_ps(d[1], d[2]);
+    t[2] = _mm256_sub_ps(d[2], d[1]);
+    t[3] = _mm256_sub_ps(d[1], d[3]);
+}
+
+/* F(2x2): y = A' m (2 of 4) */
+FAST2 static INLINE void at4(const __m256 *m, __m256 *y)
+{
+    y[0] = _mm256_add_ps(_mm256_add_ps(m[0], m[1]), m[2]);
+    y[1] = _mm256_sub_ps(_mm256_sub_ps(m[1], m[2]), m[3]);
+}
+
+/* F(2x2): u = G g (4 of 3) */
+FAST2 static INLINE void g4(const __m256 *g, __m256 *u)
+{
+    const __m256 half = _mm256_set1_ps(0.5f), s = _mm256_add_ps(g[0], g[2]);
+    u[0] = g[0];
+    u[1] = _mm256_mul_ps(half, _mm256_add_ps(s, g[1]));
+    u[2] = _mm256_mul_ps(half, _mm256_sub_ps(s, g[1]));
+    u[3] = g[2];
+}
+
+/* F(2x2): z = A d (4 of 2) */
+FAST2 static INLINE void a4(const __m256 *d, __m256 *z)
+{
+    z[0] = d[0];
+    z[1] = _mm256_add_ps(d[0], d[1]);
+    z[2] = _mm256_sub_ps(d[0], d[1]);
+    z[3] = _mm256_sub_ps(_mm256_setzero_ps(), d[1]);
+}
+
+/* F(2x2): g = G' m (3 of 4) */
+FAST2 static INLINE void gt4(const __m256 *m, __m256 *g)
+{
+    const __m256 half = _mm256_set1_ps(0.5f), p = _mm256_mul_ps(half, _mm256_add_ps(m[1], m[2]));
+    g[0] = _mm256_add_ps(m[0], p);
+    g[1] = _mm256_mul_ps(half, _mm256_sub_ps(m[1], m[2]));
+    g[2] = _mm256_add_ps(p, m[3]);
+}
+
+/* F(4x4): t = B' d */
+
 FAST2 static INLINE void bt6(const __m256 *d, __m256 *t)
 {
     const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
@@ -342,7 +249,7 @@ FAST2 static INLINE void bt6(const __m256 *d, __m256 *t)
     t[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
 }
 
-/* z = B x: B' transposed (backward-data's input transform) */
+/* F(4x4): z = B x (backward-data on the forward's tiles) */
 FAST2 static INLINE void b6(const __m256 *x, __m256 *z)
 {
     const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
@@ -356,7 +263,7 @@ FAST2 static INLINE void b6(const __m256 *x, __m256 *z)
     z[5] = x[5];
 }
 
-/* y = A' m (4 of 6) */
+/* F(4x4): y = A' m (4 of 6) */
 FAST2 static INLINE void at6(const __m256 *m, __m256 *y)
 {
     const __m256 s12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
@@ -367,7 +274,7 @@ FAST2 static INLINE void at6(const __m256 *m, __m256 *y)
     y[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d34, d12), m[5]);
 }
 
-/* u = G g (6 of 3) */
+/* F(4x4): u = G g (6 of 3) */
 FAST2 static INLINE void g6(const __m256 *g, __m256 *u)
 {
     const __m256 p = _mm256_add_ps(g[0], g[2]), sixth = _mm256_set1_ps(-1.0f / 6.0f);
@@ -381,7 +288,7 @@ FAST2 static INLINE void g6(const __m256 *g, __m256 *u)
     u[5] = g[2];
 }
 
-/* z = A d (6 of 4): A' transposed */
+/* F(4x4): z = A d (6 of 4) */
 FAST2 static INLINE void a6(const __m256 *d, __m256 *z)
 {
     const __m256 e = _mm256_add_ps(d[0], d[2]), o = _mm256_add_ps(d[1], d[3]);
@@ -395,7 +302,7 @@ FAST2 static INLINE void a6(const __m256 *d, __m256 *z)
     z[5] = d[3];
 }
 
-/* g = G' m (3 of 6) */
+/* F(4x4): g = G' m (3 of 6) */
 FAST2 static INLINE void gt6(const __m256 *m, __m256 *g)
 {
     const __m256 s12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
@@ -427,60 +334,70 @@ FAST2 static INLINE void sep2d(void (*f)(const __m256 *, __m256 *), const int I,
     for (int r = 0; r < O; r++) f(t[r], y + r * O);
 }
 
-/* U[xi][c][k] = (G g G')[xi], 36 positions; flip: w is the filters turned
- * half a circle (wflip: [9][Ci][Co] with Ci and Co swapped), taken back. */
-FAST2 static void filter_transform4(int Ci, int Co, const float *w, int flip, float *U)
+/* The 1-D transforms of F(m x m); m is a constant where these expand. */
+#define BT(m) ((m) == 4 ? bt6 : bt4)
+#define AT(m) ((m) == 4 ? at6 : at4)
+#define GG(m) ((m) == 4 ? g6 : g4)
+#define AA(m) ((m) == 4 ? a6 : a4)
+#define GT(m) ((m) == 4 ? gt6 : gt4)
+
+/* U[xi][c][k] = (G g G')[xi] for each filter g = w[.][c][k] (3x3, HWIO),
+ * (m+2)^2 positions; flip: w is the filters turned half a circle (wflip:
+ * [9][Ci][Co] with Ci and Co swapped), taken back. */
+FAST2 static INLINE void filter_tf(const int m, int Ci, int Co, const float *w, int flip, float *U)
 {
     const float *taps[9];
     for (int i = 0; i < 9; i++) taps[i] = w + (size_t)(flip ? 8 - i : i) * Ci * Co;
     for (int c = 0; c < Ci; c++)
         for (int k = 0; k < Co; k += 8) {
             __m256 u[36];
-            sep2d(g6, 3, 6, taps, (size_t)c * Co + k, u);
+            sep2d(GG(m), 3, m + 2, taps, (size_t)c * Co + k, u);
 #pragma GCC unroll 36
-            for (int xi = 0; xi < 36; xi++) _mm256_storeu_ps(U + ((size_t)xi * Ci + c) * Co + k, u[xi]);
+            for (int xi = 0; xi < (m + 2) * (m + 2); xi++) _mm256_storeu_ps(U + ((size_t)xi * Ci + c) * Co + k, u[xi]);
         }
 }
 
-/* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's 6x6 input patch, i < nt. */
-FAST2 static void input_transform4(const struct geom *g, long t0, int nt, const float *inp, int Ci, float *V)
+/* V[xi][i][c] = (B' d B)[xi] of tile t0 + i's input patch, i < nt. */
+FAST2 static INLINE void input_tf(const int m, const struct geom *g, long t0, int nt, const float *inp, int Ci,
+                                  float *V)
 {
+    const int A = m + 2;
     const size_t st = (size_t)nt * Ci;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
         tile_at(g, t0 + i, &n, &y, &x);
         const float *src[36];
-        patch_at(inp, n, g->hi, g->wi, Ci, y - g->pad, x - g->pad, 6, src);
+        patch_at(inp, n, g->hi, g->wi, Ci, y - g->pad, x - g->pad, A, src);
         for (int c = 0; c < Ci; c += 8) {
             __m256 v[36];
-            sep2d(bt6, 6, 6, src, (size_t)c, v);
+            sep2d(BT(m), A, A, src, (size_t)c, v);
             float *o = V + (size_t)i * Ci + c;
 #pragma GCC unroll 36
-            for (int xi = 0; xi < 36; xi++) _mm256_storeu_ps(o + xi * st, v[xi]);
+            for (int xi = 0; xi < A * A; xi++) _mm256_storeu_ps(o + xi * st, v[xi]);
         }
     }
 }
 
-/* out's 4x4 block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
-FAST2 static void output_transform4(const struct geom *g, long t0, int nt, const float *M, int Co,
-                                    const float *bias, int relu, float *out)
+/* out's m x m block of tile t0 + i = A' m A (+ bias, ReLU), inside the image. */
+FAST2 static INLINE void output_tf(const int m, const struct geom *g, long t0, int nt, const float *M, int Co,
+                                   const float *bias, int relu, float *out)
 {
-    const int H = g->ho, W = g->wo;
+    const int H = g->ho, W = g->wo, A = m + 2;
     const size_t st = (size_t)nt * Co;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
         tile_at(g, t0 + i, &n, &y, &x);
-        const int rows = H - y < 4 ? H - y : 4, cols = W - x < 4 ? W - x : 4;
-        const float *m[36];
-        for (int xi = 0; xi < 36; xi++) m[xi] = M + (size_t)xi * st + (size_t)i * Co;
+        const int rows = H - y < m ? H - y : m, cols = W - x < m ? W - x : m;
+        const float *mp[36];
+        for (int xi = 0; xi < A * A; xi++) mp[xi] = M + (size_t)xi * st + (size_t)i * Co;
         for (int k = 0; k < Co; k += 8) {
             __m256 o[16];
-            sep2d(at6, 6, 4, m, (size_t)k, o);
+            sep2d(AT(m), A, m, mp, (size_t)k, o);
             const __m256 b = bias ? _mm256_loadu_ps(bias + k) : _mm256_setzero_ps();
             for (int r = 0; r < rows; r++) {
                 float *dst = out + (((size_t)n * H + (size_t)(y + r)) * W + (size_t)x) * Co + k;
                 for (int q = 0; q < cols; q++) {
-                    __m256 v = _mm256_add_ps(o[r * 4 + q], b);
+                    __m256 v = _mm256_add_ps(o[r * m + q], b);
                     if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
                     _mm256_storeu_ps(dst + (size_t)q * Co, v);
                 }
@@ -489,28 +406,76 @@ FAST2 static void output_transform4(const struct geom *g, long t0, int nt, const
     }
 }
 
-/* Z[xi][i][k] = (A dy A')[xi] for the 4x4 block dy of output gradients of
- * tile t0 + i, zero where the block lies outside the output. */
-FAST2 static void grad_transform4(const struct geom *g, long t0, int nt, const float *dout, int Co, float *Z)
+/* Z[xi][i][k] = (A dy A')[xi] for the m x m block dy of output gradients
+ * of tile t0 + i, zero where the block lies outside the output. */
+FAST2 static INLINE void grad_tf(const int m, const struct geom *g, long t0, int nt, const float *dout, int Co,
+                                 float *Z)
 {
+    const int A = m + 2;
     const size_t st = (size_t)nt * Co;
     for (int i = 0; i < nt; i++) {
         int n, y, x;
         tile_at(g, t0 + i, &n, &y, &x);
         const float *src[16];
-        patch_at(dout, n, g->ho, g->wo, Co, y, x, 4, src);
+        patch_at(dout, n, g->ho, g->wo, Co, y, x, m, src);
         for (int k = 0; k < Co; k += 8) {
             __m256 z[36];
-            sep2d(a6, 4, 6, src, (size_t)k, z);
+            sep2d(AA(m), m, A, src, (size_t)k, z);
             float *o = Z + (size_t)i * Co + k;
 #pragma GCC unroll 36
-            for (int xi = 0; xi < 36; xi++) _mm256_storeu_ps(o + xi * st, z[xi]);
+            for (int xi = 0; xi < A * A; xi++) _mm256_storeu_ps(o + xi * st, z[xi]);
         }
     }
 }
 
+/* dw[ky][kx][c][k] = (G' Mw G)[ky][kx] over the (m+2)^2 positions. */
+FAST2 static INLINE void weight_tf(const int m, int Ci, int Co, const float *Mw, float *dw)
+{
+    const float *mp[36];
+    for (int xi = 0; xi < (m + 2) * (m + 2); xi++) mp[xi] = Mw + (size_t)xi * Ci * Co;
+    for (int c = 0; c < Ci; c++)
+        for (int k = 0; k < Co; k += 8) {
+            __m256 d[9];
+            sep2d(GT(m), m + 2, 3, mp, (size_t)c * Co + k, d);
+#pragma GCC unroll 9
+            for (int i = 0; i < 9; i++) _mm256_storeu_ps(dw + ((size_t)i * Ci + c) * Co + k, d[i]);
+        }
+}
+
+/* Each of them for a run-time m (2 or 4), expanded with m a constant. */
+FAST2 static void filter_transform(int m, int Ci, int Co, const float *w, int flip, float *U)
+{
+    if (m == 4) filter_tf(4, Ci, Co, w, flip, U);
+    else filter_tf(2, Ci, Co, w, flip, U);
+}
+
+FAST2 static void input_transform(const struct geom *g, long t0, int nt, const float *inp, int Ci, float *V)
+{
+    if (g->m == 4) input_tf(4, g, t0, nt, inp, Ci, V);
+    else input_tf(2, g, t0, nt, inp, Ci, V);
+}
+
+FAST2 static void output_transform(const struct geom *g, long t0, int nt, const float *M, int Co,
+                                   const float *bias, int relu, float *out)
+{
+    if (g->m == 4) output_tf(4, g, t0, nt, M, Co, bias, relu, out);
+    else output_tf(2, g, t0, nt, M, Co, bias, relu, out);
+}
+
+FAST2 static void grad_transform(const struct geom *g, long t0, int nt, const float *dout, int Co, float *Z)
+{
+    if (g->m == 4) grad_tf(4, g, t0, nt, dout, Co, Z);
+    else grad_tf(2, g, t0, nt, dout, Co, Z);
+}
+
+FAST2 static void weight_transform(int m, int Ci, int Co, const float *Mw, float *dw)
+{
+    if (m == 4) weight_tf(4, Ci, Co, Mw, dw);
+    else weight_tf(2, Ci, Co, Mw, dw);
+}
+
 /* dinp's 6x6 patch of tile t0 + i += B dV B' (backward-data transposed:
- * the adjoint of input_transform4), inside the image. */
+ * the adjoint of input_transform's F(4x4)), inside the image. */
 FAST2 static void input_adjoint4(const struct geom *g, long t0, int nt, const float *dV, int Ci, float *dinp)
 {
     const size_t st = (size_t)nt * Ci;
@@ -529,20 +494,6 @@ FAST2 static void input_adjoint4(const struct geom *g, long t0, int nt, const fl
                 if (dst[j]) _mm256_storeu_ps(dst[j] + c, _mm256_add_ps(_mm256_loadu_ps(dst[j] + c), d[j]));
         }
     }
-}
-
-/* dw[ky][kx][c][k] = (G' Mw G)[ky][kx] over the 36 positions. */
-FAST2 static void weight_transform4(int Ci, int Co, const float *Mw, float *dw)
-{
-    const float *m[36];
-    for (int xi = 0; xi < 36; xi++) m[xi] = Mw + (size_t)xi * Ci * Co;
-    for (int c = 0; c < Ci; c++)
-        for (int k = 0; k < Co; k += 8) {
-            __m256 d[9];
-            sep2d(gt6, 6, 3, m, (size_t)c * Co + k, d);
-#pragma GCC unroll 9
-            for (int i = 0; i < 9; i++) _mm256_storeu_ps(dw + ((size_t)i * Ci + c) * Co + k, d[i]);
-        }
 }
 
 /* ---- the passes ----------------------------------------------------------- */
@@ -564,9 +515,8 @@ static int block_tiles(int P, int Ci, int Co)
 static void wino_core(const struct geom *g, int n, float *out, const float *inp, const float *w, int Ci, int Co,
                       const float *bias, int relu, float *U)
 {
-    const int four = g->m == 4, P = four ? 36 : 16;
-    if (four) filter_transform4(Ci, Co, w, 0, U);
-    else filter_transform2(Ci, Co, w, U);
+    const int P = (g->m + 2) * (g->m + 2);
+    filter_transform(g->m, Ci, Co, w, 0, U);
     const long tiles = (long)n * g->th * g->tw;
     const int tb = block_tiles(P, Ci, Co);
     const long blocks = (tiles + tb - 1) / tb;
@@ -578,11 +528,9 @@ static void wino_core(const struct geom *g, int n, float *out, const float *inp,
         for (long b = 0; b < blocks; b++) {
             const long t0 = b * tb;
             const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
-            if (four) input_transform4(g, t0, nt, inp, Ci, V);
-            else input_transform2(g, t0, nt, inp, Ci, V);
+            input_transform(g, t0, nt, inp, Ci, V);
             products(P, nt, Ci, Co, V, U, M);
-            if (four) output_transform4(g, t0, nt, M, Co, bias, relu, out);
-            else output_transform2(g, t0, nt, M, Co, bias, relu, out);
+            output_transform(g, t0, nt, M, Co, bias, relu, out);
         }
         free(V);
         free(M);
@@ -600,7 +548,7 @@ static void data_transposed4(const struct dt_conv_shape *s, int n, float *dinp, 
 {
     const struct geom g = geom_of(s->h, s->w, s->oh, s->ow, s->pad, 4);
     const int Ci = s->c, Co = s->k;
-    filter_transform4(Co, Ci, wflip, 1, U); /* U[xi][k][c] */
+    filter_transform(4, Co, Ci, wflip, 1, U); /* U[xi][k][c] */
     memset(dinp, 0, sizeof(float) * (size_t)n * s->h * s->w * Ci);
     const long tiles = (long)n * g.th * g.tw;
     int tb = block_tiles(36, Ci, Co);
@@ -615,7 +563,7 @@ static void data_transposed4(const struct dt_conv_shape *s, int n, float *dinp, 
             for (long b = phase; b < blocks; b += 2) {
                 const long t0 = b * tb;
                 const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
-                grad_transform4(&g, t0, nt, dout, Co, Z);
+                grad_transform(&g, t0, nt, dout, Co, Z);
                 products(36, nt, Co, Ci, Z, U, dV);
                 input_adjoint4(&g, t0, nt, dV, Ci, dinp);
             }
@@ -629,7 +577,7 @@ void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n,
                                     const float *dout, const float *inp)
 {
     const struct geom g = geom_of(s->h, s->w, s->oh, s->ow, s->pad, m);
-    const int Ci = s->c, Co = s->k, four = m == 4, P = four ? 36 : 16;
+    const int Ci = s->c, Co = s->k, P = (m + 2) * (m + 2);
     const long tiles = (long)n * g.th * g.tw;
     const int tb = block_tiles(P, Ci, Co);
     const long blocks = (tiles + tb - 1) / tb;
@@ -644,13 +592,8 @@ void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n,
         for (long b = me; b < blocks; b += nth) { /* round robin: the same sums for a thread count */
             const long t0 = b * tb;
             const int nt = tiles - t0 < tb ? (int)(tiles - t0) : tb;
-            if (four) {
-                input_transform4(&g, t0, nt, inp, Ci, V);
-                grad_transform4(&g, t0, nt, dout, Co, Z);
-            } else {
-                input_transform2(&g, t0, nt, inp, Ci, V);
-                grad_transform2(&g, t0, nt, dout, Co, Z);
-            }
+            input_transform(&g, t0, nt, inp, Ci, V);
+            grad_transform(&g, t0, nt, dout, Co, Z);
             weight_products(P, nt, Ci, Co, V, Z, Mw + (size_t)me * nm);
         }
         free(V);
@@ -658,8 +601,7 @@ void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n,
     }
     for (int i = 1; i < nthr; i++)
         for (size_t j = 0; j < nm; j++) Mw[j] += Mw[(size_t)i * nm + j];
-    if (four) weight_transform4(Ci, Co, Mw, dweight);
-    else weight_transform2(Ci, Co, Mw, dweight);
+    weight_transform(m, Ci, Co, Mw, dweight);
     free(Mw);
     cpu_bias_grad(dbias, dout, n * s->oh * s->ow, Co);
 }
