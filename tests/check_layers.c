@@ -1106,6 +1106,13 @@ static int use_winograd(const char *test)
     return 0;
 }
 
+/* Whether --winograd runs dtrain's own kernels here (an AVX2 CPU without
+ * AVX-512) rather than oneDNN's. */
+static int own_winograd_here(void)
+{
+    return avx2_conv_here() && !__builtin_cpu_supports("avx512f");
+}
+
 static void no_winograd(void)
 {
     char why[256];
@@ -1239,7 +1246,7 @@ END_TEST
 START_TEST(winograd_not_below_threshold)
 {
     double rel[BF_NCONV];
-    const int c = avx2_conv_here() && !__builtin_cpu_supports("avx512f") ? 8 : 16;
+    const int c = own_winograd_here() ? 8 : 16;
     if (!winograd_case((struct dt_shape){8, 8, c}, c, 0, 1, "", rel)) return;
     for (int r = 0; r < BF_NCONV; r++)
         ck_assert_msg(rel[r] == 0.0, "%d-channel conv under --winograd: %s differs from direct by %.3e", c,
@@ -1288,8 +1295,7 @@ static void fd_winograd_tile(const char *tile)
 
 START_TEST(fd_conv_winograd)
 {
-    const int own = avx2_conv_here() && !__builtin_cpu_supports("avx512f");
-    if (own) {
+    if (own_winograd_here()) {
         fd_winograd_tile("2");
         fd_winograd_tile("4");
     } else {

@@ -66,7 +66,7 @@ struct dt_conv_plan {
     int wino2;          /* ... and cpu_winograd_avx2.c all three passes instead (--winograd) */
     int wm, wmd;        /* ... their output tiles (2 or 4): forward and backward-weights, backward-data */
     int wtd;            /* ... backward-data transposed, on the forward's tiles */
-    float *U;           /* its filters' transform, [36][c][k] (or [36][k][c] for backward-data) */
+    float *U;           /* its filters' transform, [(m+2)^2][c][k] (or [..][k][c] for backward-data) */
     int verbose;        /* DTRAIN_KERNEL_VERBOSE: a line per call of those kernels */
     float *wflip;       /* its backward-data weights, [9][k][c] */
     unsigned clock;
@@ -388,7 +388,8 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
         p->wmd = cpu_wino_avx2_tile(shape->h, shape->w);
         p->wtd = cpu_wino_avx2_data_transposed(shape, p->wm, p->wmd);
         if (p->wtd) p->wmd = 4;
-        p->U = dt_xmalloc(sizeof(float) * 36 * (size_t)shape->c * (size_t)shape->k);
+        const size_t a = (size_t)(p->wm > p->wmd ? p->wm : p->wmd) + 2; /* the larger tile's (m+2)^2 */
+        p->U = dt_xmalloc(sizeof(float) * a * a * (size_t)shape->c * (size_t)shape->k);
     }
     const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
     p->verbose = (p->avx2 || p->direct) && v && *v && strcmp(v, "0");
