@@ -1121,31 +1121,47 @@ static void no_winograd(void)
 
 #define WINO_TOL 1e-4
 
-/* A layer with a direct plan and one with a Winograd plan on the same
- * inputs and parameters, forward and backward; rel[] gets the Winograd
- * run's rel_diff from the direct one per result. 0 without Winograd. */
-static int winograd_case(struct dt_shape in, int K, int relu, int same, const char *tag, double rel[BF_NCONV])
+/* The direct plan's layer of winograd_vs_direct (the caller frees it). */
+static struct dt_layer_spec winograd_spec(int K, int relu, int same)
 {
-    struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
-                                 .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
-    const uint64_t seed = 1900 + (uint64_t)(in.c + K + relu);
-    struct lh d, w;
-    lh_setup(&d, &dt_conv2d_ops, spec, in, 4, seed);
-    lh_backward(&d);
-    if (!use_winograd("winograd conv")) {
-        lh_free(&d);
-        return 0;
-    }
-    lh_setup(&w, &dt_conv2d_ops, spec, in, 4, seed); /* plans take the choice at creation */
+    return (struct dt_layer_spec){.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
+                                  .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+}
+static uint64_t winograd_seed(struct dt_shape in, int K, int relu) { return 1900 + (uint64_t)(in.c + K + relu); }
+
+static void direct_case(struct lh *d, struct dt_shape in, int K, int relu, int same)
+{
+    lh_setup(d, &dt_conv2d_ops, winograd_spec(K, relu, same), in, 4, winograd_seed(in, K, relu));
+    lh_backward(d);
+}
+
+/* A layer with a Winograd plan on direct_case's inputs and parameters,
+ * forward and backward; rel[] gets its rel_diff from the direct layer d per
+ * result. 0 without Winograd. */
+static int winograd_vs_direct(const struct lh *d, struct dt_shape in, int K, int relu, int same, const char *tag,
+                              double rel[BF_NCONV])
+{
+    struct lh w;
+    if (!use_winograd("winograd conv")) return 0;
+    lh_setup(&w, &dt_conv2d_ops, winograd_spec(K, relu, same), in, 4, winograd_seed(in, K, relu)); /* plans take the choice at creation */
     no_winograd();
     lh_backward(&w);
-    conv_rel_diffs(&w, &d, K, rel);
+    conv_rel_diffs(&w, d, K, rel);
     printf("# winograd%s conv %dx%dx%d -> %d%s%s: rel diff from direct out %.2e dinp %.2e dweight %.2e dbias %.2e\n",
            tag, in.h, in.w, in.c, K, same ? "" : " valid", relu ? " relu" : "", rel[BF_OUT], rel[BF_DINP],
            rel[BF_DWEIGHT], rel[BF_DBIAS]);
-    lh_free(&d);
     lh_free(&w);
     return 1;
+}
+
+/* Both: a direct and a Winograd layer on the same inputs and parameters. */
+static int winograd_case(struct dt_shape in, int K, int relu, int same, const char *tag, double rel[BF_NCONV])
+{
+    struct lh d;
+    direct_case(&d, in, K, relu, same);
+    const int ran = winograd_vs_direct(&d, in, K, relu, same, tag, rel);
+    lh_free(&d);
+    return ran;
 }
 
 /* ResNet-20's 32- and 64-channel shapes (and on dtrain's own kernels its
@@ -1176,12 +1192,15 @@ START_TEST(winograd_conv_vs_direct)
         for (size_t i = 0; i < (own ? 5u : 2u); i++)
             for (int relu = 0; relu <= 1; relu++) {
                 double rel[3][BF_NCONV];
+                struct lh d; /* one direct reference for every tile */
+                direct_case(&d, shapes[i].in, shapes[i].K, relu, shapes[i].same);
                 for (int t = 0; t < (own ? 3 : 1); t++) {
                     if (own && tiles[t]) setenv("DTRAIN_WINO_TILE", tiles[t], 1);
-                    const int ran = winograd_case(shapes[i].in, shapes[i].K, relu, shapes[i].same, own ? tags[t] : "",
-                                                  rel[t]);
+                    const int ran = winograd_vs_direct(&d, shapes[i].in, shapes[i].K, relu, shapes[i].same,
+                                                       own ? tags[t] : "", rel[t]);
                     unsetenv("DTRAIN_WINO_TILE");
                     if (!ran) {
+                        lh_free(&d);
                         unsetenv("DTRAIN_NO_FAST_KERNELS");
                         return;
                     }
@@ -1193,6 +1212,7 @@ START_TEST(winograd_conv_vs_direct)
                         ck_assert_msg(rel[t][r] < WINO_TOL, "winograd conv %zu%s relu %d: %s off by %.3e of its magnitude",
                                       i, tags[t], relu, bf_conv_what[r], rel[t][r]);
                 }
+                lh_free(&d);
                 if (!own) continue;
                 const int want = shapes[i].tile == 4, other = !want;
                 ck_assert_msg(rel[2][BF_OUT] == rel[want][BF_OUT] && rel[2][BF_OUT] != rel[other][BF_OUT],
