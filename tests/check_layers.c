@@ -1121,17 +1121,19 @@ static void no_winograd(void)
 
 #define WINO_TOL 1e-4
 
-/* The direct plan's layer of winograd_vs_direct (the caller frees it). */
-static struct dt_layer_spec winograd_spec(int K, int relu, int same)
+/* A 3x3 conv2d layer on inputs and parameters that depend only on the shape
+ * (and ReLU): a direct and a Winograd plan see the same ones. */
+static void conv_case_setup(struct lh *h, struct dt_shape in, int K, int relu, int same)
 {
-    return (struct dt_layer_spec){.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
-                                  .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    const struct dt_layer_spec spec = {.type = "conv2d", .filters = K, .kernel = 3, .stride = 1, .same = same,
+                                       .activation = relu ? DT_ACT_RELU : DT_ACT_NONE};
+    lh_setup(h, &dt_conv2d_ops, spec, in, 4, 1900 + (uint64_t)(in.c + K + relu));
 }
-static uint64_t winograd_seed(struct dt_shape in, int K, int relu) { return 1900 + (uint64_t)(in.c + K + relu); }
 
+/* The direct layer winograd_vs_direct compares with (the caller frees it). */
 static void direct_case(struct lh *d, struct dt_shape in, int K, int relu, int same)
 {
-    lh_setup(d, &dt_conv2d_ops, winograd_spec(K, relu, same), in, 4, winograd_seed(in, K, relu));
+    conv_case_setup(d, in, K, relu, same);
     lh_backward(d);
 }
 
@@ -1143,7 +1145,7 @@ static int winograd_vs_direct(const struct lh *d, struct dt_shape in, int K, int
 {
     struct lh w;
     if (!use_winograd("winograd conv")) return 0;
-    lh_setup(&w, &dt_conv2d_ops, winograd_spec(K, relu, same), in, 4, winograd_seed(in, K, relu)); /* plans take the choice at creation */
+    conv_case_setup(&w, in, K, relu, same); /* plans take the choice at creation */
     no_winograd();
     lh_backward(&w);
     conv_rel_diffs(&w, d, K, rel);
