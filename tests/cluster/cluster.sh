@@ -159,8 +159,8 @@ slurm_conf() { # slurm_conf N
     echo "SlurmctldTimeout=30"
     # A node silent this long is marked DOWN, and a --no-kill job loses it
     # for good. The elastic check brings a killed h2's slurmd back after the
-    # survivors' first step: 17-30 s after the death in CI, so 30 was too
-    # short (a CI run lost h2 that way). Slurm's own default is 300.
+    # survivors' first step, 15-26 s after the death (25 s in CI), so 30
+    # was too short (a CI run lost h2 that way). Slurm's own default is 300.
     echo "SlurmdTimeout=120"
     echo "KillWait=5"
     echo "MinJobAge=3600"
