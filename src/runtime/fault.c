@@ -18,7 +18,8 @@ static struct {
     int read_rank;
     long read_at;
     int stall_rank;
-    long stall_update;
+    long stall_update;     /* or the epoch (from 1), where stall_phase is set */
+    char stall_phase[16];  /* "validation", "epoch-end"; "" for an update */
     int ckpt_crash;
     char slow_name[MAX_SLOW][16];
     long slow_ms[MAX_SLOW];
@@ -40,7 +41,9 @@ static void read_env(void)
     s = getenv("DTRAIN_TEST_READ_ERROR");
     if (!s || sscanf(s, "%d:%ld", &fault.read_rank, &fault.read_at) != 2) fault.read_at = 0;
     s = getenv("DTRAIN_TEST_STALL");
-    if (!s || sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2) fault.stall_update = 0;
+    if (!s || (sscanf(s, "%d:%15[a-z-]:%ld", &fault.stall_rank, fault.stall_phase, &fault.stall_update) != 3 &&
+               (fault.stall_phase[0] = '\0', sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2)))
+        fault.stall_update = 0;
     s = getenv("DTRAIN_TEST_CKPT_CRASH");
     fault.ckpt_crash = s && !strcmp(s, "1");
     s = getenv("DTRAIN_TEST_SLOW_ALLREDUCE");
@@ -74,8 +77,16 @@ long dt_fault_read_error_at(int rank)
 void dt_fault_stall_point(int rank, long next_update)
 {
     init();
-    if (fault.stall_update && next_update == fault.stall_update && rank == fault.stall_rank)
+    if (fault.stall_update && !fault.stall_phase[0] && next_update == fault.stall_update && rank == fault.stall_rank)
         sleep(600); /* this rank stops coming; the others' watchdog must end the job */
+}
+
+void dt_fault_stall_phase(int rank, const char *phase, long epoch)
+{
+    init();
+    if (fault.stall_update && !strcmp(fault.stall_phase, phase) && epoch == fault.stall_update &&
+        rank == fault.stall_rank)
+        sleep(600);
 }
 
 void dt_fault_ckpt_crash_point(void)

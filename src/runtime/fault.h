@@ -10,6 +10,9 @@
  *                                     fp16 overflow would make it
  *   DTRAIN_TEST_READ_ERROR="R:N"      the N-th batch read on rank R fails
  *   DTRAIN_TEST_STALL="R:U"           rank R stops before update U (sleeps)
+ *   DTRAIN_TEST_STALL="R:PHASE:E"     rank R stops at epoch E's (from 1)
+ *                                     "epoch-end" (after its last step) or
+ *                                     "validation" (before its slice)
  *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
  *                                     written and flushed, before its rename
  *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans
@@ -30,6 +33,8 @@ int dt_fault_overflow_at(long global_step);
 long dt_fault_read_error_at(int rank);
 /* Called before each update: rank R sleeps 600 s before update U. */
 void dt_fault_stall_point(int rank, long next_update);
+/* Called where epoch epoch (from 1) reaches phase: rank R sleeps 600 s there. */
+void dt_fault_stall_phase(int rank, const char *phase, long epoch);
 /* Called between a checkpoint's flush and its rename: rank 0 exits here. */
 void dt_fault_ckpt_crash_point(void);
 /* The timeline's span cap; 0 for the default. */

@@ -1,8 +1,9 @@
 /* watchdog.h: --stall-timeout, the end of "it just hangs".
  *
  * A thread per rank watches its main thread: before a call that waits for
- * other ranks (the gradient all-reduce, an epoch's agreement) the main
- * thread says so (dt_watchdog_enter), after it says it is back. Waiting
+ * other ranks (the gradient all-reduce, the step's consistency check, the
+ * epoch's end, validation's mean) the main thread says so
+ * (dt_watchdog_enter), after it says it is back. Waiting
  * longer than the timeout means some rank is not coming: the watchdog prints
  * one error line and aborts the whole job (MPI_Abort), so the scheduler gets
  * its nodes back instead of a job that waits until its walltime.

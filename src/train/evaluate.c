@@ -64,7 +64,9 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
     struct dt_batch *b = dt_loader_spare(&t->loader); /* no epoch runs now */
     if (dt_trainer_evaluate_slice(t, &t->data, b, t->cfg->batch_size, sums, &st) != DT_OK) DT_DIE("%s", st.msg);
+    dt_watchdog_enter(&t->watchdog, "the validation's end");
     dt_trainer_evaluate_mean(t, sums, loss, accuracy);
+    dt_watchdog_leave(&t->watchdog);
     DT_TL_END(tl_eval, DT_TL_COMPUTE, "evaluate", NULL);
 }
 
@@ -91,7 +93,10 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
     const long val = (long)(h >> 1);
     char when[64];
     snprintf(when, sizeof when, "after epoch %d", epoch);
-    if (dt_consistency_check(t->comm, when, &val, names, 1, st) != DT_OK) {
+    dt_watchdog_enter(&t->watchdog, "the replicas' consistency check");
+    const int rc = dt_consistency_check(t->comm, when, &val, names, 1, st);
+    dt_watchdog_leave(&t->watchdog);
+    if (rc != DT_OK) {
         size_t n = strlen(st->msg);
         snprintf(st->msg + n, sizeof st->msg - n, "; the replicas diverged (every strategy ends an epoch with the "
                  "same model on every rank): rerun with --debug-collectives, or name another --allreduce");

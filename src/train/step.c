@@ -85,7 +85,10 @@ static int check_agreement(struct dt_trainer *t, const struct dt_epoch_run *ep, 
                          rd->start ? dt_consistency_hash_longs((const long *)rd->start, (size_t)rd->nbuckets + 1) : 0};
     char when[64];
     snprintf(when, sizeof when, "before epoch %d step %lld", ep->epoch + 1, (long long)s + 1);
-    return dt_consistency_check(t->comm, when, vals, names, 6, st);
+    dt_watchdog_enter(&t->watchdog, "the ranks' consistency check"); /* a rank lost since the last step stops here */
+    const int rc = dt_consistency_check(t->comm, when, vals, names, 6, st);
+    dt_watchdog_leave(&t->watchdog);
+    return rc;
 }
 
 /* A parameter-server worker reads the current parameters before its
@@ -280,8 +283,8 @@ int dt_step(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t s, int64_t en
     const struct dt_batch *b = next_batch(t, ep, s);
     const int64_t global = update_samples(t, b, s, end);
     dt_watchdog_step(&t->watchdog, ep->epoch + 1, s + 1);
+    dt_fault_stall_point(t->rank, t->global_step + 1); /* before the update's first collective */
     if (check_agreement(t, ep, s, st) != DT_OK) return st->code;
-    dt_fault_stall_point(t->rank, t->global_step + 1);
 
     int64_t u = s;
     if (t->pipe.on) { /* --pipeline-stages: the batch's micro-batches through the stages, 1F1B */

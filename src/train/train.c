@@ -20,6 +20,7 @@
 #include "collectives/sum_large.h"
 #include "metrics/timeline.h"
 #include "runtime/checks.h"
+#include "runtime/fault.h"
 #include "strategy/memplan.h"
 #include "train/autotune.h"
 #include "train/step.h"
@@ -221,9 +222,11 @@ static int epoch_end(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t s, s
 {
     struct dt_strategy *strat = &t->strategy;
     steps_not_taken(t, ep, s, es);
+    dt_fault_stall_phase(t->rank, "epoch-end", ep->epoch + 1);
+    /* Every collective here is watched: a rank lost in the epoch's last
+     * step is found here, not left to the scheduler's walltime. */
     dt_watchdog_enter(&t->watchdog, "the epoch's end");
     if (strat->ops->epoch_end) strat->ops->epoch_end(strat, (long)ep->steps);
-    dt_watchdog_leave(&t->watchdog);
     if (!strat->lockstep) dt_trainer_average_buffers(t); /* workers step on their own: at the epoch's end */
     if (strat->local_stats) {
         dt_allreduce_sum_f64(ep->sums, 2, t->comm);
@@ -232,11 +235,13 @@ static int epoch_end(struct dt_trainer *t, struct dt_epoch_run *ep, int64_t s, s
         strat->clip.norm_sum = clip[0];
         strat->clip.updates = (long)clip[1];
         strat->clip.clipped = (long)clip[2];
-        if (!isfinite(ep->sums[0]) && dt_step_read_failure(t, &t->loader, st) != DT_OK) return st->code;
-        if (!isfinite(ep->sums[0]))
-            return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", ep->epoch + 1, ep->sums[0]);
     }
     epoch_figures(t, ep, es);
+    dt_watchdog_leave(&t->watchdog);
+    if (strat->local_stats && !isfinite(ep->sums[0])) {
+        if (dt_step_read_failure(t, &t->loader, st) != DT_OK) return st->code;
+        return dt_fail(st, DT_ERUNTIME, "epoch %d: the loss is %f; try a smaller --lr", ep->epoch + 1, ep->sums[0]);
+    }
     return DT_OK;
 }
 
@@ -333,7 +338,9 @@ static int epoch_checkpoint(struct dt_trainer *t, int e, int stop, FILE *out, dt
     double zero[3] = {0.0, 0.0, 0.0};
     if (!cfg->checkpoint_dir) return DT_OK;
     int flags[2] = {dt_signals_pending(), dt_ckpt_async_busy(t->ckpt_async)};
+    dt_watchdog_enter(&t->watchdog, "the ranks' agreement on a checkpoint");
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->comm));
+    dt_watchdog_leave(&t->watchdog);
     if (!flags[1] && collect_async(t, out, st) != DT_OK) return st->code;
     int sig = flags[0];
     int every = cfg->ckpt_every_steps ? 0 : (e + 1) % cfg->ckpt_every == 0;
@@ -402,6 +409,7 @@ static int fit(struct dt_trainer *t, FILE *out, dt_status *st)
         if (rc != DT_OK) return rc;
         if (dt_trainer_check_replicas(t, e + 1, out, st) != DT_OK) return st->code;
         if (validate) {
+            dt_fault_stall_phase(t->rank, "validation", e + 1);
             double tv = MPI_Wtime();
             dt_trainer_evaluate(t, &es->val_loss, &es->val_accuracy);
             es->val_seconds = MPI_Wtime() - tv;
