@@ -5,11 +5,11 @@
 # with the epoch, step and layer under every strategy (a parameter-server
 # worker ends it before a server applies the push), or is skipped and
 # counted with --nan-policy skip; --stall-timeout: a rank that stops coming
-# (in a step, at an epoch's first step, in validation, at the epoch's end)
-# ends the job within the timeout, rank 0 naming it, with no rank left
-# behind; the consistency check: ranks started with different models are
-# stopped before the first collective, each value that differs named;
-# --debug-collectives changes nothing in a healthy run.
+# (in a step, at an epoch's first step, in validation, at the epoch's end,
+# in fsdp's forward gather) ends the job within the timeout, rank 0 naming
+# it, with no rank left behind; the consistency check: ranks started with
+# different models are stopped before the first collective, each value that
+# differs named; --debug-collectives changes nothing in a healthy run.
 . "$TOP_SRCDIR/tests/common.sh"
 syn="--synthetic 8x8x3:4:512 --model mlp --epochs 1 --batch-size 32"
 
@@ -58,26 +58,30 @@ if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((t1 - t0)) -le 30 ] && [ "$(grep -c
    grep -q '^dtrain: error: rank 0 waited 2 s in the gradient exchange at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives); waiting in the collective: rank 0' "$err"; then
   pass "no one-sided windows, --overlap: the two-sided watchdog named rank 1 in $((t1 - t0)) s"
 else fail "two-sided stall (rc=$rc, $((t1 - t0)) s)"; cat "$err" >&2; fi
-# A rank lost outside the training steps is found there too: at the next
+# A rank lost outside the gradient exchange is found there too: at the next
 # epoch's first step (the ranks' consistency check), in validation, at the
-# epoch's end (rank 0 itself lost: rank 1 fires after its grace). A host
-# killed there once left its peers waiting until Slurm's SlurmdTimeout.
+# epoch's end (rank 0 itself lost: rank 1 fires after its grace), and under
+# fsdp in the forward pass's parameter gather. A host killed at an epoch's
+# start once left its peers waiting until Slurm's SlurmdTimeout.
 "$DTRAIN_PREP" --quiet --synthetic 8x8x3:4:2048:512 "$TEST_TMP/stall.$$.h5" >/dev/null || fail "dtrain-prep --synthetic"
-for c in "1:33|0|the ranks' consistency check at epoch 2 step 1 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
-         "1:validation:1|0|the validation's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
-         "0:epoch-end:1|1|the epoch's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 0 did not end the job first"; do
-  where=${c%%|*} who=${c#*|} msg=${c##*|}
-  who=${who%%|*}
+for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
+         "1:validation:1|0||the validation's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
+         "0:epoch-end:1|1||the epoch's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 0 did not end the job first" \
+         "1:5|0|--strategy fsdp|an fsdp parameter gather at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)"; do
+  where=${c%%|*} rest=${c#*|}
+  who=${rest%%|*} rest=${rest#*|}
+  flags=${rest%%|*} msg=${rest#*|}
   t0=$(date +%s)
+  # shellcheck disable=SC2086  # flags: words
   DTRAIN_TEST_STALL=$where launch 2 -x DTRAIN_TEST_STALL "$DTRAIN" "$TEST_TMP/stall.$$.h5" --model mlp --epochs 2 \
-    --batch-size 32 --stall-timeout 2 >"$out" 2>"$err"; rc=$?
+    --batch-size 32 --stall-timeout 2 $flags >"$out" 2>"$err"; rc=$?
   t1=$(date +%s)
   left=$(ps -eo args | grep -c "[d]train $TEST_TMP/stall.$$.h5")
   if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((t1 - t0)) -le 30 ] && [ "$left" = 0 ] &&
      [ "$(grep -c '^dtrain: error: ' "$err")" = 1 ] && grep -q "^dtrain: error: rank $who waited [0-9]* s in " "$err" &&
      grep -qF " s in $msg" "$err"; then
-    pass "DTRAIN_TEST_STALL=$where: the job ended in $((t1 - t0)) s (exit $rc), rank $who waited in $msg"
-  else fail "DTRAIN_TEST_STALL=$where (rc=$rc, $((t1 - t0)) s, $left left)"; cat "$err" >&2; fi
+    pass "DTRAIN_TEST_STALL=$where${flags:+ $flags}: the job ended in $((t1 - t0)) s (exit $rc), rank $who waited in $msg"
+  else fail "DTRAIN_TEST_STALL=$where${flags:+ $flags} (rc=$rc, $((t1 - t0)) s, $left left)"; cat "$err" >&2; fi
 done
 rm -f "$TEST_TMP/stall.$$.h5"
 # The parameter server: auto falls back to its two-sided transport and says

@@ -269,25 +269,33 @@ void dt_watchdog_step(struct dt_watchdog *w, long epoch, long step)
     put(w, DT_ROW_EPOCH, vals, 3);
 }
 
-void dt_watchdog_enter(struct dt_watchdog *w, const char *what)
+static void enter(struct dt_watchdog *w, const char *what, int tell)
 {
     if (!w->on) return;
     pthread_mutex_lock(&w->lock);
-    w->what = what;
-    w->since = now();
+    const int outer = w->depth++ == 0;
+    if (outer) {
+        w->what = what;
+        w->since = now();
+        w->told = tell && w->publish_waiting;
+    }
     pthread_mutex_unlock(&w->lock);
     const long one = 1;
-    if (w->publish_waiting) put(w, DT_ROW_WAITING, &one, 1);
+    if (outer && w->told) put(w, DT_ROW_WAITING, &one, 1);
 }
+
+void dt_watchdog_enter(struct dt_watchdog *w, const char *what) { enter(w, what, 1); }
+void dt_watchdog_enter_quiet(struct dt_watchdog *w, const char *what) { enter(w, what, 0); }
 
 void dt_watchdog_leave(struct dt_watchdog *w)
 {
     if (!w->on) return;
     pthread_mutex_lock(&w->lock);
-    w->what = NULL;
+    const int outer = w->depth > 0 && --w->depth == 0;
+    if (outer) w->what = NULL;
     pthread_mutex_unlock(&w->lock);
     const long zero = 0;
-    if (w->publish_waiting) put(w, DT_ROW_WAITING, &zero, 1);
+    if (outer && w->told) put(w, DT_ROW_WAITING, &zero, 1);
 }
 
 void dt_watchdog_alive(struct dt_watchdog *w)

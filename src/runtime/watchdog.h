@@ -58,6 +58,8 @@ struct dt_watchdog {
     pthread_cond_t wake;
     int quit;
     const char *what;         /* what the main thread waits in; NULL when it does not */
+    int depth;                /* waits entered and not yet left (they nest) */
+    int told;                 /* the outermost wait was published to the table */
     double since;             /* MPI_Wtime when it started waiting */
     long epoch, step;         /* the step it is in (1-based for messages) */
 };
@@ -73,8 +75,13 @@ enum { DT_WATCH_ROW = 6, DT_ROW_EPOCH = 0, DT_ROW_STEP, DT_ROW_WAITING, DT_ROW_B
 int dt_watchdog_start(struct dt_watchdog *w, MPI_Comm comm, double timeout, int publish_waiting, dt_status *st);
 /* Main thread, at the start of a step, when no other thread calls MPI. */
 void dt_watchdog_step(struct dt_watchdog *w, long epoch, long step);
+/* Waits nest: inside one, another enter and its leave change nothing (the
+ * outer wait's name and clock stand). */
 void dt_watchdog_enter(struct dt_watchdog *w, const char *what);
 void dt_watchdog_leave(struct dt_watchdog *w);
+/* As enter, but the table is not told (many short waits in a step: fsdp's
+ * gathers); the timeout and the message are the same. Left by leave. */
+void dt_watchdog_enter_quiet(struct dt_watchdog *w, const char *what);
 /* Any thread, during a wait: this rank is making progress in it (a
  * parameter server applying updates for a whole epoch), so the timeout
  * counts from now. */

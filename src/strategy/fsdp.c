@@ -57,7 +57,17 @@ struct fsdp {
     MPI_Comm cross;            /* HSDP: the same shard on the other nodes; MPI_COMM_NULL otherwise */
     int rank, nshards;         /* this rank's shard, of how many */
     size_t shard_len;
+    struct dt_strategy *s;     /* its wait hooks (the trainer's stall watchdog) */
 };
+
+/* MPI_Wait on a request of other ranks, the watchdog told (s->wait_begin). */
+static void wait_for(struct fsdp *z, MPI_Request *req, const char *what)
+{
+    if (*req == MPI_REQUEST_NULL) return;
+    if (z->s->wait_begin) z->s->wait_begin(z->s->alive_arg, what);
+    DT_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+    if (z->s->wait_end) z->s->wait_end(z->s->alive_arg);
+}
 
 void dt_fsdp_segment(int node, const struct dt_topo *t, size_t n, int rank, size_t *off, size_t *len)
 {
@@ -125,7 +135,7 @@ static void progress(struct fsdp *z)
 static void release(struct fsdp *z, int slot)
 {
     if (z->pb[slot] < 0) return;
-    DT_MPI_CHECK(MPI_Wait(&z->preq[slot], MPI_STATUS_IGNORE)); /* a gather in flight lands first */
+    wait_for(z, &z->preq[slot], "an fsdp parameter gather"); /* a gather in flight lands first */
     z->held -= z->b[z->pb[slot]].len * sizeof(float);
     z->pb[slot] = -1;
 }
@@ -152,7 +162,7 @@ static float *held(struct fsdp *z, int k, int next)
     gather(z, next);
     const int slot = k % 2;
     DT_TL_BEGIN(tl0);
-    DT_MPI_CHECK(MPI_Wait(&z->preq[slot], MPI_STATUS_IGNORE));
+    wait_for(z, &z->preq[slot], "an fsdp parameter gather");
     DT_TL_END(tl0, DT_TL_COMM, "fsdp all-gather wait", NULL);
     return z->pbuf[slot];
 }
@@ -163,7 +173,7 @@ static float *held(struct fsdp *z, int k, int next)
 static void land(struct fsdp *z, int slot)
 {
     if (z->gb[slot] < 0) return;
-    DT_MPI_CHECK(MPI_Wait(&z->greq[slot], MPI_STATUS_IGNORE));
+    wait_for(z, &z->greq[slot], "an fsdp gradient reduce-scatter");
     const int k = z->gb[slot];
     const struct bucket *b = &z->b[k];
     const int n = b->counts[z->rank];
@@ -192,6 +202,7 @@ static void scatter_grads(struct fsdp *z, int k)
      * after another: Open MPI's non-blocking reduce-scatter takes a
      * temporary of twice the whole call, which would be the rank's peak. */
     DT_TL_BEGIN(tl0);
+    if (z->s->wait_begin) z->s->wait_begin(z->s->alive_arg, "an fsdp gradient reduce-scatter");
     int *pc = dt_xcalloc((size_t)z->nshards, sizeof(int));
     const size_t mine_lo = (size_t)b->displs[z->rank], mine_hi = mine_lo + (size_t)b->counts[z->rank];
     for (size_t p0 = 0; p0 < b->len; p0 += PIECE) {
@@ -206,6 +217,7 @@ static void scatter_grads(struct fsdp *z, int k)
         DT_MPI_CHECK(MPI_Reduce_scatter(z->gbuf[slot] + p0, dst, pc, MPI_FLOAT, MPI_SUM, z->comm));
     }
     free(pc);
+    if (z->s->wait_end) z->s->wait_end(z->s->alive_arg);
     z->greq[slot] = MPI_REQUEST_NULL;
     DT_TL_END(tl0, DT_TL_COMM, "fsdp reduce-scatter in pieces", NULL);
 }
@@ -257,6 +269,7 @@ static int fsdp_setup(struct dt_strategy *s, dt_status *st)
                        "needs the same count on every node (or use --fsdp-shard world)", t->min_local, t->max_local);
     struct fsdp *z = dt_xcalloc(1, sizeof *z);
     s->priv = z;
+    z->s = s;
     z->comm = node ? t->node : t->world;
     z->cross = node && t->nnodes > 1 ? t->cross : MPI_COMM_NULL;
     z->rank = node ? t->local_rank : t->rank;

@@ -94,6 +94,11 @@ struct dt_strategy {
      * watchdog then counts its timeout from there). */
     void (*alive)(void *arg);
     void *alive_arg;
+    /* Optional, with alive_arg: a wait for other ranks inside forward or
+     * backward (fsdp's gathers and reduce-scatters) begins and ends, so the
+     * watchdog ends a step in which a rank was lost there too. */
+    void (*wait_begin)(void *arg, const char *what);
+    void (*wait_end)(void *arg);
 };
 
 enum dt_nan_policy { DT_NAN_ABORT = 0, DT_NAN_SKIP = 1 };

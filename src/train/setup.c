@@ -387,6 +387,9 @@ static int create_strategy(struct dt_trainer *t, dt_status *st)
 
 /* The strategy's alive hook: a parameter server serving is not stalled. */
 static void watchdog_alive(void *w) { dt_watchdog_alive(w); }
+/* Its wait hooks: fsdp's many short waits in a step, the table not told of each. */
+static void watchdog_wait_begin(void *w, const char *what) { dt_watchdog_enter_quiet(w, what); }
+static void watchdog_wait_end(void *w) { dt_watchdog_leave(w); }
 
 /* --stall-timeout. */
 static int start_watchdog(struct dt_trainer *t, dt_status *st)
@@ -399,6 +402,10 @@ static int start_watchdog(struct dt_trainer *t, dt_status *st)
         return dt_status_agree(st, t->comm);
     t->strategy.alive = watchdog_alive;
     t->strategy.alive_arg = &t->watchdog;
+    if (t->watchdog.on) {
+        t->strategy.wait_begin = watchdog_wait_begin;
+        t->strategy.wait_end = watchdog_wait_end;
+    }
     if (t->watchdog.on && t->watchdog.how != DT_WATCH_PUT && t->rank == 0 && cfg->verbose >= DT_NORMAL)
         fprintf(stderr, "dtrain: note: --stall-timeout: no one-sided window here (%s); the watchdog %s\n",
                 t->watchdog.why, t->watchdog.how == DT_WATCH_SEND
