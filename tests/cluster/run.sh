@@ -325,8 +325,8 @@ check_allreduce() {
       bad "$hosts: dtrain-bench-allreduce exit $rc"; cat out err | tail -30
     fi
   done
-  across h1:2,h2:2 "$BENCH" -b 4 -e 1M -f 16 -n 3 -w 1 -a ring,hier,auto --grad-compression bf16 >out 2>err
-  [[ $? == 0 ]] && grep -q '^# Wrong elements: 0 OK' out && ok "2x2, bf16 transport: ring, hier, auto exact" ||
+  across h1:2,h2:2 "$BENCH" -b 4 -e 1M -f 16 -n 3 -w 1 -a ring,hier,auto --grad-compression bf16 >out 2>err &&
+    grep -q '^# Wrong elements: 0 OK' out && ok "2x2, bf16 transport: ring, hier, auto exact" ||
     { bad "2x2 bf16"; tail -20 out err; }
   local a
   for a in mpi ring hier auto; do
@@ -350,7 +350,7 @@ check_resume() {
   across h1:2,h2:2 "$DTRAIN" $args --checkpoint-dir "$W/r-ref" --quiet || bad "reference run"
   # From the second one written inside epoch 2, into a directory of its own.
   local mid
-  mid=$(cd "$W/r-ref" && ls ckpt-000001-*.h5 | sed -n 2p)
+  mid=$(cd "$W/r-ref" && printf '%s\n' ckpt-000001-*.h5 | sed -n 2p) # the glob sorts as ls would
   mkdir -p "$W/r-cut"
   cp "$W/r-ref/$mid" "$W/r-cut/" && echo "$mid" >"$W/r-cut/latest"
   across h1:2,h2:2 "$DTRAIN" $args --checkpoint-dir "$W/r-cut" --resume latest >out 2>err
