@@ -6,10 +6,12 @@
 # worker ends it before a server applies the push), or is skipped and
 # counted with --nan-policy skip; --stall-timeout: a rank that stops coming
 # (in a step, at an epoch's first step, in validation, at the epoch's end,
-# in fsdp's forward gather) ends the job within the timeout, rank 0 naming
-# it, with no rank left behind; the consistency check: ranks started with
-# different models are stopped before the first collective, each value that
-# differs named; --debug-collectives changes nothing in a healthy run.
+# in fsdp's forward gather; in a checkpoint write when its process stopped,
+# while a write merely longer than the timeout is waited for) ends the job
+# within the timeout, rank 0 naming it, with no rank left behind; the
+# consistency check: ranks started with different models are stopped before
+# the first collective, each value that differs named; --debug-collectives
+# changes nothing in a healthy run.
 . "$TOP_SRCDIR/tests/common.sh"
 syn="--synthetic 8x8x3:4:512 --model mlp --epochs 1 --batch-size 32"
 
@@ -61,13 +63,16 @@ else fail "two-sided stall (rc=$rc, $((t1 - t0)) s)"; cat "$err" >&2; fi
 # A rank lost outside the gradient exchange is found there too: at the next
 # epoch's first step (the ranks' consistency check), in validation, at the
 # epoch's end (rank 0 itself lost: rank 1 fires after its grace), and under
-# fsdp in the forward pass's parameter gather. A host killed at an epoch's
-# start once left its peers waiting until Slurm's SlurmdTimeout.
+# fsdp in the forward pass's parameter gather, and in a checkpoint write
+# when the rank's process has stopped (SIGSTOP: silent, as on a dead host).
+# A host killed at an epoch's start or in a checkpoint write once left its
+# peers waiting until Slurm's SlurmdTimeout.
 "$DTRAIN_PREP" --quiet --synthetic 8x8x3:4:2048:512 "$TEST_TMP/stall.$$.h5" >/dev/null || fail "dtrain-prep --synthetic"
 for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
          "1:validation:1|0||the validation's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
          "0:epoch-end:1|1||the epoch's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 0 did not end the job first" \
-         "1:5|0|--strategy fsdp|an fsdp parameter gather at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)"; do
+         "1:5|0|--strategy fsdp|an fsdp parameter gather at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
+         "1:checkpoint-stop:1|0|--checkpoint-dir $TEST_TMP/ckst.$$|a checkpoint write at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid "; do
   where=${c%%|*} rest=${c#*|}
   who=${rest%%|*} rest=${rest#*|}
   flags=${rest%%|*} msg=${rest#*|}
@@ -83,7 +88,18 @@ for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeou
     pass "DTRAIN_TEST_STALL=$where${flags:+ $flags}: the job ended in $((t1 - t0)) s (exit $rc), rank $who waited in $msg"
   else fail "DTRAIN_TEST_STALL=$where${flags:+ $flags} (rc=$rc, $((t1 - t0)) s, $left left)"; cat "$err" >&2; fi
 done
-rm -f "$TEST_TMP/stall.$$.h5"
+[ -e "$TEST_TMP/ckst.$$" ] && fail "the checkpoint write that rank 0 ended left $(ls -A "$TEST_TMP/ckst.$$")"
+# A checkpoint write may rightly outlast --stall-timeout: rank 1 (or rank 0)
+# 5 s late into it with the timeout at 2, alive, is waited for.
+for where in 1:checkpoint-slow:1 0:checkpoint-slow:2; do
+  rm -rf "$TEST_TMP/ckst.$$"
+  DTRAIN_TEST_STALL=$where launch 2 -x DTRAIN_TEST_STALL "$DTRAIN" "$TEST_TMP/stall.$$.h5" --model mlp --epochs 2 \
+    --batch-size 32 --stall-timeout 2 --checkpoint-dir "$TEST_TMP/ckst.$$" >"$out" 2>"$err"; rc=$?
+  if [ "$rc" = 0 ] && grep -q '^Epoch 2/2 ' "$out" && [ -f "$TEST_TMP/ckst.$$/ckpt-000002-00000000.h5" ]; then
+    pass "DTRAIN_TEST_STALL=$where: a checkpoint write 5 s long under --stall-timeout 2, every rank alive: waited for, exit 0"
+  else fail "DTRAIN_TEST_STALL=$where: a slow checkpoint write (rc=$rc)"; cat "$err" >&2; fi
+done
+rm -rf "$TEST_TMP/stall.$$.h5" "$TEST_TMP/ckst.$$"
 # The parameter server: auto falls back to its two-sided transport and says
 # so; asking for one-sided is one clear error, not MPI's abort text.
 DTRAIN_NO_RMA=1 launch 3 -x DTRAIN_NO_RMA "$DTRAIN" --synthetic 8x8x3:4:2048 --model mlp --epochs 1 \

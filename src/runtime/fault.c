@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,9 +85,14 @@ void dt_fault_stall_point(int rank, long next_update)
 void dt_fault_stall_phase(int rank, const char *phase, long epoch)
 {
     init();
-    if (fault.stall_update && !strcmp(fault.stall_phase, phase) && epoch == fault.stall_update &&
-        rank == fault.stall_rank)
-        sleep(600);
+    const size_t n = strlen(phase);
+    if (!fault.stall_update || epoch != fault.stall_update || rank != fault.stall_rank ||
+        strncmp(fault.stall_phase, phase, n))
+        return;
+    const char *how = fault.stall_phase + n;
+    if (!*how) sleep(600);
+    else if (!strcmp(how, "-stop")) raise(SIGSTOP); /* every thread: as a dead host's process, silent */
+    else if (!strcmp(how, "-slow")) sleep(5);
 }
 
 void dt_fault_ckpt_crash_point(void)

@@ -12,7 +12,10 @@
  *   DTRAIN_TEST_STALL="R:U"           rank R stops before update U (sleeps)
  *   DTRAIN_TEST_STALL="R:PHASE:E"     rank R stops at epoch E's (from 1)
  *                                     "epoch-end" (after its last step) or
- *                                     "validation" (before its slice)
+ *                                     "validation" (before its slice);
+ *                                     "checkpoint-stop": SIGSTOPs itself
+ *                                     before the checkpoint of E epochs,
+ *                                     "checkpoint-slow": sleeps 5 s there
  *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
  *                                     written and flushed, before its rename
  *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans

@@ -165,6 +165,16 @@ static void heartbeat(struct dt_watchdog *w)
     }
 }
 
+/* Rank 0, with heartbeats: whether some rank's have stopped (its process
+ * stopped or dead). */
+static int some_silent(const struct dt_watchdog *w)
+{
+    const double t = now();
+    for (int r = 1; r < w->size; r++)
+        if (t - w->heard[r] > SILENT) return 1;
+    return 0;
+}
+
 static void *watch(void *arg)
 {
     struct dt_watchdog *w = arg;
@@ -191,6 +201,7 @@ static void *watch(void *arg)
         if (!w->what) continue;
         double waited = now() - w->since;
         if (waited < w->timeout + (w->rank ? GRACE : 0.0)) continue;
+        if (w->io && !(w->rank == 0 && w->beats && some_silent(w))) continue; /* a long write, every rank alive */
         char late[1024];
         if (w->rank == 0) late_ranks(w, late, sizeof late);
         else snprintf(late, sizeof late, "rank 0 did not end the job first, so it may be the one stuck");
@@ -269,7 +280,7 @@ void dt_watchdog_step(struct dt_watchdog *w, long epoch, long step)
     put(w, DT_ROW_EPOCH, vals, 3);
 }
 
-static void enter(struct dt_watchdog *w, const char *what, int tell)
+static void enter(struct dt_watchdog *w, const char *what, int tell, int io)
 {
     if (!w->on) return;
     pthread_mutex_lock(&w->lock);
@@ -278,14 +289,16 @@ static void enter(struct dt_watchdog *w, const char *what, int tell)
         w->what = what;
         w->since = now();
         w->told = tell && w->publish_waiting;
+        w->io = io;
     }
     pthread_mutex_unlock(&w->lock);
     const long one = 1;
     if (outer && w->told) put(w, DT_ROW_WAITING, &one, 1);
 }
 
-void dt_watchdog_enter(struct dt_watchdog *w, const char *what) { enter(w, what, 1); }
-void dt_watchdog_enter_quiet(struct dt_watchdog *w, const char *what) { enter(w, what, 0); }
+void dt_watchdog_enter(struct dt_watchdog *w, const char *what) { enter(w, what, 1, 0); }
+void dt_watchdog_enter_quiet(struct dt_watchdog *w, const char *what) { enter(w, what, 0, 0); }
+void dt_watchdog_enter_io(struct dt_watchdog *w, const char *what) { enter(w, what, 1, 1); }
 
 void dt_watchdog_leave(struct dt_watchdog *w)
 {

@@ -60,6 +60,7 @@ struct dt_watchdog {
     const char *what;         /* what the main thread waits in; NULL when it does not */
     int depth;                /* waits entered and not yet left (they nest) */
     int told;                 /* the outermost wait was published to the table */
+    int io;                   /* the outermost wait is enter_io's */
     double since;             /* MPI_Wtime when it started waiting */
     long epoch, step;         /* the step it is in (1-based for messages) */
 };
@@ -82,6 +83,11 @@ void dt_watchdog_leave(struct dt_watchdog *w);
 /* As enter, but the table is not told (many short waits in a step: fsdp's
  * gathers); the timeout and the message are the same. Left by leave. */
 void dt_watchdog_enter_quiet(struct dt_watchdog *w, const char *what);
+/* As enter, for a wait that may rightly last longer than the timeout (a
+ * checkpoint's collective write): it ends the job only where rank 0 hears
+ * heartbeats (MPI_THREAD_MULTIPLE) and some rank's have stopped (its
+ * process stopped or dead), after the timeout. Left by leave. */
+void dt_watchdog_enter_io(struct dt_watchdog *w, const char *what);
 /* Any thread, during a wait: this rank is making progress in it (a
  * parameter server applying updates for a whole epoch), so the timeout
  * counts from now. */

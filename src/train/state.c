@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "runtime/checks.h"
+#include "runtime/fault.h"
 #include "train/train.h"
 
 /* The parts of the flat parameter block the checkpoint names per layer,
@@ -356,11 +357,18 @@ void dt_snapshot_free(struct dt_snapshot *snap)
 int dt_trainer_save(struct dt_trainer *t, const char *dir, int keep, int epochs_done, int64_t step,
                     const double progress[3], char *path, size_t pathlen, dt_status *st)
 {
+    dt_fault_stall_phase(t->rank, "checkpoint", epochs_done);
+    /* Timed only against a rank whose process has stopped: a large write
+     * may rightly take longer than --stall-timeout. */
+    dt_watchdog_enter_io(&t->watchdog, "a checkpoint write");
     /* At most one write at a time: an asynchronous one in flight ends first. */
-    if (dt_ckpt_async_wait(t->ckpt_async, st) != DT_OK) return st->code;
-    struct dt_snapshot *snap = dt_trainer_snapshot(t, epochs_done, step, progress, NULL);
-    int rc = dt_snapshot_write(snap, t->comm, dir, keep, path, pathlen, st);
-    dt_snapshot_free(snap);
+    int rc = dt_ckpt_async_wait(t->ckpt_async, st);
+    if (rc == DT_OK) {
+        struct dt_snapshot *snap = dt_trainer_snapshot(t, epochs_done, step, progress, NULL);
+        rc = dt_snapshot_write(snap, t->comm, dir, keep, path, pathlen, st);
+        dt_snapshot_free(snap);
+    }
+    dt_watchdog_leave(&t->watchdog);
     return rc;
 }
 

@@ -31,7 +31,10 @@
 static int collect_async(struct dt_trainer *t, FILE *out, dt_status *st)
 {
     if (!dt_ckpt_async_inflight(t->ckpt_async)) return DT_OK;
-    if (dt_ckpt_async_wait(t->ckpt_async, st) != DT_OK) {
+    dt_watchdog_enter_io(&t->watchdog, "the end of an asynchronous checkpoint write");
+    const int rc = dt_ckpt_async_wait(t->ckpt_async, st);
+    dt_watchdog_leave(&t->watchdog);
+    if (rc != DT_OK) {
         size_t n = strlen(st->msg);
         snprintf(st->msg + n, sizeof st->msg - n, "; found failed at global step %ld", t->global_step);
         return st->code;
