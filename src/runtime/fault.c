@@ -92,7 +92,7 @@ void dt_fault_stall_phase(int rank, const char *phase, long epoch)
     const char *how = fault.stall_phase + n;
     if (!*how) sleep(600);
     else if (!strcmp(how, "-stop")) raise(SIGSTOP); /* every thread: as a dead host's process, silent */
-    else if (!strcmp(how, "-slow")) sleep(5);
+    else if (!strcmp(how, "-slow")) sleep(8);
 }
 
 void dt_fault_ckpt_crash_point(void)

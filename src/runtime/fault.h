@@ -15,7 +15,7 @@
  *                                     "validation" (before its slice);
  *                                     "checkpoint-stop": SIGSTOPs itself
  *                                     before the checkpoint of E epochs,
- *                                     "checkpoint-slow": sleeps 5 s there
+ *                                     "checkpoint-slow": sleeps 8 s there
  *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
  *                                     written and flushed, before its rename
  *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans
