@@ -482,16 +482,17 @@ check_slurm() {
   fi
   # Requeue. Slurm checks time limits every 30 s or so, so the signal comes
   # up to about 35 s into a run: the job gets at least 60 s of work (epochs
-  # sized from a 2-epoch run; in the job they ran up to 1.3x slower than
-  # measured, never faster), so that its first run is still training then.
-  # Each resumed run is signalled at the next check, 5-35 s in, so the job
-  # takes one restart per 30 s of work: no more epochs than the 60 s need
-  # (at least 3; a floor of 9 took 6 restarts and 3.5 minutes in CI).
-  across h1:1,h2:1 "$DTRAIN" --synthetic 28x28x1:10:60000 --epochs 2 --no-validation --allreduce ring >out 2>err
+  # sized from the default job's second epoch just above: the same data,
+  # model and nodes; in the job they ran up to 1.3x slower than a run
+  # measured outside Slurm, never faster), so that its first run is still
+  # training then. Each resumed run is signalled at the next check, 5-35 s
+  # in, so the job takes one restart per 30 s of work: no more epochs than
+  # the 60 s need (at least 3; a floor of 9 took 6 restarts and 3.5 minutes
+  # in CI).
   local secs epochs
-  secs=$(sed -n 's/^Epoch 2\/2 - \([0-9.]*\) s .*/\1/p' out)
+  secs=$(sed -n 's/^Epoch 2\/2 - \([0-9.]*\) s .*/\1/p' "$W/sb-default.out")
   epochs=$(awk -v s="${secs:-1}" 'BEGIN { e = int(60 / s) + 1; print e < 3 ? 3 : e }')
-  echo "# an epoch takes $secs s across h1+h2: the requeue job runs $epochs epochs"
+  echo "# an epoch of the default job takes $secs s across h1+h2: the requeue job runs $epochs epochs"
   # The reference first, never interrupted (the same data, ranks, hosts and
   # all-reduce; ring is named so both runs sum alike).
   local args="--epochs $epochs --checkpoint-every 1 --no-validation --allreduce ring"
