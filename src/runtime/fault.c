@@ -20,7 +20,7 @@ static struct {
     long read_at;
     int stall_rank;
     long stall_update;     /* or the epoch (from 1), where stall_phase is set */
-    char stall_phase[16];  /* "validation", "epoch-end"; "" for an update */
+    char stall_phase[16];  /* "validation", "epoch-end", "checkpoint" (+ "-stop", "-slow"); "" for an update */
     int ckpt_crash;
     char slow_name[MAX_SLOW][16];
     long slow_ms[MAX_SLOW];

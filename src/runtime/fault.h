@@ -11,11 +11,12 @@
  *   DTRAIN_TEST_READ_ERROR="R:N"      the N-th batch read on rank R fails
  *   DTRAIN_TEST_STALL="R:U"           rank R stops before update U (sleeps)
  *   DTRAIN_TEST_STALL="R:PHASE:E"     rank R stops at epoch E's (from 1)
- *                                     "epoch-end" (after its last step) or
- *                                     "validation" (before its slice);
- *                                     "checkpoint-stop": SIGSTOPs itself
- *                                     before the checkpoint of E epochs,
- *                                     "checkpoint-slow": sleeps 8 s there
+ *                                     "epoch-end" (after its last step),
+ *                                     "validation" (before its slice) or
+ *                                     "checkpoint" (before the checkpoint
+ *                                     of E epochs): sleeps 600 s; PHASE
+ *                                     with "-stop" SIGSTOPs itself, with
+ *                                     "-slow" sleeps 8 s
  *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
  *                                     written and flushed, before its rename
  *   DTRAIN_TEST_TIMELINE_CAP=N        the timeline keeps about N spans
@@ -36,7 +37,9 @@ int dt_fault_overflow_at(long global_step);
 long dt_fault_read_error_at(int rank);
 /* Called before each update: rank R sleeps 600 s before update U. */
 void dt_fault_stall_point(int rank, long next_update);
-/* Called where epoch epoch (from 1) reaches phase: rank R sleeps 600 s there. */
+/* Called where epoch epoch (from 1) reaches phase ("validation",
+ * "epoch-end", "checkpoint"): rank R sleeps 600 s there, or with the
+ * variable's "-stop" SIGSTOPs itself, with "-slow" sleeps 8 s. */
 void dt_fault_stall_phase(int rank, const char *phase, long epoch);
 /* Called between a checkpoint's flush and its rename: rank 0 exits here. */
 void dt_fault_ckpt_crash_point(void);

@@ -64,7 +64,9 @@ void dt_trainer_evaluate(struct dt_trainer *t, double *loss, double *accuracy)
     double sums[3] = {0.0, 0.0, 0.0}; /* loss, correct, samples */
     struct dt_batch *b = dt_loader_spare(&t->loader); /* no epoch runs now */
     if (dt_trainer_evaluate_slice(t, &t->data, b, t->cfg->batch_size, sums, &st) != DT_OK) DT_DIE("%s", st.msg);
-    dt_watchdog_enter(&t->watchdog, "the validation's end");
+    /* Between epochs rank 0 also writes reports alone, so these waits are
+     * timed as a checkpoint write's: only against a rank gone silent. */
+    dt_watchdog_enter_io(&t->watchdog, "the validation's end");
     dt_trainer_evaluate_mean(t, sums, loss, accuracy);
     dt_watchdog_leave(&t->watchdog);
     DT_TL_END(tl_eval, DT_TL_COMPUTE, "evaluate", NULL);
@@ -93,7 +95,7 @@ int dt_trainer_check_replicas(struct dt_trainer *t, int epoch, FILE *out, dt_sta
     const long val = (long)(h >> 1);
     char when[64];
     snprintf(when, sizeof when, "after epoch %d", epoch);
-    dt_watchdog_enter(&t->watchdog, "the replicas' consistency check");
+    dt_watchdog_enter_io(&t->watchdog, "the replicas' consistency check"); /* as validation's end */
     const int rc = dt_consistency_check(t->comm, when, &val, names, 1, st);
     dt_watchdog_leave(&t->watchdog);
     if (rc != DT_OK) {

@@ -341,7 +341,8 @@ static int epoch_checkpoint(struct dt_trainer *t, int e, int stop, FILE *out, dt
     double zero[3] = {0.0, 0.0, 0.0};
     if (!cfg->checkpoint_dir) return DT_OK;
     int flags[2] = {dt_signals_pending(), dt_ckpt_async_busy(t->ckpt_async)};
-    dt_watchdog_enter(&t->watchdog, "the ranks' agreement on a checkpoint");
+    /* After rank 0's reports (files it writes alone): timed only against a silent rank. */
+    dt_watchdog_enter_io(&t->watchdog, "the ranks' agreement on a checkpoint");
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->comm));
     dt_watchdog_leave(&t->watchdog);
     if (!flags[1] && collect_async(t, out, st) != DT_OK) return st->code;
