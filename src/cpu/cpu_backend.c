@@ -3,7 +3,8 @@
  * Activations are float32, or bf16 under --precision bf16 (set_act_type):
  * the convolutions and the element-wise kernels read and write both types
  * (cpu_internal.h's cpu_ld/cpu_st, computing in float), and the small ops
- * (dense, dropout, the loss) run their float kernels through float copies. */
+ * (dropout, the loss) run their float kernels through float copies; the
+ * dense products read and write bf16 in place (cpu_gemm_bf16). */
 #include "config.h"
 
 #include <stdint.h>
@@ -44,12 +45,11 @@ static int cpu_set_act_type(int type)
 }
 static int cpu_act_type(void) { return cpu_act_bf16 ? DT_PREC_BF16 : DT_PREC_FP32; }
 
-/* The small ops (dense, dropout, the loss) run their float kernels on
- * bf16 activations through float copies: decode the inputs, run, round
- * the output once. Their tensors are the model's smallest (a dense layer's
- * rows, the logits), so the copies cost little next to the convolutions,
- * which read and write bf16 directly. Slots grow as needed; the backend
- * is called from one thread. */
+/* The small ops (dropout, the loss) run their float kernels on bf16
+ * activations through float copies: decode the inputs, run, round the
+ * output once. Their tensors are the model's smallest, so the copies cost
+ * little next to the convolutions and products, which read and write bf16
+ * directly. Slots grow as needed; the backend is called from one thread. */
 enum { SLOTS = 3 };
 static float *slot[SLOTS];
 static size_t slot_cap[SLOTS];
@@ -105,28 +105,35 @@ static void pool_backward(dt_pool_plan *p, int n, dt_act *dinp, const dt_act *do
     cpu_pool_backward(p, n, dinp, dout, relu_out, cpu_act_bf16);
 }
 
+/* Under bf16 activations the dense products read and write bf16 where it
+ * lies (cpu_gemm_bf16): no float copies. */
 static void dense_forward(int n, int nin, int units, dt_act *o, const dt_act *inp, const float *weight,
                           const float *bias)
 {
-    size_t no = (size_t)n * units;
-    float *y = out(0, o, no);
-    cpu_gemm(0, 0, n, units, nin, 1.0f, in(1, inp, (size_t)n * nin), nin, weight, units, 0.0f, y, units);
-    cpu_bias_add(y, bias, n, units);
-    store(o, y, no);
+    if (cpu_act_bf16) {
+        cpu_gemm_bf16(0, 0, n, units, nin, inp, 1, nin, weight, 0, units, bias, 0.0f, o, 1, units);
+        return;
+    }
+    cpu_gemm(0, 0, n, units, nin, 1.0f, inp, nin, weight, units, 0.0f, o, units);
+    cpu_bias_add(o, bias, n, units);
 }
 static void dense_backward(int n, int nin, int units, dt_act *dinp, float *dweight, float *dbias, const dt_act *dout,
                            const dt_act *inp, const float *weight)
 {
-    const float *dy = in(1, dout, (size_t)n * units);
-    /* With no samples GEMM's beta = 0 still zeroes dweight. */
-    cpu_gemm(1, 0, nin, units, n, 1.0f, in(2, inp, (size_t)n * nin), nin, dy, units, 0.0f, dweight, units);
-    cpu_bias_grad(dbias, dy, n, units);
-    if (dinp && n > 0) {
-        float *dx = out(0, dinp, (size_t)n * nin);
-        cpu_gemm(0, 1, n, nin, units, 1.0f, dy, units, weight, units, 0.0f, dx, nin);
-        store(dinp, dx, (size_t)n * nin);
+    if (cpu_act_bf16) {
+        /* with no samples k = 0, and dweight = 0 */
+        cpu_gemm_bf16(1, 0, nin, units, n, inp, 1, nin, dout, 1, units, NULL, 0.0f, dweight, 0, units);
+        cpu_bias_grad(dbias, dout, n, units, 1);
+        if (dinp) cpu_gemm_bf16(0, 1, n, nin, units, dout, 1, units, weight, 0, units, NULL, 0.0f, dinp, 1, nin);
+        return;
     }
+    /* With no samples GEMM's beta = 0 still zeroes dweight. */
+    cpu_gemm(1, 0, nin, units, n, 1.0f, inp, nin, dout, units, 0.0f, dweight, units);
+    cpu_bias_grad(dbias, dout, n, units, 0);
+    if (dinp && n > 0) cpu_gemm(0, 1, n, nin, units, 1.0f, dout, units, weight, units, 0.0f, dinp, nin);
 }
+
+static void bias_grad(float *dbias, const float *dout, int rows, int cols) { cpu_bias_grad(dbias, dout, rows, cols, 0); }
 
 static void relu_forward(dt_act *o, const dt_act *inp, size_t n) { cpu_relu_forward(o, inp, n, cpu_act_bf16); }
 static void relu_backward(dt_act *dinp, const dt_act *dout, const dt_act *o, size_t n)
@@ -263,7 +270,7 @@ const struct dt_backend dt_backend_cpu = {
     .dense_backward = dense_backward,
     .gemm = cpu_gemm,
     .bias_add = cpu_bias_add,
-    .bias_grad = cpu_bias_grad,
+    .bias_grad = bias_grad,
     .relu_forward = relu_forward,
     .relu_backward = relu_backward,
     .dropout_forward = dropout_forward,

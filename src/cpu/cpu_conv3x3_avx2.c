@@ -278,7 +278,7 @@ void cpu_conv3x3_backward_weights(const struct dt_conv_shape *s, int n, float *d
     for (int i = 1; i < nt; i++)
         for (size_t j = 0; j < nw; j++) dweight[j] += part[(size_t)(i - 1) * nw + j];
     free(part);
-    cpu_bias_grad(dbias, dout, n * s->oh * s->ow, s->k);
+    cpu_bias_grad(dbias, dout, n * s->oh * s->ow, s->k, 0);
 }
 #else
 void cpu_conv3x3_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,

@@ -113,8 +113,16 @@ void cpu_pool_backward(dt_pool_plan *plan, int n, void *dinp, const void *dout,
  * In bf16 mode cpu_gemm rounds A and B to bf16 and accumulates in float32. */
 void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
+/* The same product on bf16 activations where they lie, through oneDNN's
+ * matmul (only under --precision bf16): A and B are float (abf, bbf 0:
+ * rounded to bf16 on the way) or bf16 (read in place, a leading dimension
+ * or a transpose is a stride), C float or bf16 (cbf: rounded once, after
+ * the bias, which may be NULL); beta as BLAS's. */
+void cpu_gemm_bf16(int transa, int transb, int m, int n, int k, const void *a, int abf, int lda, const void *b,
+                   int bbf, int ldb, const float *bias, float beta, void *c, int cbf, int ldc);
 void cpu_bias_add(float *out, const float *bias, int rows, int cols);
-void cpu_bias_grad(float *dbias, const float *dout, int rows, int cols);
+/* dbias = the column sums of dout (float, or bf16 when bf) */
+void cpu_bias_grad(float *dbias, const void *dout, int rows, int cols, int bf);
 void cpu_relu_forward(void *out, const void *inp, size_t n, int bf);
 void cpu_relu_backward(void *dinp, const void *dout, const void *out, size_t n, int bf);
 void cpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,

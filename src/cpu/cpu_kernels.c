@@ -115,28 +115,32 @@ static const uint16_t *to_bf16_dense(struct bf16_buf *b, const float *x, int row
 #define GEMM_CACHE 64
 
 struct gemm_prim {
-    int transa, transb, m, n, k, ldc;
+    int transa, transb, m, n, k, lda, ldb, ldc;
+    int abf, bbf, cbf, bias;      /* operand types (1: bf16) and whether a bias is added */
     float alpha, beta;
     unsigned used;                /* 0: empty slot */
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;        /* handles set per call */
+    dnnl_memory_t a, b, c, d;     /* handles set per call; d: the bias */
 };
 static struct gemm_prim gemm_cache[GEMM_CACHE];
 static unsigned gemm_clock;
 
-/* C = alpha op(A) op(B) + beta C with A and B as dense bf16 in their stored
- * orientation: a transpose is a stride, not a copy. alpha is oneDNN's output
- * scale, beta a sum post-op (applied after the scale, as BLAS does). */
+/* C = alpha op(A) op(B) (+ bias) + beta C with A and B bf16 in their stored
+ * orientation: a transpose or a leading dimension is a stride, not a copy.
+ * C is float or bf16 (rounded once, after the bias). alpha is oneDNN's
+ * output scale, beta a sum post-op (applied after the scale, as BLAS does);
+ * a bias comes only with alpha 1 (oneDNN adds it before the scale). */
 static void gemm_prim_build(struct gemm_prim *g)
 {
-    dnnl_memory_desc_t a, b, c;
-    dnnl_dims_t ad = {g->m, g->k}, bd = {g->k, g->n}, cd = {g->m, g->n};
-    dnnl_dims_t as = {g->transa ? 1 : g->k, g->transa ? g->m : 1};
-    dnnl_dims_t bs = {g->transb ? 1 : g->n, g->transb ? g->k : 1};
-    dnnl_dims_t cs = {g->ldc, 1};
+    dnnl_memory_desc_t a, b, c, d;
+    dnnl_dims_t ad = {g->m, g->k}, bd = {g->k, g->n}, cd = {g->m, g->n}, dd = {1, g->n};
+    dnnl_dims_t as = {g->transa ? 1 : g->lda, g->transa ? g->lda : 1};
+    dnnl_dims_t bs = {g->transb ? 1 : g->ldb, g->transb ? g->ldb : 1};
+    dnnl_dims_t cs = {g->ldc, 1}, ds = {g->n, 1};
     DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as));
     DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs));
-    DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, g->cbf ? dnnl_bf16 : dnnl_f32, cs));
+    DT_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&d, 2, dd, dnnl_f32, ds));
 
     dnnl_primitive_attr_t attr;
     DT_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
@@ -150,7 +154,7 @@ static void gemm_prim_build(struct gemm_prim *g)
     }
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd;
-    DT_DNNL_CHECK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+    DT_DNNL_CHECK(dnnl_matmul_desc_init(&md, &a, &b, g->bias ? &d : NULL, &c));
     int rc = (int)dnnl_primitive_desc_create(&pd, &md, attr, cpu_dnnl_engine(), NULL);
     dnnl_primitive_attr_destroy(attr);
     if (rc != 0)
@@ -162,6 +166,7 @@ static void gemm_prim_build(struct gemm_prim *g)
     DT_DNNL_CHECK(dnnl_memory_create(&g->a, &a, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
     DT_DNNL_CHECK(dnnl_memory_create(&g->b, &b, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
     DT_DNNL_CHECK(dnnl_memory_create(&g->c, &c, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
+    DT_DNNL_CHECK(dnnl_memory_create(&g->d, &d, cpu_dnnl_engine(), DNNL_MEMORY_NONE));
 }
 
 static void gemm_prim_destroy(struct gemm_prim *g)
@@ -171,25 +176,26 @@ static void gemm_prim_destroy(struct gemm_prim *g)
     dnnl_memory_destroy(g->a);
     dnnl_memory_destroy(g->b);
     dnnl_memory_destroy(g->c);
+    dnnl_memory_destroy(g->d);
     memset(g, 0, sizeof *g);
 }
 
-static struct gemm_prim *gemm_lookup(int transa, int transb, int m, int n, int k, float alpha,
-                                     float beta, int ldc)
+static struct gemm_prim *gemm_lookup(const struct gemm_prim *key)
 {
     struct gemm_prim *victim = &gemm_cache[0];
     for (int i = 0; i < GEMM_CACHE; i++) {
         struct gemm_prim *g = &gemm_cache[i];
-        if (g->used && g->transa == transa && g->transb == transb && g->m == m && g->n == n &&
-            g->k == k && g->ldc == ldc && g->alpha == alpha && g->beta == beta) {
+        if (g->used && g->transa == key->transa && g->transb == key->transb && g->m == key->m &&
+            g->n == key->n && g->k == key->k && g->lda == key->lda && g->ldb == key->ldb &&
+            g->ldc == key->ldc && g->cbf == key->cbf && g->bias == key->bias && g->alpha == key->alpha &&
+            g->beta == key->beta) {
             g->used = ++gemm_clock;
             return g;
         }
         if (g->used < victim->used) victim = g;
     }
     gemm_prim_destroy(victim);
-    *victim = (struct gemm_prim){.transa = transa, .transb = transb, .m = m, .n = n, .k = k,
-                                 .ldc = ldc, .alpha = alpha, .beta = beta};
+    *victim = *key;
     gemm_prim_build(victim);
     victim->used = ++gemm_clock;
     return victim;
@@ -200,17 +206,52 @@ static void set_handle(dnnl_memory_t m, const void *p)
     DT_DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)(uintptr_t)p));
 }
 
-static void gemm_bf16(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
-                      const float *b, int ldb, float beta, float *c, int ldc)
+/* The one bf16 product: a float operand is rounded into a dense bf16 copy
+ * (its leading dimension becomes its width), a bf16 one is read where it
+ * is. */
+static void gemm_run(struct gemm_prim key, const void *a, const void *b, const float *bias, void *c)
 {
-    struct gemm_prim *g = gemm_lookup(transa, transb, m, n, k, alpha, beta, ldc);
-    /* stored orientation: A is k x m when transposed, B is n x k */
-    set_handle(g->a, to_bf16_dense(&gemm_a, a, transa ? k : m, transa ? m : k, lda));
-    set_handle(g->b, to_bf16_dense(&gemm_b, b, transb ? n : k, transb ? k : n, ldb));
+    if (!key.abf) {
+        const int rows = key.transa ? key.k : key.m, cols = key.transa ? key.m : key.k;
+        a = to_bf16_dense(&gemm_a, a, rows, cols, key.lda);
+        key.lda = cols;
+    }
+    if (!key.bbf) {
+        const int rows = key.transb ? key.n : key.k, cols = key.transb ? key.k : key.n;
+        b = to_bf16_dense(&gemm_b, b, rows, cols, key.ldb);
+        key.ldb = cols;
+    }
+    key.abf = key.bbf = 1;
+    key.bias = bias != NULL;
+    key.used = 0;
+    struct gemm_prim *g = gemm_lookup(&key);
+    set_handle(g->a, a);
+    set_handle(g->b, b);
     set_handle(g->c, c);
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
-    DT_DNNL_CHECK(dnnl_primitive_execute(g->prim, cpu_dnnl_stream(), 3, args));
+    set_handle(g->d, bias);
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
+                              {DNNL_ARG_BIAS, g->d}};
+    DT_DNNL_CHECK(dnnl_primitive_execute(g->prim, cpu_dnnl_stream(), bias ? 4 : 3, args));
     DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
+}
+
+void cpu_gemm_bf16(int transa, int transb, int m, int n, int k, const void *a, int abf, int lda, const void *b,
+                   int bbf, int ldb, const float *bias, float beta, void *c, int cbf, int ldc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* no products: C = beta C + bias, as BLAS defines it */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                const size_t at = (size_t)i * (size_t)ldc + (size_t)j;
+                const float keep = beta != 0.0f ? beta * cpu_ld(c, at, cbf) : 0.0f;
+                cpu_st(c, at, keep + (bias ? bias[j] : 0.0f), cbf);
+            }
+        return;
+    }
+    gemm_run((struct gemm_prim){.transa = transa, .transb = transb, .m = m, .n = n, .k = k, .lda = lda,
+                                .ldb = ldb, .ldc = ldc, .abf = abf, .bbf = bbf, .cbf = cbf, .alpha = 1.0f,
+                                .beta = beta},
+             a, b, bias, c);
 }
 
 void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
@@ -219,7 +260,9 @@ void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const fl
     /* Empty products (no samples) stay with CBLAS, which defines them:
      * C = beta C, no multiply-adds to round. */
     if (cpu_precision == DT_PREC_BF16 && m > 0 && n > 0 && k > 0) {
-        gemm_bf16(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        gemm_run((struct gemm_prim){.transa = transa, .transb = transb, .m = m, .n = n, .k = k, .lda = lda,
+                                    .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta},
+                 a, b, NULL, c);
         return;
     }
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
@@ -234,13 +277,20 @@ DT_MULTIVERSION void cpu_bias_add(float *out, const float *bias, int rows, int c
     }
 }
 
-DT_MULTIVERSION void cpu_bias_grad(float *dbias, const float *dout, int rows, int cols)
+static inline __attribute__((always_inline)) void bias_grad(float *restrict dbias, const void *dout, int rows,
+                                                            int cols, const int bf)
 {
     memset(dbias, 0, sizeof(float) * (size_t)cols);
     for (int r = 0; r < rows; r++) {
-        const float *d = dout + (size_t)r * cols;
-        for (int j = 0; j < cols; j++) dbias[j] += d[j];
+        const void *restrict d = cpu_at(dout, (size_t)r * (size_t)cols, bf);
+        for (int j = 0; j < cols; j++) dbias[j] += cpu_ld(d, (size_t)j, bf);
     }
+}
+
+DT_MULTIVERSION void cpu_bias_grad(float *dbias, const void *dout, int rows, int cols, int bf)
+{
+    if (bf) bias_grad(dbias, dout, rows, cols, 1);
+    else bias_grad(dbias, dout, rows, cols, 0);
 }
 
 static inline __attribute__((always_inline)) void relu_fwd(void *out, const void *inp, size_t n, const int bf)

@@ -125,21 +125,6 @@ static inline AI float row_sq_dev(const float *restrict x, float mean, int C)
     return s;
 }
 
-/* Float scratch, grown as needed: the backend is called from one thread. */
-enum { SLOTS = 3 };
-static float *slot[SLOTS];
-static size_t slot_cap[SLOTS];
-
-static float *scratch(int i, size_t n)
-{
-    if (n > slot_cap[i]) {
-        free(slot[i]);
-        slot[i] = dt_xmalloc(sizeof(float) * (n ? n : 1));
-        slot_cap[i] = n;
-    }
-    return slot[i];
-}
-
 /* ---- embedding ---------------------------------------------------------- */
 
 static inline AI void embed_fwd(void *restrict out, const int32_t *restrict tokens, const float *restrict wte,
@@ -364,37 +349,14 @@ DT_MULTIVERSION void cpu_gelu_backward(void *dinp, const void *dout, const void 
 
 /* ---- product with a [V][C] weight --------------------------------------- */
 
-/* bf16 activations go through float copies of a block of rows at a time
- * (decode, cpu_gemm, round the output once), as cpu_backend.c's dense ops
- * do, but bounded: whole logits [n*T][V] in float would be gigabytes. The
- * blocks are of equal size, so cpu_gemm's primitive cache sees one shape
- * (and at most one remainder) per product. */
-#define CHUNK_FLOATS ((size_t)1 << 23) /* 32 MiB per float copy */
-
-static size_t chunk_rows(size_t rows, int C, int V)
-{
-    const size_t width = (size_t)(V > C ? V : C);
-    size_t per = CHUNK_FLOATS / width;
-    if (per < 1) per = 1;
-    const size_t nchunk = (rows + per - 1) / per;
-    return nchunk ? (rows + nchunk - 1) / nchunk : 1;
-}
-
+/* bf16 activations are read and written where they lie (cpu_gemm_bf16:
+ * the weight rounded to bf16, float accumulation, the output rounded
+ * once), with no float copies of the logits. */
 void cpu_linear_t_forward(size_t rows, int C, int V, void *out, const void *inp, const float *w, int bf)
 {
     if (rows == 0) return;
-    if (!bf) {
-        cpu_gemm(0, 1, (int)rows, V, C, 1.0f, inp, C, w, C, 0.0f, out, V);
-        return;
-    }
-    const size_t per = chunk_rows(rows, C, V);
-    float *x = scratch(0, per * (size_t)C), *y = scratch(1, per * (size_t)V);
-    for (size_t r0 = 0; r0 < rows; r0 += per) {
-        const size_t m = rows - r0 < per ? rows - r0 : per;
-        dt_act_decode(DT_PREC_BF16, x, cpu_at(inp, r0 * (size_t)C, 1), m * (size_t)C);
-        cpu_gemm(0, 1, (int)m, V, C, 1.0f, x, C, w, C, 0.0f, y, V);
-        cpu_to_bf16(cpu_at(out, r0 * (size_t)V, 1), y, m * (size_t)V);
-    }
+    if (!bf) cpu_gemm(0, 1, (int)rows, V, C, 1.0f, inp, C, w, C, 0.0f, out, V);
+    else cpu_gemm_bf16(0, 1, (int)rows, V, C, inp, 1, C, w, 0, C, NULL, 0.0f, out, 1, V);
 }
 
 void cpu_linear_t_backward(size_t rows, int C, int V, void *dinp, float *dw, const void *dout, const void *inp,
@@ -409,21 +371,8 @@ void cpu_linear_t_backward(size_t rows, int C, int V, void *dinp, float *dw, con
         if (dinp) cpu_gemm(0, 0, (int)rows, C, V, 1.0f, dout, V, w, C, 0.0f, dinp, C);
         return;
     }
-    const size_t per = chunk_rows(rows, C, V);
-    float *dy = scratch(0, per * (size_t)V), *x = scratch(1, per * (size_t)C);
-    float *dx = dinp ? scratch(2, per * (size_t)C) : NULL;
-    /* every block adds into dw (beta = 1): one primitive, not a first and a rest */
-    memset(dw, 0, sizeof(float) * (size_t)V * C);
-    for (size_t r0 = 0; r0 < rows; r0 += per) {
-        const size_t m = rows - r0 < per ? rows - r0 : per;
-        dt_act_decode(DT_PREC_BF16, dy, cpu_at(dout, r0 * (size_t)V, 1), m * (size_t)V);
-        dt_act_decode(DT_PREC_BF16, x, cpu_at(inp, r0 * (size_t)C, 1), m * (size_t)C);
-        cpu_gemm(1, 0, V, C, (int)m, 1.0f, dy, V, x, C, 1.0f, dw, C);
-        if (dinp) {
-            cpu_gemm(0, 0, (int)m, C, V, 1.0f, dy, V, w, C, 0.0f, dx, C);
-            cpu_to_bf16(cpu_at(dinp, r0 * (size_t)C, 1), dx, m * (size_t)C);
-        }
-    }
+    cpu_gemm_bf16(1, 0, V, C, (int)rows, dout, 1, V, inp, 1, C, NULL, 0.0f, dw, 0, C);
+    if (dinp) cpu_gemm_bf16(0, 0, (int)rows, C, V, dout, 1, V, w, 0, C, NULL, 0.0f, dinp, 1, C);
 }
 
 /* ---- token cross-entropy ------------------------------------------------ */

@@ -603,7 +603,7 @@ void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n,
         for (size_t j = 0; j < nm; j++) Mw[j] += Mw[(size_t)i * nm + j];
     weight_transform(m, Ci, Co, Mw, dweight);
     free(Mw);
-    cpu_bias_grad(dbias, dout, n * s->oh * s->ow, Co);
+    cpu_bias_grad(dbias, dout, n * s->oh * s->ow, Co, 0);
 }
 
 void cpu_wino_avx2_forward(const struct dt_conv_shape *s, int m, int relu, int n, float *out, const float *inp,
