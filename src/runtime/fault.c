@@ -42,9 +42,11 @@ static void read_env(void)
     s = getenv("DTRAIN_TEST_READ_ERROR");
     if (!s || sscanf(s, "%d:%ld", &fault.read_rank, &fault.read_at) != 2) fault.read_at = 0;
     s = getenv("DTRAIN_TEST_STALL");
-    if (!s || (sscanf(s, "%d:%15[a-z-]:%ld", &fault.stall_rank, fault.stall_phase, &fault.stall_update) != 3 &&
-               (fault.stall_phase[0] = '\0', sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2)))
-        fault.stall_update = 0;
+    if (!s) fault.stall_update = 0;
+    else if (sscanf(s, "%d:%15[a-z-]:%ld", &fault.stall_rank, fault.stall_phase, &fault.stall_update) != 3) {
+        fault.stall_phase[0] = '\0'; /* the update form, R:U */
+        if (sscanf(s, "%d:%ld", &fault.stall_rank, &fault.stall_update) != 2) fault.stall_update = 0;
+    }
     s = getenv("DTRAIN_TEST_CKPT_CRASH");
     fault.ckpt_crash = s && !strcmp(s, "1");
     s = getenv("DTRAIN_TEST_SLOW_ALLREDUCE");

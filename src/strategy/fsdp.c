@@ -60,13 +60,23 @@ struct fsdp {
     struct dt_strategy *s;     /* its wait hooks (the trainer's stall watchdog) */
 };
 
-/* MPI_Wait on a request of other ranks, the watchdog told (s->wait_begin). */
+/* The trainer's stall watchdog told of a wait on other ranks, and of its end. */
+static void waiting(struct fsdp *z, const char *what)
+{
+    if (z->s->wait_begin) z->s->wait_begin(z->s->alive_arg, what);
+}
+static void waited(struct fsdp *z)
+{
+    if (z->s->wait_end) z->s->wait_end(z->s->alive_arg);
+}
+
+/* MPI_Wait on a request of other ranks, the watchdog told. */
 static void wait_for(struct fsdp *z, MPI_Request *req, const char *what)
 {
     if (*req == MPI_REQUEST_NULL) return;
-    if (z->s->wait_begin) z->s->wait_begin(z->s->alive_arg, what);
+    waiting(z, what);
     DT_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
-    if (z->s->wait_end) z->s->wait_end(z->s->alive_arg);
+    waited(z);
 }
 
 void dt_fsdp_segment(int node, const struct dt_topo *t, size_t n, int rank, size_t *off, size_t *len)
@@ -202,7 +212,7 @@ static void scatter_grads(struct fsdp *z, int k)
      * after another: Open MPI's non-blocking reduce-scatter takes a
      * temporary of twice the whole call, which would be the rank's peak. */
     DT_TL_BEGIN(tl0);
-    if (z->s->wait_begin) z->s->wait_begin(z->s->alive_arg, "an fsdp gradient reduce-scatter");
+    waiting(z, "an fsdp gradient reduce-scatter");
     int *pc = dt_xcalloc((size_t)z->nshards, sizeof(int));
     const size_t mine_lo = (size_t)b->displs[z->rank], mine_hi = mine_lo + (size_t)b->counts[z->rank];
     for (size_t p0 = 0; p0 < b->len; p0 += PIECE) {
@@ -217,7 +227,7 @@ static void scatter_grads(struct fsdp *z, int k)
         DT_MPI_CHECK(MPI_Reduce_scatter(z->gbuf[slot] + p0, dst, pc, MPI_FLOAT, MPI_SUM, z->comm));
     }
     free(pc);
-    if (z->s->wait_end) z->s->wait_end(z->s->alive_arg);
+    waited(z);
     z->greq[slot] = MPI_REQUEST_NULL;
     DT_TL_END(tl0, DT_TL_COMM, "fsdp reduce-scatter in pieces", NULL);
 }
