@@ -13,7 +13,9 @@
  * block by block (FlashAttention-2's order: key blocks outer, dK_j and
  * dV_j accumulated over the query blocks below them, dQ for the whole head
  * in scratch) with Di = rowsum(dO * O) and dS = P * (dP - Di). All
- * arithmetic is float32 for both activation types.
+ * arithmetic is float32 for both activation types, except that under bf16
+ * activations on a CPU with AVX512-BF16 the AVX-512 set's products take
+ * bf16 operands (below, "bf16 products"), as dtrain's other products do.
  *
  * The one design decision: every product is one primitive, C [M][N] (+)=
  * A . B with A read through arbitrary row/column strides (so P^T and dS^T
@@ -126,13 +128,11 @@ static const struct att_kernels kernels_c = {mm_tile_c, softmax_c, probs_c, dsof
 /* Lanes [0, n) of a vector, n <= 16. */
 FAST static INLINE __mmask16 lanes(int n) { return (__mmask16)(0xffffu >> (16 - n)); }
 
-/* One tile, R rows and NV vectors of columns (constants after inlining, so
- * the accumulators live in registers); `last` masks the last vector. */
-FAST static INLINE void mm_tile_t(const int R, const int NV, int K, const float *a, ptrdiff_t sam,
-                                  ptrdiff_t sak, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+/* A tile's accumulators: c's rows (times rs[r] where given) or zero
+ * (!acc), and back; R, NV and MASKED constants after inlining. */
+FAST static INLINE void tile_load(__m512 s[RT][4], const int R, const int NV, const float *c, ptrdiff_t ldc,
                                   const int MASKED, __mmask16 last, int acc, const float *rs)
 {
-    __m512 s[RT][4];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
         const __m512 scale = _mm512_set1_ps(rs ? rs[r] : 1.0f);
@@ -142,6 +142,45 @@ FAST static INLINE void mm_tile_t(const int R, const int NV, int K, const float 
                       : _mm512_mul_ps(scale, MASKED && v == NV - 1 ? _mm512_maskz_loadu_ps(last, c + r * ldc + 16 * v)
                                                                    : _mm512_loadu_ps(c + r * ldc + 16 * v));
     }
+}
+
+FAST static INLINE void tile_store(__m512 s[RT][4], const int R, const int NV, float *c, ptrdiff_t ldc,
+                                   const int MASKED, __mmask16 last)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            if (MASKED && v == NV - 1) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, last, s[r][v]);
+            else _mm512_storeu_ps(c + r * ldc + 16 * v, s[r][v]);
+        }
+}
+
+/* The instances of a tile function F for R, NV and whether the last vector
+ * is partial (a mask register read in the inner loop costs an FMA port's
+ * slot): a switch over them, ARGS F's arguments after those three. */
+#define TILE_CASE(F, r, v, ...)                                                                       \
+    case ((r) * 4 + (v) - 1) * 2:                                                                     \
+        F(r, v, __VA_ARGS__, 0, last, acc, rs);                                                       \
+        return;                                                                                       \
+    case ((r) * 4 + (v) - 1) * 2 + 1:                                                                 \
+        F(r, v, __VA_ARGS__, 1, last, acc, rs);                                                       \
+        return;
+#define TILE_CASES(F, r, ...)                                                                          \
+    TILE_CASE(F, r, 1, __VA_ARGS__) TILE_CASE(F, r, 2, __VA_ARGS__) TILE_CASE(F, r, 3, __VA_ARGS__)      \
+    TILE_CASE(F, r, 4, __VA_ARGS__)
+#define TILE_SWITCH(F, ...)                                                                            \
+    TILE_CASES(F, 1, __VA_ARGS__) TILE_CASES(F, 2, __VA_ARGS__) TILE_CASES(F, 3, __VA_ARGS__)          \
+    TILE_CASES(F, 4, __VA_ARGS__) TILE_CASES(F, 5, __VA_ARGS__) TILE_CASES(F, 6, __VA_ARGS__)
+
+/* One tile, R rows and NV vectors of columns (constants after inlining, so
+ * the accumulators live in registers); `last` masks the last vector. */
+FAST static INLINE void mm_tile_t(const int R, const int NV, int K, const float *a, ptrdiff_t sam,
+                                  ptrdiff_t sak, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+                                  const int MASKED, __mmask16 last, int acc, const float *rs)
+{
+    __m512 s[RT][4];
+    tile_load(s, R, NV, c, ldc, MASKED, last, acc, rs);
     for (int k = 0; k < K; k++) {
         __m512 bv[4];
 #pragma GCC unroll 4
@@ -156,13 +195,7 @@ FAST static INLINE void mm_tile_t(const int R, const int NV, int K, const float 
         a += sak;
         b += ldb;
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            if (MASKED && v == NV - 1) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, last, s[r][v]);
-            else _mm512_storeu_ps(c + r * ldc + 16 * v, s[r][v]);
-        }
+    tile_store(s, R, NV, c, ldc, MASKED, last);
 }
 
 /* Instances for R, NV and whether the last vector is partial (a mask
@@ -172,21 +205,11 @@ FAST static void mm_tile_fast(int R, int n, int K, const float *a, ptrdiff_t sam
 {
     const int NV = (n + 15) / 16, masked = n % 16 != 0;
     const __mmask16 last = lanes(n - 16 * (NV - 1));
-#define TILE(r, v)                                                                                    \
-    case ((r) * 4 + (v) - 1) * 2:                                                                     \
-        mm_tile_t(r, v, K, a, sam, sak, b, ldb, c, ldc, 0, last, acc, rs);                            \
-        return;                                                                                       \
-    case ((r) * 4 + (v) - 1) * 2 + 1:                                                                 \
-        mm_tile_t(r, v, K, a, sam, sak, b, ldb, c, ldc, 1, last, acc, rs);                            \
-        return;
-#define TILES(r) TILE(r, 1) TILE(r, 2) TILE(r, 3) TILE(r, 4)
     switch ((R * 4 + NV - 1) * 2 + masked) {
-        TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6)
+        TILE_SWITCH(mm_tile_t, K, a, sam, sak, b, ldb, c, ldc)
     default:
         mm_tile_c(R, n, K, a, sam, sak, b, ldb, c, ldc, acc, rs);
     }
-#undef TILES
-#undef TILE
 }
 
 /* 2^x, 16 lanes: x = n + f, |f| <= 1/2, 2^f by Cephes' exp2f polynomial
@@ -451,6 +474,223 @@ static void mm(const struct att_kernels *kk, struct prefetch *pf, enum trim trim
     }
 }
 
+#ifdef HAVE_FAST
+/* ---- bf16 products (AVX512-BF16) -------------------------------------- */
+
+/* Under bf16 activations, on a CPU with AVX512-BF16, the products take
+ * bf16 operands and accumulate in float, as the matrix products around
+ * them do: vdpbf16ps multiplies pairs along k, so A is bf16 rows whose k
+ * index is contiguous (one 32-bit word holds a[k], a[k + 1]) and B is
+ * pair-interleaved (word j of pair-row kp holds b[2 kp][j], b[2 kp + 1][j]).
+ * A head's q (scaled), k, v and dout are packed once in the forms their
+ * products read; a block's P and dS are rounded to bf16 rows (or their
+ * transposes) after the float pass that makes them. Half the instructions
+ * of the float products, twice the work per instruction on this unit. */
+#define FASTBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+typedef uint32_t u32a __attribute__((may_alias));
+
+FASTBF static INLINE void mmb_tile_t(const int R, const int NV, int KP, const uint16_t *a, ptrdiff_t lda,
+                                     const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, const int MASKED,
+                                     __mmask16 last, int acc, const float *rs)
+{
+    __m512 s[RT][4];
+    tile_load(s, R, NV, c, ldc, MASKED, last, acc, rs);
+    for (int kp = 0; kp < KP; kp++) {
+        __m512bh bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            bv[v] = (__m512bh)(MASKED && v == NV - 1 ? _mm512_maskz_loadu_epi32(last, b + 32 * v)
+                                                     : _mm512_loadu_si512(b + 32 * v));
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)*(const u32a *)(a + r * lda));
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) s[r][v] = _mm512_dpbf16_ps(s[r][v], av, bv[v]);
+        }
+        a += 2;
+        b += 2 * ldb;
+    }
+    tile_store(s, R, NV, c, ldc, MASKED, last);
+}
+
+/* c[r][0:n] (+)= sum over pairs kp < KP of a[r][2kp:2kp+2] . b[kp][0:n][0:2],
+ * R <= RT, n <= NC; lda in bf16 elements, ldb in pairs per pair-row. */
+FASTBF static void mmb_tile(int R, int n, int KP, const uint16_t *a, ptrdiff_t lda, const uint16_t *b, ptrdiff_t ldb,
+                            float *c, ptrdiff_t ldc, int acc, const float *rs)
+{
+    const int NV = (n + 15) / 16, masked = n % 16 != 0;
+    const __mmask16 last = lanes(n - 16 * (NV - 1));
+    switch ((R * 4 + NV - 1) * 2 + masked) {
+        TILE_SWITCH(mmb_tile_t, KP, a, lda, b, ldb, c, ldc)
+    default:
+        dt_die(__FILE__, __LINE__, "attention: a bf16 tile of %d x %d", R, n);
+    }
+}
+
+/* dst [T][ldd] = bf16(src [T][D]), columns D..ldd-1 zero (ldd: D rounded up
+ * to even, so a row is whole pairs). */
+FASTBF static void rows_bf16(uint16_t *dst, ptrdiff_t ldd, const float *src, int T, int D)
+{
+    for (int t = 0; t < T; t++) {
+        const float *x = src + (size_t)t * D;
+        uint16_t *y = dst + (size_t)t * ldd;
+        for (int d = 0; d < ldd; d += 16) {
+            const __mmask16 k = lanes_upto(0, D - d), kd = lanes_upto(0, (int)ldd - d);
+            _mm256_mask_storeu_epi16(y + d, kd, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + d)));
+        }
+    }
+}
+
+/* dst [ceil(T/2)][D][2] = the rows of src [T][D] paired along t (the last
+ * pair's second row zero where T is odd): word (tp, d) holds rows 2 tp and
+ * 2 tp + 1 of column d. */
+FASTBF static void rows_pairs(uint16_t *dst, const float *src, int T, int D)
+{
+    /* lane i of the result takes 16-bit element i/2 of the first row's
+     * half (i even) or of the second's (i odd, 16 + i/2) */
+    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(inter);
+    for (int t = 0; t < T; t += 2) {
+        const float *x0 = src + (size_t)t * D, *x1 = t + 1 < T ? x0 + D : NULL;
+        uint16_t *y = dst + (size_t)t * D; /* pair-row t/2: 2 D elements */
+        for (int d = 0; d < D; d += 16) {
+            const __mmask16 k = lanes_upto(0, D - d);
+            const __m512 a = _mm512_maskz_loadu_ps(k, x0 + d);
+            const __m512 b = x1 ? _mm512_maskz_loadu_ps(k, x1 + d) : _mm512_setzero_ps();
+            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a in the low half */
+            _mm512_mask_storeu_epi32(y + 2 * d, k, _mm512_permutexvar_epi16(idx, both));
+        }
+    }
+}
+
+/* dst [m][B] = bf16(s [m][B]) over columns [0, kn rounded up to even),
+ * column kn zero where kn is odd (s there is stale): a block's P or dS as
+ * the A of a product over keys. */
+FASTBF static void block_bf16(uint16_t *dst, const float *s, int m, int kn)
+{
+    const int ke = (kn + 1) & ~1;
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < ke; c += 16) {
+            const __mmask16 k = lanes_upto(0, kn - c), ks = lanes_upto(0, ke - c);
+            _mm256_mask_storeu_epi16(dst + (size_t)r * B + c, ks,
+                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, s + (size_t)r * B + c)));
+        }
+}
+
+/* dst [kn][B] = bf16 of the transpose of s [m][B] (dst[c][r] = s[r][c]) over
+ * r < m rounded up to even, column m zero where m is odd: P^T or dS^T as
+ * the A of a product over queries. tmp: B x B floats. */
+FASTBF static void block_t_bf16(uint16_t *dst, float *tmp, const float *s, int m, int kn)
+{
+    if (m == B && kn == B) {
+        for (int r0 = 0; r0 < B; r0 += 16)
+            for (int c0 = 0; c0 < B; c0 += 16) transpose16(tmp + (size_t)c0 * B + r0, B, s + (size_t)r0 * B + c0, B);
+    } else {
+        for (int r = 0; r < m; r++)
+            for (int c = 0; c < kn; c++) tmp[(size_t)c * B + r] = s[(size_t)r * B + c];
+    }
+    const int me = (m + 1) & ~1;
+    for (int c = 0; c < kn; c++)
+        for (int r = 0; r < me; r += 16) {
+            const __mmask16 k = lanes_upto(0, m - r), ks = lanes_upto(0, me - r);
+            _mm256_mask_storeu_epi16(dst + (size_t)c * B + r, ks,
+                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, tmp + (size_t)c * B + r)));
+        }
+}
+
+/* C [M][N] (+)= A . B with bf16 operands in RT-row tiles, trimmed on a
+ * diagonal block as mm() does; the inner range in whole pairs (an extra
+ * term is a zero of the mask or of the padding). lda: bf16 elements; ldb:
+ * pairs per pair-row; b at pair-row 0. */
+static void mmb(struct prefetch *pf, enum trim trim, int M, int N, int K, const uint16_t *a, ptrdiff_t lda,
+                const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs)
+{
+    for (int r0 = 0; r0 < M; r0 += RT) {
+        int R = imin(RT, M - r0), n = N, k0 = 0, k1 = K;
+        if (trim == N_UPTO) n = imin(N, r0 + R);
+        if (trim == K_UPTO) k1 = imin(K, r0 + R);
+        if (trim == K_FROM) k0 = r0; /* even: RT is */
+        k1 = (k1 + 1) & ~1;
+        for (int c0 = 0; c0 < n; c0 += NC)
+            mmb_tile(R, imin(NC, n - c0), (k1 - k0) / 2, a + r0 * lda + k0, lda, b + (k0 / 2) * 2 * ldb + 2 * c0,
+                     ldb, c + r0 * ldc + c0, ldc, acc, rs ? rs + r0 : NULL);
+        pf_step(pf);
+    }
+}
+
+/* panels_fast's transpose for 32-bit words (a bf16 pair each): rows [T][W]
+ * into [T/B][W][B], moved, never computed on. */
+FASTBF static void panels_u32(uint16_t *pan16, const uint16_t *rows16, int T, int W)
+{
+    u32a *pan = (u32a *)(void *)pan16;
+    const u32a *rows = (const u32a *)(const void *)rows16;
+    const int W16 = W / 16 * 16;
+    for (int t0 = 0; t0 < T; t0 += 16) {
+        if (t0 + 16 <= T)
+            for (int w0 = 0; w0 < W16; w0 += 16)
+                transpose16((float *)(void *)(pan + panel_at(t0, w0, W)), B,
+                            (const float *)(const void *)(rows + (size_t)t0 * W + w0), W);
+        for (int t = t0; t < imin(t0 + 16, T); t++)
+            for (int w = t0 + 16 <= T ? W16 : 0; w < W; w++) pan[panel_at(t, w, W)] = rows[(size_t)t * W + w];
+    }
+}
+
+/* A head's forward operands as the bf16 products read them: q [T][Dp], k^T
+ * as panels of pairs along d (through kb [T][Dp]), v paired along t. */
+static void pack_forward(uint16_t *qb, uint16_t *kb, uint16_t *ktp, uint16_t *vp, const float *q, const float *k,
+                         const float *v, int T, int D, int Dp)
+{
+    rows_bf16(qb, Dp, q, T, D);
+    rows_bf16(kb, Dp, k, T, D);
+    panels_u32(ktp, kb, T, Dp / 2);
+    rows_pairs(vp, v, T, D);
+}
+
+/* Backward's: q as rows and paired along t, k as panels and paired along t,
+ * v as panels, dout as rows and paired along t (kb: scratch [T][Dp]). */
+static void pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *ktp, uint16_t *kp, uint16_t *vtp,
+                          uint16_t *dob, uint16_t *dop, const float *q, const float *k, const float *v,
+                          const float *dO, int T, int D, int Dp)
+{
+    rows_bf16(qb, Dp, q, T, D);
+    rows_pairs(qp, q, T, D);
+    rows_bf16(kb, Dp, k, T, D);
+    panels_u32(ktp, kb, T, Dp / 2);
+    rows_pairs(kp, k, T, D);
+    rows_bf16(kb, Dp, v, T, D);
+    panels_u32(vtp, kb, T, Dp / 2);
+    rows_bf16(dob, Dp, dO, T, D);
+    rows_pairs(dop, dO, T, D);
+}
+#else
+/* No bf16 products here (bf16_products() says 0): never called. */
+static void mmb(struct prefetch *pf, enum trim trim, int M, int N, int K, const uint16_t *a, ptrdiff_t lda,
+                const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs)
+{
+    (void)pf; (void)trim; (void)M; (void)N; (void)K; (void)a; (void)lda; (void)b; (void)ldb; (void)c; (void)ldc;
+    (void)acc; (void)rs;
+    dt_die(__FILE__, __LINE__, "attention: bf16 products without AVX512-BF16");
+}
+static void block_bf16(uint16_t *dst, const float *s, int m, int kn) { (void)dst; (void)s; (void)m; (void)kn; }
+static void block_t_bf16(uint16_t *dst, float *tmp, const float *s, int m, int kn)
+{
+    (void)dst; (void)tmp; (void)s; (void)m; (void)kn;
+}
+static void pack_forward(uint16_t *qb, uint16_t *kb, uint16_t *ktp, uint16_t *vp, const float *q, const float *k,
+                         const float *v, int T, int D, int Dp)
+{
+    (void)qb; (void)kb; (void)ktp; (void)vp; (void)q; (void)k; (void)v; (void)T; (void)D; (void)Dp;
+}
+static void pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *ktp, uint16_t *kp, uint16_t *vtp,
+                          uint16_t *dob, uint16_t *dop, const float *q, const float *k, const float *v,
+                          const float *dO, int T, int D, int Dp)
+{
+    (void)qb; (void)qp; (void)kb; (void)ktp; (void)kp; (void)vtp; (void)dob; (void)dop; (void)q; (void)k; (void)v;
+    (void)dO; (void)T; (void)D; (void)Dp;
+}
+#endif
+
 /* ---- scratch: one buffer, grown as needed (one calling thread) -------- */
 
 static float *scratch_buf;
@@ -477,6 +717,22 @@ static float *take(float **p, size_t n)
     float *r = *p;
     *p += round16(n);
     return r;
+}
+
+/* n bf16 elements of the same scratch */
+static uint16_t *take16(float **p, size_t n) { return (uint16_t *)(void *)take(p, (n + 1) / 2); }
+
+/* Whether the products run on bf16 operands: bf16 activations, the AVX-512
+ * set, and AVX512-BF16 (the bf16 products above). */
+static int bf16_products(const struct att_kernels *kk, int bf)
+{
+#ifdef HAVE_FAST
+    return bf && kk == &kernels_fast && __builtin_cpu_supports("avx512bf16");
+#else
+    (void)kk;
+    (void)bf;
+    return 0;
+#endif
 }
 
 /* ---- one head in and out ---------------------------------------------- */
@@ -548,11 +804,21 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
     const int D = C / H, nb = (T + B - 1) / B;
     const size_t ld = 3 * (size_t)C, TD = round16((size_t)nb * B * D);
     const float scale = 1.0f / sqrtf((float)D), qmul = scale * LOG2E;
-    float *p = scratch(4 * TD + round16((size_t)B * B) + round16((size_t)B * D) + 3 * round16(B));
+    const int bfp = bf16_products(kk, bf), Dp = (D + 1) & ~1;
+    const size_t TDb = (size_t)nb * B * Dp; /* bf16 elements of a head's packed operand */
+    float *p = scratch(4 * TD + round16((size_t)B * B) + round16((size_t)B * D) + 3 * round16(B) +
+                       (bfp ? 4 * round16(TDb / 2 + 1) + round16((size_t)B * B / 2) : 0));
     /* a head's q (scaled), k, v [T][D]; its k^T panels [nb][D][B] */
     float *q = take(&p, TD), *k = take(&p, TD), *kt = take(&p, TD), *v = take(&p, TD);
     float *s = take(&p, (size_t)B * B), *o = take(&p, (size_t)B * D), *mx = take(&p, B), *sum = take(&p, B),
           *alpha = take(&p, B);
+    /* bf16 products: q [T][Dp], k's panels [nb][Dp/2][B] of pairs (made from
+     * kb [T][Dp]), v paired along t, a block's P [B][B] */
+    uint16_t *qb = NULL, *kb = NULL, *ktp = NULL, *vp = NULL, *pb = NULL;
+    if (bfp) {
+        qb = take16(&p, TDb), kb = take16(&p, TDb), ktp = take16(&p, TDb), vp = take16(&p, TDb);
+        pb = take16(&p, (size_t)B * B);
+    }
 
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++) {
@@ -564,7 +830,8 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
             gather(q, in, ld, T, D, qmul, bf);
             gather(k, cpu_at(in, (size_t)C, bf), ld, T, D, 1.0f, bf);
             gather(v, cpu_at(in, 2 * (size_t)C, bf), ld, T, D, 1.0f, bf);
-            kk->panels(kt, k, T, D);
+            if (bfp) pack_forward(qb, kb, ktp, vp, q, k, v, T, D, Dp);
+            else kk->panels(kt, k, T, D);
             float *lrow = lse + ((size_t)b * H + h) * T;
             struct prefetch pf;
             const size_t esz = bf ? 2 : 4, rowbytes = (size_t)D * esz;
@@ -578,10 +845,19 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
                 for (int r = 0; r < m; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
                 for (int j0 = 0; j0 <= i0; j0 += B) {
                     const int diag = j0 == i0, kn = diag ? m : B;
-                    mm(kk, &pf, diag ? N_UPTO : FULL, m, kn, D, q + (size_t)i0 * D, D, 1, kt + (size_t)j0 * D, B,
-                       s, B, 0, NULL);
+                    if (bfp)
+                        mmb(&pf, diag ? N_UPTO : FULL, m, kn, Dp, qb + (size_t)i0 * Dp, Dp, ktp + (size_t)j0 * Dp, B,
+                            s, B, 0, NULL);
+                    else
+                        mm(kk, &pf, diag ? N_UPTO : FULL, m, kn, D, q + (size_t)i0 * D, D, 1, kt + (size_t)j0 * D,
+                           B, s, B, 0, NULL);
                     kk->softmax(s, m, kn, diag, mx, sum, alpha);
-                    mm(kk, &pf, diag ? K_UPTO : FULL, m, D, kn, s, B, 1, v + (size_t)j0 * D, D, o, D, j0 > 0, alpha);
+                    if (bfp) {
+                        block_bf16(pb, s, m, kn);
+                        mmb(&pf, diag ? K_UPTO : FULL, m, D, kn, pb, B, vp + (size_t)j0 * D, D, o, D, j0 > 0, alpha);
+                    } else
+                        mm(kk, &pf, diag ? K_UPTO : FULL, m, D, kn, s, B, 1, v + (size_t)j0 * D, D, o, D, j0 > 0,
+                           alpha);
                 }
                 for (int r = 0; r < m; r++) {
                     float inv = 1.0f / sum[r];
@@ -596,6 +872,27 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
 
 /* ---- backward --------------------------------------------------------- */
 
+/* One block pair of backward with bf16 products, in the float loop's order. */
+static void backward_block_bf16(struct prefetch *pf, int m, int kn, int diag, int i0, int j0, int D, int Dp,
+                                const uint16_t *qb, const uint16_t *qp, const uint16_t *ktp, const uint16_t *kp,
+                                const uint16_t *vtp, const uint16_t *dob, const uint16_t *dop, float *s, float *dp,
+                                uint16_t *ptb, uint16_t *dsb, uint16_t *dstb, float *tmp, const float *lrow,
+                                const float *di, float *dq, float *dkj, float *dvj, const struct att_kernels *kk)
+{
+    /* P = 2^(Q_i K_j^T - lse log2(e)); dV_j += P^T dO_i */
+    mmb(pf, diag ? N_UPTO : FULL, m, kn, Dp, qb + (size_t)i0 * Dp, Dp, ktp + (size_t)j0 * Dp, B, s, B, 0, NULL);
+    kk->probs(s, m, kn, diag, lrow + i0);
+    block_t_bf16(ptb, tmp, s, m, kn);
+    mmb(pf, diag ? K_FROM : FULL, kn, D, m, ptb, B, dop + (size_t)i0 * D, D, dvj, D, !diag, NULL);
+    /* dS = P * (dO_i V_j^T - Di); dQ_i += dS K_j; dK_j += dS^T Q_i */
+    mmb(pf, diag ? N_UPTO : FULL, m, kn, Dp, dob + (size_t)i0 * Dp, Dp, vtp + (size_t)j0 * Dp, B, dp, B, 0, NULL);
+    kk->dsoft(dp, s, m, kn, diag, di + i0);
+    block_bf16(dsb, dp, m, kn);
+    mmb(pf, diag ? K_UPTO : FULL, m, D, kn, dsb, B, kp + (size_t)j0 * D, D, dq + (size_t)i0 * D, D, j0 > 0, NULL);
+    block_t_bf16(dstb, tmp, dp, m, kn);
+    mmb(pf, diag ? K_FROM : FULL, kn, D, m, dstb, B, qp + (size_t)i0 * D, D, dkj, D, !diag, NULL);
+}
+
 void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                             int n, int T, int C, int H, int bf)
 {
@@ -605,11 +902,25 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
     const int D = C / H, nb = (T + B - 1) / B;
     const size_t ld = 3 * (size_t)C, TD = round16((size_t)nb * B * D);
     const float scale = 1.0f / sqrtf((float)D), qmul = scale * LOG2E;
-    float *p = scratch(8 * TD + 2 * round16((size_t)B * B) + round16((size_t)nb * B));
+    const int bfp = bf16_products(kk, bf), Dp = (D + 1) & ~1;
+    const size_t TDb = (size_t)nb * B * Dp; /* bf16 elements of a head's packed operand */
+    float *p = scratch(8 * TD + 2 * round16((size_t)B * B) + round16((size_t)nb * B) +
+                       (bfp ? 8 * round16(TDb / 2 + 1) + 4 * round16((size_t)B * B) : 0));
     /* a head's q (scaled), k, dout, dq, dk, dv [T][D]; k^T, v^T panels [nb][D][B] */
     float *q = take(&p, TD), *k = take(&p, TD), *kt = take(&p, TD), *vt = take(&p, TD);
     float *dO = take(&p, TD), *dq = take(&p, TD), *dk = take(&p, TD), *dv = take(&p, TD);
     float *s = take(&p, (size_t)B * B), *dp = take(&p, (size_t)B * B), *di = take(&p, (size_t)nb * B);
+    /* bf16 products (pack_backward's forms), a block's P^T, dS, dS^T [B][B]
+     * and a float block for the transposes */
+    uint16_t *qb = NULL, *qp = NULL, *kb = NULL, *ktp = NULL, *kp = NULL, *vtp = NULL, *dob = NULL, *dop = NULL;
+    uint16_t *ptb = NULL, *dsb = NULL, *dstb = NULL;
+    float *tmp = NULL;
+    if (bfp) {
+        qb = take16(&p, TDb), qp = take16(&p, TDb), kb = take16(&p, TDb), ktp = take16(&p, TDb);
+        kp = take16(&p, TDb), vtp = take16(&p, TDb), dob = take16(&p, TDb), dop = take16(&p, TDb);
+        ptb = take16(&p, (size_t)B * B), dsb = take16(&p, (size_t)B * B), dstb = take16(&p, (size_t)B * B);
+        tmp = take(&p, (size_t)B * B);
+    }
 
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++) {
@@ -620,10 +931,13 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
             /* v and out pass through dv and dq, which the first products overwrite */
             gather(q, cpu_at(qkv, off, bf), ld, T, D, qmul, bf);
             gather(k, cpu_at(qkv, off + (size_t)C, bf), ld, T, D, 1.0f, bf);
-            kk->panels(kt, k, T, D);
             gather(dv, cpu_at(qkv, off + 2 * (size_t)C, bf), ld, T, D, 1.0f, bf);
-            kk->panels(vt, dv, T, D);
             gather(dO, cpu_at(dout, aoff, bf), (size_t)C, T, D, 1.0f, bf);
+            if (bfp) pack_backward(qb, qp, kb, ktp, kp, vtp, dob, dop, q, k, dv, dO, T, D, Dp);
+            else {
+                kk->panels(kt, k, T, D);
+                kk->panels(vt, dv, T, D);
+            }
             gather(dq, cpu_at(out, aoff, bf), (size_t)C, T, D, 1.0f, bf);
             rowdot(di, dO, dq, T, D);
             const float *lrow = lse + ((size_t)b * H + h) * T;
@@ -644,6 +958,11 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
                     const int m = imin(B, T - i0), diag = i0 == j0;
                     const float *qi = q + (size_t)i0 * D, *doi = dO + (size_t)i0 * D;
                     /* P = 2^(Q_i K_j^T - lse log2(e)); dV_j += P^T dO_i */
+                    if (bfp) {
+                        backward_block_bf16(&pf, m, kn, diag, i0, j0, D, Dp, qb, qp, ktp, kp, vtp, dob, dop, s, dp,
+                                            ptb, dsb, dstb, tmp, lrow, di, dq, dkj, dvj, kk);
+                        continue;
+                    }
                     mm(kk, &pf, diag ? N_UPTO : FULL, m, kn, D, qi, D, 1, kt + (size_t)j0 * D, B, s, B, 0, NULL);
                     kk->probs(s, m, kn, diag, lrow + i0);
                     mm(kk, &pf, diag ? K_FROM : FULL, kn, D, m, s, 1, B, doi, D, dvj, D, !diag, NULL);
