@@ -15,7 +15,8 @@
  * in scratch) with Di = rowsum(dO * O) and dS = P * (dP - Di). All
  * arithmetic is float32 for both activation types, except that under bf16
  * activations on a CPU with AVX512-BF16 the AVX-512 set's products take
- * bf16 operands (below, "bf16 products"), as dtrain's other products do.
+ * bf16 operands (cpu_attention_bf16.c, "bf16 products" below), as
+ * dtrain's other products do.
  *
  * The one design decision: every product is one primitive, C [M][N] (+)=
  * A . B with A read through arbitrary row/column strides (so P^T and dS^T
@@ -24,7 +25,8 @@
  * zeroes. The primitive, the element-wise block passes (online softmax; P
  * and dS) and the panel transpose have a plain C version, the reference
  * that runs anywhere, an AVX-512 version (6 x 64 accumulators in
- * registers, a polynomial 2^x, 16 x 16 register transposes) and an AVX2 +
+ * registers, a polynomial 2^x, 16 x 16 register transposes; the pieces it
+ * shares with the bf16 products in cpu_attention_avx512.h) and an AVX2 +
  * FMA version (cpu_attention_avx2.c: 6 x 16 accumulators, strips of 16
  * columns; cpu_attention_kernels.h is the sets' interface); kernels() picks
  * the widest the CPU has, unless DTRAIN_NO_FAST_KERNELS says otherwise;
@@ -106,8 +108,6 @@ static void dsoft_c(float *dp, const float *p, int m, int kn, int diag, const fl
     }
 }
 
-/* Element (t, d) of the panels of a head of width D. */
-static inline size_t panel_at(int t, int d, int D) { return ((size_t)(t / B) * D + (size_t)d) * B + (size_t)(t % B); }
 
 DT_MULTIVERSION static void panels_c(float *restrict pan, const float *restrict rows, int T, int D)
 {
@@ -120,58 +120,8 @@ static const struct att_kernels kernels_c = {mm_tile_c, softmax_c, probs_c, dsof
 /* ---- the AVX-512 kernels ---------------------------------------------- */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
 #define HAVE_FAST 1
-
-#define FAST __attribute__((target("avx512f")))
-
-/* Lanes [0, n) of a vector, n <= 16. */
-FAST static INLINE __mmask16 lanes(int n) { return (__mmask16)(0xffffu >> (16 - n)); }
-
-/* A tile's accumulators: c's rows (times rs[r] where given) or zero
- * (!acc), and back; R, NV and MASKED constants after inlining. */
-FAST static INLINE void tile_load(__m512 s[RT][4], const int R, const int NV, const float *c, ptrdiff_t ldc,
-                                  const int MASKED, __mmask16 last, int acc, const float *rs)
-{
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-        const __m512 scale = _mm512_set1_ps(rs ? rs[r] : 1.0f);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            s[r][v] = !acc ? _mm512_setzero_ps()
-                      : _mm512_mul_ps(scale, MASKED && v == NV - 1 ? _mm512_maskz_loadu_ps(last, c + r * ldc + 16 * v)
-                                                                   : _mm512_loadu_ps(c + r * ldc + 16 * v));
-    }
-}
-
-FAST static INLINE void tile_store(__m512 s[RT][4], const int R, const int NV, float *c, ptrdiff_t ldc,
-                                   const int MASKED, __mmask16 last)
-{
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            if (MASKED && v == NV - 1) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, last, s[r][v]);
-            else _mm512_storeu_ps(c + r * ldc + 16 * v, s[r][v]);
-        }
-}
-
-/* The instances of a tile function F for R, NV and whether the last vector
- * is partial (a mask register read in the inner loop costs an FMA port's
- * slot): a switch over them, ARGS F's arguments after those three. */
-#define TILE_CASE(F, r, v, ...)                                                                       \
-    case ((r) * 4 + (v) - 1) * 2:                                                                     \
-        F(r, v, __VA_ARGS__, 0, last, acc, rs);                                                       \
-        return;                                                                                       \
-    case ((r) * 4 + (v) - 1) * 2 + 1:                                                                 \
-        F(r, v, __VA_ARGS__, 1, last, acc, rs);                                                       \
-        return;
-#define TILE_CASES(F, r, ...)                                                                          \
-    TILE_CASE(F, r, 1, __VA_ARGS__) TILE_CASE(F, r, 2, __VA_ARGS__) TILE_CASE(F, r, 3, __VA_ARGS__)      \
-    TILE_CASE(F, r, 4, __VA_ARGS__)
-#define TILE_SWITCH(F, ...)                                                                            \
-    TILE_CASES(F, 1, __VA_ARGS__) TILE_CASES(F, 2, __VA_ARGS__) TILE_CASES(F, 3, __VA_ARGS__)          \
-    TILE_CASES(F, 4, __VA_ARGS__) TILE_CASES(F, 5, __VA_ARGS__) TILE_CASES(F, 6, __VA_ARGS__)
+#include "cpu/cpu_attention_avx512.h"
 
 /* One tile, R rows and NV vectors of columns (constants after inlining, so
  * the accumulators live in registers); `last` masks the last vector. */
@@ -229,14 +179,6 @@ FAST static INLINE __m512 exp2_16(__m512 x)
     y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.931472028550421e-1f));
     y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(y, n);
-}
-
-/* Lanes of vector v (of a row of kn, nv of them valid) that are valid and
- * that exist. */
-FAST static INLINE __mmask16 lanes_upto(int v, int cnt)
-{
-    int left = cnt - 16 * v;
-    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : lanes(left);
 }
 
 /* The element-wise passes row by row; `full` (a whole block below the
@@ -322,41 +264,6 @@ FAST static void dsoft_fast(float *dp, const float *p, int m, int kn, int diag, 
             dsoft_row(dp + (size_t)r * B, p + (size_t)r * B, valid_keys(r, kn, diag), kn, 0, di[r]);
 }
 #undef ROW_MASK
-
-/* dst[j*ldd + i] = src[i*lds + j], i, j < 16: unpack pairs of rows, then
- * pairs of pairs (each 128-bit lane then holds a 4 x 4 block, lane L of
- * vector 4g + e: rows 4g..4g+3 of column 4L + e), then a 4 x 4 transpose of
- * the lanes by two rounds of shuffle_f32x4. */
-FAST static INLINE void transpose16(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds)
-{
-    __m512 r[16], t[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-#define PD(x) _mm512_castps_pd(x)
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(t[i]), PD(t[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(t[i]), PD(t[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(t[i + 1]), PD(t[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(t[i + 1]), PD(t[i + 3])));
-    }
-#undef PD
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        __m512 u0 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88), u1 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xdd);
-        __m512 u2 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
-        __m512 u3 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xdd);
-        _mm512_storeu_ps(dst + (0 + e) * ldd, _mm512_shuffle_f32x4(u0, u2, 0x88));
-        _mm512_storeu_ps(dst + (4 + e) * ldd, _mm512_shuffle_f32x4(u1, u3, 0x88));
-        _mm512_storeu_ps(dst + (8 + e) * ldd, _mm512_shuffle_f32x4(u0, u2, 0xdd));
-        _mm512_storeu_ps(dst + (12 + e) * ldd, _mm512_shuffle_f32x4(u1, u3, 0xdd));
-    }
-}
 
 /* 16 x 16 tiles by transpose16, the ragged edges (T or D not a multiple of
  * 16) element by element. */
@@ -474,130 +381,7 @@ static void mm(const struct att_kernels *kk, struct prefetch *pf, enum trim trim
     }
 }
 
-#ifdef HAVE_FAST
-/* ---- bf16 products (AVX512-BF16) -------------------------------------- */
-
-/* Under bf16 activations, on a CPU with AVX512-BF16, the products take
- * bf16 operands and accumulate in float, as the matrix products around
- * them do: vdpbf16ps multiplies pairs along k, so A is bf16 rows whose k
- * index is contiguous (one 32-bit word holds a[k], a[k + 1]) and B is
- * pair-interleaved (word j of pair-row kp holds b[2 kp][j], b[2 kp + 1][j]).
- * A head's q (scaled), k, v and dout are packed once in the forms their
- * products read; a block's P and dS are rounded to bf16 rows (or their
- * transposes) after the float pass that makes them. Half the instructions
- * of the float products, twice the work per instruction on this unit. */
-#define FASTBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-typedef uint32_t u32a __attribute__((may_alias));
-
-FASTBF static INLINE void mmb_tile_t(const int R, const int NV, int KP, const uint16_t *a, ptrdiff_t lda,
-                                     const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, const int MASKED,
-                                     __mmask16 last, int acc, const float *rs)
-{
-    __m512 s[RT][4];
-    tile_load(s, R, NV, c, ldc, MASKED, last, acc, rs);
-    for (int kp = 0; kp < KP; kp++) {
-        __m512bh bv[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            bv[v] = (__m512bh)(MASKED && v == NV - 1 ? _mm512_maskz_loadu_epi32(last, b + 32 * v)
-                                                     : _mm512_loadu_si512(b + 32 * v));
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)*(const u32a *)(a + r * lda));
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) s[r][v] = _mm512_dpbf16_ps(s[r][v], av, bv[v]);
-        }
-        a += 2;
-        b += 2 * ldb;
-    }
-    tile_store(s, R, NV, c, ldc, MASKED, last);
-}
-
-/* c[r][0:n] (+)= sum over pairs kp < KP of a[r][2kp:2kp+2] . b[kp][0:n][0:2],
- * R <= RT, n <= NC; lda in bf16 elements, ldb in pairs per pair-row. */
-FASTBF static void mmb_tile(int R, int n, int KP, const uint16_t *a, ptrdiff_t lda, const uint16_t *b, ptrdiff_t ldb,
-                            float *c, ptrdiff_t ldc, int acc, const float *rs)
-{
-    const int NV = (n + 15) / 16, masked = n % 16 != 0;
-    const __mmask16 last = lanes(n - 16 * (NV - 1));
-    switch ((R * 4 + NV - 1) * 2 + masked) {
-        TILE_SWITCH(mmb_tile_t, KP, a, lda, b, ldb, c, ldc)
-    default:
-        dt_die(__FILE__, __LINE__, "attention: a bf16 tile of %d x %d", R, n);
-    }
-}
-
-/* dst [T][ldd] = bf16(src [T][D]), columns D..ldd-1 zero (ldd: D rounded up
- * to even, so a row is whole pairs). */
-FASTBF static void rows_bf16(uint16_t *dst, ptrdiff_t ldd, const float *src, int T, int D)
-{
-    for (int t = 0; t < T; t++) {
-        const float *x = src + (size_t)t * D;
-        uint16_t *y = dst + (size_t)t * ldd;
-        for (int d = 0; d < ldd; d += 16) {
-            const __mmask16 k = lanes_upto(0, D - d), kd = lanes_upto(0, (int)ldd - d);
-            _mm256_mask_storeu_epi16(y + d, kd, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + d)));
-        }
-    }
-}
-
-/* dst [ceil(T/2)][D][2] = the rows of src [T][D] paired along t (the last
- * pair's second row zero where T is odd): word (tp, d) holds rows 2 tp and
- * 2 tp + 1 of column d. */
-FASTBF static void rows_pairs(uint16_t *dst, const float *src, int T, int D)
-{
-    /* lane i of the result takes 16-bit element i/2 of the first row's
-     * half (i even) or of the second's (i odd, 16 + i/2) */
-    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_loadu_si512(inter);
-    for (int t = 0; t < T; t += 2) {
-        const float *x0 = src + (size_t)t * D, *x1 = t + 1 < T ? x0 + D : NULL;
-        uint16_t *y = dst + (size_t)t * D; /* pair-row t/2: 2 D elements */
-        for (int d = 0; d < D; d += 16) {
-            const __mmask16 k = lanes_upto(0, D - d);
-            const __m512 a = _mm512_maskz_loadu_ps(k, x0 + d);
-            const __m512 b = x1 ? _mm512_maskz_loadu_ps(k, x1 + d) : _mm512_setzero_ps();
-            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a in the low half */
-            _mm512_mask_storeu_epi32(y + 2 * d, k, _mm512_permutexvar_epi16(idx, both));
-        }
-    }
-}
-
-/* dst [m][B] = bf16(s [m][B]) over columns [0, kn rounded up to even),
- * column kn zero where kn is odd (s there is stale): a block's P or dS as
- * the A of a product over keys. */
-FASTBF static void block_bf16(uint16_t *dst, const float *s, int m, int kn)
-{
-    const int ke = (kn + 1) & ~1;
-    for (int r = 0; r < m; r++)
-        for (int c = 0; c < ke; c += 16) {
-            const __mmask16 k = lanes_upto(0, kn - c), ks = lanes_upto(0, ke - c);
-            _mm256_mask_storeu_epi16(dst + (size_t)r * B + c, ks,
-                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, s + (size_t)r * B + c)));
-        }
-}
-
-/* dst [kn][B] = bf16 of the transpose of s [m][B] (dst[c][r] = s[r][c]) over
- * r < m rounded up to even, column m zero where m is odd: P^T or dS^T as
- * the A of a product over queries. tmp: B x B floats. */
-FASTBF static void block_t_bf16(uint16_t *dst, float *tmp, const float *s, int m, int kn)
-{
-    if (m == B && kn == B) {
-        for (int r0 = 0; r0 < B; r0 += 16)
-            for (int c0 = 0; c0 < B; c0 += 16) transpose16(tmp + (size_t)c0 * B + r0, B, s + (size_t)r0 * B + c0, B);
-    } else {
-        for (int r = 0; r < m; r++)
-            for (int c = 0; c < kn; c++) tmp[(size_t)c * B + r] = s[(size_t)r * B + c];
-    }
-    const int me = (m + 1) & ~1;
-    for (int c = 0; c < kn; c++)
-        for (int r = 0; r < me; r += 16) {
-            const __mmask16 k = lanes_upto(0, m - r), ks = lanes_upto(0, me - r);
-            _mm256_mask_storeu_epi16(dst + (size_t)c * B + r, ks,
-                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, tmp + (size_t)c * B + r)));
-        }
-}
+/* ---- bf16 products (cpu_attention_bf16.c) ---------------------------- */
 
 /* C [M][N] (+)= A . B with bf16 operands in RT-row tiles, trimmed on a
  * diagonal block as mm() does; the inner range in whole pairs (an extra
@@ -613,83 +397,12 @@ static void mmb(struct prefetch *pf, enum trim trim, int M, int N, int K, const 
         if (trim == K_FROM) k0 = r0; /* even: RT is */
         k1 = (k1 + 1) & ~1;
         for (int c0 = 0; c0 < n; c0 += NC)
-            mmb_tile(R, imin(NC, n - c0), (k1 - k0) / 2, a + r0 * lda + k0, lda, b + (k0 / 2) * 2 * ldb + 2 * c0,
+            cpu_att_mmb_tile(R, imin(NC, n - c0), (k1 - k0) / 2, a + r0 * lda + k0, lda, b + (k0 / 2) * 2 * ldb + 2 * c0,
                      ldb, c + r0 * ldc + c0, ldc, acc, rs ? rs + r0 : NULL);
         pf_step(pf);
     }
 }
 
-/* panels_fast's transpose for 32-bit words (a bf16 pair each): rows [T][W]
- * into [T/B][W][B], moved, never computed on. */
-FASTBF static void panels_u32(uint16_t *pan16, const uint16_t *rows16, int T, int W)
-{
-    u32a *pan = (u32a *)(void *)pan16;
-    const u32a *rows = (const u32a *)(const void *)rows16;
-    const int W16 = W / 16 * 16;
-    for (int t0 = 0; t0 < T; t0 += 16) {
-        if (t0 + 16 <= T)
-            for (int w0 = 0; w0 < W16; w0 += 16)
-                transpose16((float *)(void *)(pan + panel_at(t0, w0, W)), B,
-                            (const float *)(const void *)(rows + (size_t)t0 * W + w0), W);
-        for (int t = t0; t < imin(t0 + 16, T); t++)
-            for (int w = t0 + 16 <= T ? W16 : 0; w < W; w++) pan[panel_at(t, w, W)] = rows[(size_t)t * W + w];
-    }
-}
-
-/* A head's forward operands as the bf16 products read them: q [T][Dp], k^T
- * as panels of pairs along d (through kb [T][Dp]), v paired along t. */
-static void pack_forward(uint16_t *qb, uint16_t *kb, uint16_t *ktp, uint16_t *vp, const float *q, const float *k,
-                         const float *v, int T, int D, int Dp)
-{
-    rows_bf16(qb, Dp, q, T, D);
-    rows_bf16(kb, Dp, k, T, D);
-    panels_u32(ktp, kb, T, Dp / 2);
-    rows_pairs(vp, v, T, D);
-}
-
-/* Backward's: q as rows and paired along t, k as panels and paired along t,
- * v as panels, dout as rows and paired along t (kb: scratch [T][Dp]). */
-static void pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *ktp, uint16_t *kp, uint16_t *vtp,
-                          uint16_t *dob, uint16_t *dop, const float *q, const float *k, const float *v,
-                          const float *dO, int T, int D, int Dp)
-{
-    rows_bf16(qb, Dp, q, T, D);
-    rows_pairs(qp, q, T, D);
-    rows_bf16(kb, Dp, k, T, D);
-    panels_u32(ktp, kb, T, Dp / 2);
-    rows_pairs(kp, k, T, D);
-    rows_bf16(kb, Dp, v, T, D);
-    panels_u32(vtp, kb, T, Dp / 2);
-    rows_bf16(dob, Dp, dO, T, D);
-    rows_pairs(dop, dO, T, D);
-}
-#else
-/* No bf16 products here (bf16_products() says 0): never called. */
-static void mmb(struct prefetch *pf, enum trim trim, int M, int N, int K, const uint16_t *a, ptrdiff_t lda,
-                const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs)
-{
-    (void)pf; (void)trim; (void)M; (void)N; (void)K; (void)a; (void)lda; (void)b; (void)ldb; (void)c; (void)ldc;
-    (void)acc; (void)rs;
-    dt_die(__FILE__, __LINE__, "attention: bf16 products without AVX512-BF16");
-}
-static void block_bf16(uint16_t *dst, const float *s, int m, int kn) { (void)dst; (void)s; (void)m; (void)kn; }
-static void block_t_bf16(uint16_t *dst, float *tmp, const float *s, int m, int kn)
-{
-    (void)dst; (void)tmp; (void)s; (void)m; (void)kn;
-}
-static void pack_forward(uint16_t *qb, uint16_t *kb, uint16_t *ktp, uint16_t *vp, const float *q, const float *k,
-                         const float *v, int T, int D, int Dp)
-{
-    (void)qb; (void)kb; (void)ktp; (void)vp; (void)q; (void)k; (void)v; (void)T; (void)D; (void)Dp;
-}
-static void pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *ktp, uint16_t *kp, uint16_t *vtp,
-                          uint16_t *dob, uint16_t *dop, const float *q, const float *k, const float *v,
-                          const float *dO, int T, int D, int Dp)
-{
-    (void)qb; (void)qp; (void)kb; (void)ktp; (void)kp; (void)vtp; (void)dob; (void)dop; (void)q; (void)k; (void)v;
-    (void)dO; (void)T; (void)D; (void)Dp;
-}
-#endif
 
 /* ---- scratch: one buffer, grown as needed (one calling thread) -------- */
 
@@ -830,7 +543,7 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
             gather(q, in, ld, T, D, qmul, bf);
             gather(k, cpu_at(in, (size_t)C, bf), ld, T, D, 1.0f, bf);
             gather(v, cpu_at(in, 2 * (size_t)C, bf), ld, T, D, 1.0f, bf);
-            if (bfp) pack_forward(qb, kb, ktp, vp, q, k, v, T, D, Dp);
+            if (bfp) cpu_att_pack_forward(qb, kb, ktp, vp, q, k, v, T, D, Dp);
             else kk->panels(kt, k, T, D);
             float *lrow = lse + ((size_t)b * H + h) * T;
             struct prefetch pf;
@@ -853,7 +566,7 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
                            B, s, B, 0, NULL);
                     kk->softmax(s, m, kn, diag, mx, sum, alpha);
                     if (bfp) {
-                        block_bf16(pb, s, m, kn);
+                        cpu_att_block_bf16(pb, s, m, kn);
                         mmb(&pf, diag ? K_UPTO : FULL, m, D, kn, pb, B, vp + (size_t)j0 * D, D, o, D, j0 > 0, alpha);
                     } else
                         mm(kk, &pf, diag ? K_UPTO : FULL, m, D, kn, s, B, 1, v + (size_t)j0 * D, D, o, D, j0 > 0,
@@ -882,14 +595,14 @@ static void backward_block_bf16(struct prefetch *pf, int m, int kn, int diag, in
     /* P = 2^(Q_i K_j^T - lse log2(e)); dV_j += P^T dO_i */
     mmb(pf, diag ? N_UPTO : FULL, m, kn, Dp, qb + (size_t)i0 * Dp, Dp, ktp + (size_t)j0 * Dp, B, s, B, 0, NULL);
     kk->probs(s, m, kn, diag, lrow + i0);
-    block_t_bf16(ptb, tmp, s, m, kn);
+    cpu_att_block_t_bf16(ptb, tmp, s, m, kn);
     mmb(pf, diag ? K_FROM : FULL, kn, D, m, ptb, B, dop + (size_t)i0 * D, D, dvj, D, !diag, NULL);
     /* dS = P * (dO_i V_j^T - Di); dQ_i += dS K_j; dK_j += dS^T Q_i */
     mmb(pf, diag ? N_UPTO : FULL, m, kn, Dp, dob + (size_t)i0 * Dp, Dp, vtp + (size_t)j0 * Dp, B, dp, B, 0, NULL);
     kk->dsoft(dp, s, m, kn, diag, di + i0);
-    block_bf16(dsb, dp, m, kn);
+    cpu_att_block_bf16(dsb, dp, m, kn);
     mmb(pf, diag ? K_UPTO : FULL, m, D, kn, dsb, B, kp + (size_t)j0 * D, D, dq + (size_t)i0 * D, D, j0 > 0, NULL);
-    block_t_bf16(dstb, tmp, dp, m, kn);
+    cpu_att_block_t_bf16(dstb, tmp, dp, m, kn);
     mmb(pf, diag ? K_FROM : FULL, kn, D, m, dstb, B, qp + (size_t)i0 * D, D, dkj, D, !diag, NULL);
 }
 
@@ -933,7 +646,7 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
             gather(k, cpu_at(qkv, off + (size_t)C, bf), ld, T, D, 1.0f, bf);
             gather(dv, cpu_at(qkv, off + 2 * (size_t)C, bf), ld, T, D, 1.0f, bf);
             gather(dO, cpu_at(dout, aoff, bf), (size_t)C, T, D, 1.0f, bf);
-            if (bfp) pack_backward(qb, qp, kb, ktp, kp, vtp, dob, dop, q, k, dv, dO, T, D, Dp);
+            if (bfp) cpu_att_pack_backward(qb, qp, kb, ktp, kp, vtp, dob, dop, q, k, dv, dO, T, D, Dp);
             else {
                 kk->panels(kt, k, T, D);
                 kk->panels(vt, dv, T, D);

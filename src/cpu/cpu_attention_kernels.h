@@ -9,6 +9,7 @@
 #define DT_CPU_ATTENTION_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Queries and keys per block. Equal and aligned, so every block pair below
  * the diagonal is unmasked and each diagonal block is square. */
@@ -58,6 +59,31 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 
 /* Keys row r of a block keeps: all kn, or r + 1 on the diagonal. */
 static inline int valid_keys(int r, int kn, int diag) { return diag ? imin(r + 1, kn) : kn; }
+
+/* Element (t, d) of the panels of a head of width D. */
+static inline size_t panel_at(int t, int d, int D) { return ((size_t)(t / B) * D + (size_t)d) * B + (size_t)(t % B); }
+
+/* The bf16 products (cpu_attention_bf16.c; call only under bf16
+ * activations on a CPU with AVX512-BF16). The tile: c[r][0:n] (+)= (rs
+ * scaling as mm_tile_fn) sum over pairs kp < KP of a[r][2kp:2kp+2] .
+ * b[kp][0:n][0:2], R <= RT, n <= NC; a bf16 rows (lda elements), b
+ * pair-interleaved rows of ldb pairs. block_bf16: a block's s [m][B] as
+ * bf16 rows over its kn columns rounded up to even (the extra one zero);
+ * block_t_bf16: its transpose [kn][B] over m rounded up (tmp: B x B
+ * floats). pack_forward: q [T][Dp] (Dp = D rounded up to even, zero
+ * padded), k as panels [T/B][Dp/2][B] of pairs along d (through kb [T][Dp]),
+ * v paired along t ([ceil(T/2)][D][2], the odd row's partner zero);
+ * pack_backward: q as rows and paired, k as panels and paired, v as panels,
+ * dout as rows and paired. */
+void cpu_att_mmb_tile(int R, int n, int KP, const uint16_t *a, ptrdiff_t lda, const uint16_t *b, ptrdiff_t ldb,
+                      float *c, ptrdiff_t ldc, int acc, const float *rs);
+void cpu_att_block_bf16(uint16_t *dst, const float *s, int m, int kn);
+void cpu_att_block_t_bf16(uint16_t *dst, float *tmp, const float *s, int m, int kn);
+void cpu_att_pack_forward(uint16_t *qb, uint16_t *kb, uint16_t *ktp, uint16_t *vp, const float *q, const float *k,
+                          const float *v, int T, int D, int Dp);
+void cpu_att_pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *ktp, uint16_t *kp, uint16_t *vtp,
+                           uint16_t *dob, uint16_t *dop, const float *q, const float *k, const float *v,
+                           const float *dO, int T, int D, int Dp);
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* The AVX2 + FMA set (cpu_attention_avx2.c); call only where the CPU has
