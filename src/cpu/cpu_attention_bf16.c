@@ -127,13 +127,7 @@ FASTBF void cpu_att_block_t_bf16(uint16_t *dst, float *tmp, const float *s, int 
         for (int r = 0; r < m; r++)
             for (int c = 0; c < kn; c++) tmp[(size_t)c * B + r] = s[(size_t)r * B + c];
     }
-    const int me = (m + 1) & ~1;
-    for (int c = 0; c < kn; c++)
-        for (int r = 0; r < me; r += 16) {
-            const __mmask16 k = lanes_upto(0, m - r), ks = lanes_upto(0, me - r);
-            _mm256_mask_storeu_epi16(dst + (size_t)c * B + r, ks,
-                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, tmp + (size_t)c * B + r)));
-        }
+    cpu_att_block_bf16(dst, tmp, kn, m);
 }
 
 /* panels_fast's transpose for 32-bit words (a bf16 pair each): rows [T][W]
