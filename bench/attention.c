@@ -9,8 +9,10 @@
  * repeats, both precisions where the CPU runs bf16, one thread. Each
  * precision is warmed up once, then forward and backward are timed R times
  * each; one line per precision, machine-readable:
- *   attention fp32 n=8 T=256 C=384 H=6 fwd_ms=4.1 bwd_ms=10.2 fwd_gflops=98.6 bwd_gflops=99.0 fwdbwd_gflops=98.9 repeats=7
- * (medians; min and max of the fwd+bwd time are in a '#' line after it).
+ *   attention fp32 n=8 T=256 C=384 H=6 fwd_ms=4.1 bwd_ms=10.2 fwd_gflops=98.6 bwd_gflops=99.0 fwdbwd_gflops=98.9 repeats=7 unit=fp32_fma
+ * (medians; min and max of the fwd+bwd time are in a '#' line after it;
+ * unit: bench/peak's name for what the products ran on, fp32_fma, bf16_dot
+ * or amx_bf16).
  * The FLOP counted are the products the kernel computes, causal half
  * included: per (sample, head) forward S = Q K^T and O = P V over the
  * T (T + 1) / 2 query-key pairs, 2 D FLOP a pair each, so forward is
@@ -35,6 +37,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "cpu/cpu_attention_kernels.h" /* cpu_att_unit */
 #include "runtime/half.h"
 
 static double now(void)
@@ -168,8 +171,8 @@ static int run(const char *name, int prec, int n, int T, int C, int H, int repea
         const double fwd = 2.0 * n * C * (double)T * (T + 1), mf = tf[repeats / 2], mb = tb[repeats / 2],
                      mt = tt[repeats / 2];
         printf("attention %s n=%d T=%d C=%d H=%d fwd_ms=%.2f bwd_ms=%.2f fwd_gflops=%.1f bwd_gflops=%.1f "
-               "fwdbwd_gflops=%.1f repeats=%d\n", name, n, T, C, H, 1e3 * mf, 1e3 * mb, fwd / mf / 1e9,
-               2.5 * fwd / mb / 1e9, 3.5 * fwd / mt / 1e9, repeats);
+               "fwdbwd_gflops=%.1f repeats=%d unit=%s\n", name, n, T, C, H, 1e3 * mf, 1e3 * mb, fwd / mf / 1e9,
+               2.5 * fwd / mb / 1e9, 3.5 * fwd / mt / 1e9, repeats, cpu_att_unit(prec != DT_PREC_FP32));
         printf("# %s fwd+bwd ms: min %.2f median %.2f max %.2f\n", name, 1e3 * tt[0], 1e3 * mt,
                1e3 * tt[repeats - 1]);
     }

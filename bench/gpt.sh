@@ -531,8 +531,9 @@ if ((want_speed)); then
         echo "# attention kernel (bench/attention: n $batch, T $block, C $width; causal; FLOP counted as products computed)"
         while read -r _ p rest; do
             g=$(kv fwdbwd_gflops <<<"$rest") f=$(kv fwd_gflops <<<"$rest") b=$(kv bwd_gflops <<<"$rest")
-            printf 'attention %-5s forward %6.1f  backward %6.1f  forward+backward %6.1f GFLOP/s = %s of fp32_fma peak %s\n' \
-                "$p" "$f" "$b" "$g" "$(awk -v g="$g" -v pk="${peak_gflops[fp32_fma]:-0}" 'BEGIN { if (pk > 0) printf "%.0f%%", 100 * g / pk; else print "?" }')" "${peak_gflops[fp32_fma]:-?}"
+            u=$(kv unit <<<"$rest") u=${u:-fp32_fma} # the unit its products ran on
+            printf 'attention %-5s forward %6.1f  backward %6.1f  forward+backward %6.1f GFLOP/s = %s of %s peak %s\n' \
+                "$p" "$f" "$b" "$g" "$(awk -v g="$g" -v pk="${peak_gflops[$u]:-0}" 'BEGIN { if (pk > 0) printf "%.0f%%", 100 * g / pk; else print "?" }')" "$u" "${peak_gflops[$u]:-?}"
             csv speed "" attention "$p" 1 fwdbwd_gflops "$g"
         done < <(grep '^attention .*fwdbwd_gflops=' "$rundir/attention.out")
     fi

@@ -17,8 +17,11 @@
  * outputs alone, half a bf16 ulp; where they take bf16 operands (the
  * AVX-512 set on a CPU with AVX512-BF16) the outputs are held to the double
  * reference within 2% of their largest value, and must differ from
- * float32's somewhere (so the bf16 products did run). Skipped with a
- * message on a CPU without bf16 instructions. */
+ * float32's somewhere (so the bf16 products did run); where AMX is usable,
+ * the same checks run on the tiles (the default) and on the vector
+ * products (DTRAIN_NO_FAST_KERNELS=amx), and the two runs' lse must differ
+ * somewhere (so the tiles did run). Skipped with a message on a CPU
+ * without bf16 instructions. */
 #include "config.h"
 
 #include "ck_fast.h"
@@ -29,6 +32,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_attention_kernels.h" /* cpu_att_amx_usable */
 #include "runtime/half.h"
 #include "runtime/rng.h"
 
@@ -40,7 +44,7 @@ struct shape {
 
 static const struct shape shapes[] = {
     {1, 1, 1, 8},   {2, 7, 2, 8},    {1, 70, 3, 16},   {2, 130, 2, 64}, {1, 64, 1, 64},
-    {1, 129, 1, 24}, {1, 100, 2, 80}, {1, 65, 1, 128}, {1, 256, 6, 64},
+    {1, 129, 1, 24}, {1, 100, 2, 80}, {1, 65, 1, 128}, {1, 256, 6, 64}, {1, 112, 2, 48}, {1, 176, 1, 96},
 };
 enum { NSHAPES = sizeof shapes / sizeof *shapes };
 
@@ -325,6 +329,11 @@ static void expect_bf16_rounding(const char *what, const uint16_t *got, const fl
  * same inputs: the measured errors are 0.1-0.4% of the largest value. */
 static int bf16_products(int k) { return k == 0 && __builtin_cpu_supports("avx512bf16"); }
 static long lse_differ; /* lse entries where the bf16 products' run differs from float32's */
+/* Where AMX is usable the set runs twice: on the tiles (run 0, the
+ * default) and on the vector products (run 1, DTRAIN_NO_FAST_KERNELS=amx);
+ * a weighted sum of each run's lse tells that they took different paths. */
+static int products_run;
+static double lse_sig[2];
 
 static void check_bf16_products(struct shape s, const float *qkv, const float *R, const uint16_t *out16,
                                 const float *lse16, const uint16_t *dqkv16, const float *lse)
@@ -341,12 +350,13 @@ static void check_bf16_products(struct shape s, const float *qkv, const float *R
     for (size_t i = 0; i < nl; i++) {
         el = fmax(el, fabs((double)lse16[i] - rlse[i]) / (1.0 + fabs(rlse[i])));
         lse_differ += lse16[i] != lse[i];
+        lse_sig[products_run] += (double)lse16[i] * (double)(i % 97 + 1);
     }
     for (size_t i = 0; i < nq; i++) d[i] = dt_bf16_to_f32(dqkv16[i]);
     double m, eq = part_error(d, rd, s, 0, &m), ek = part_error(d, rd, s, 1, &m), ev = part_error(d, rd, s, 2, &m);
     eo = om > 0.0 ? eo / om : eo;
-    printf("# bf16 products T=%3d H=%d D=%3d: out %.1e, lse %.1e, dq %.1e, dk %.1e, dv %.1e of the largest\n", s.T,
-           s.H, s.D, eo, el, eq, ek, ev);
+    printf("# bf16 products (%s) T=%3d H=%d D=%3d: out %.1e, lse %.1e, dq %.1e, dk %.1e, dv %.1e of the largest\n",
+           !products_run && cpu_att_amx_usable() ? "AMX" : "vector", s.T, s.H, s.D, eo, el, eq, ek, ev);
     ck_assert_msg(eo < 2e-2 && el < 2e-2 && eq < 2e-2 && ek < 2e-2 && ev < 2e-2,
                   "bf16 products T=%d H=%d D=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tolerance 2e-2)", s.T, s.H,
                   s.D, eo, el, eq, ek, ev);
@@ -406,6 +416,8 @@ START_TEST(bf16_matches_fp32)
         return;
     }
     lse_differ = 0;
+    lse_sig[0] = lse_sig[1] = 0.0;
+    products_run = 0;
     for (int k = 0; k < KSETS; k++)
         for (int i = 0; i < NSHAPES && use_kernels(k, "bf16"); i++) check_bf16(shapes[i], k);
     if (bf16_products(0)) {
@@ -413,6 +425,18 @@ START_TEST(bf16_matches_fp32)
         ck_assert_msg(lse_differ > 0, "the AVX-512 set under bf16 gave float32's lse everywhere: no bf16 products ran");
     } else
         printf("# bf16 products not checked: this CPU lacks AVX512-BF16\n");
+    setenv("DTRAIN_NO_FAST_KERNELS", "0", 1);
+    if (bf16_products(0) && cpu_att_amx_usable()) {
+        products_run = 1;
+        setenv("DTRAIN_NO_FAST_KERNELS", "amx", 1);
+        for (int i = 0; i < NSHAPES; i++) check_bf16(shapes[i], 0);
+        printf("# bf16 products: lse signature %.17g on AMX tiles, %.17g on vector products\n", lse_sig[0],
+               lse_sig[1]);
+        ck_assert_msg(lse_sig[0] != lse_sig[1], "AMX and vector bf16 products gave the same lse: the tiles did not run");
+        products_run = 0;
+    } else
+        printf("# bf16 products on AMX tiles not checked: %s\n",
+               bf16_products(0) ? "AMX is not usable here (CPUID, XCR0 or Linux's permission)" : "no AVX512-BF16");
     setup_fp32();
 }
 END_TEST

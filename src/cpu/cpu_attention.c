@@ -42,12 +42,6 @@
 #include "cpu/cpu_attention_kernels.h"
 #include "cpu/cpu_internal.h"
 
-/* How a diagonal block's causal mask trims a product on the tile of rows
- * [r0, r0 + R): N_UPTO only columns < r0 + R (scores: query rows against
- * keys), K_UPTO only inner terms k < r0 + R (query rows summed over keys),
- * K_FROM only k >= r0 (key rows summed over queries). */
-enum trim { FULL, N_UPTO, K_UPTO, K_FROM };
-
 /* ---- the reference kernels: plain C ----------------------------------- */
 
 DT_MULTIVERSION static void mm_tile_c(int R, int n, int K, const float *a, ptrdiff_t sam, ptrdiff_t sak,
@@ -290,12 +284,13 @@ static const struct att_kernels kernels_avx2 = {cpu_att_mm_tile_avx2, cpu_att_so
 /* The AVX-512 kernels where the CPU has them, else the AVX2 ones where it
  * has AVX2 and FMA, else plain C. DTRAIN_NO_FAST_KERNELS (read on every
  * call, so a test can run every set in one process): 1 runs plain C,
- * "avx512" skips only the AVX-512 set. */
+ * "avx512" skips only the AVX-512 set, "amx" only the AMX tiles. */
 static const struct att_kernels *kernels(void)
 {
 #ifdef HAVE_FAST
     const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    const int no512 = off && !strcmp(off, "avx512"), none = off && *off && strcmp(off, "0") && !no512;
+    const int no512 = off && !strcmp(off, "avx512"),
+              none = off && *off && strcmp(off, "0") && !no512 && strcmp(off, "amx");
     if (!none && !no512 && __builtin_cpu_supports("avx512f")) return &kernels_fast;
     if (!none && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kernels_avx2;
 #endif
@@ -387,9 +382,29 @@ static void mm(const struct att_kernels *kk, struct prefetch *pf, enum trim trim
  * diagonal block as mm() does; the inner range in whole pairs (an extra
  * term is a zero of the mask or of the padding). lda: bf16 elements; ldb:
  * pairs per pair-row; b at pair-row 0. */
+/* Whether mmb runs on AMX tiles (cpu_attention_amx.c), set for the span of
+ * one forward or backward call (between amx_begin and amx_end). */
+static int amx_tiles;
+
+static void amx_start(int bfp)
+{
+    amx_tiles = bfp && cpu_att_amx_usable();
+    if (amx_tiles) cpu_att_amx_begin();
+}
+
+static void amx_stop(void)
+{
+    if (amx_tiles) cpu_att_amx_end();
+    amx_tiles = 0;
+}
+
 static void mmb(struct prefetch *pf, enum trim trim, int M, int N, int K, const uint16_t *a, ptrdiff_t lda,
                 const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs)
 {
+    if (amx_tiles && cpu_att_mmb_amx(trim, M, N, K, a, lda, b, ldb, c, ldc, acc, rs)) {
+        if (pf) pf_lines(pf, pf->per_step * ((M + RT - 1) / RT));
+        return;
+    }
     for (int r0 = 0; r0 < M; r0 += RT) {
         int R = imin(RT, M - r0), n = N, k0 = 0, k1 = K;
         if (trim == N_UPTO) n = imin(N, r0 + R);
@@ -446,6 +461,12 @@ static int bf16_products(const struct att_kernels *kk, int bf)
     (void)bf;
     return 0;
 #endif
+}
+
+const char *cpu_att_unit(int bf)
+{
+    const int bfp = bf16_products(kernels(), bf);
+    return bfp && cpu_att_amx_usable() ? "amx_bf16" : bfp ? "bf16_dot" : "fp32_fma";
 }
 
 /* ---- one head in and out ---------------------------------------------- */
@@ -533,6 +554,7 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
         pb = take16(&p, (size_t)B * B);
     }
 
+    amx_start(bfp);
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++) {
             const void *in = cpu_at(qkv, (size_t)b * T * ld + (size_t)h * D, bf);
@@ -581,6 +603,7 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
             }
             pf_finish(&pf);
         }
+    amx_stop();
 }
 
 /* ---- backward --------------------------------------------------------- */
@@ -635,6 +658,7 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
         tmp = take(&p, (size_t)B * B);
     }
 
+    amx_start(bfp);
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++) {
             const size_t off = (size_t)b * T * ld + (size_t)h * D, aoff = (size_t)b * T * C + (size_t)h * D;
@@ -692,4 +716,5 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
             scatter(cpu_at(dqkv, off + (size_t)C, bf), ld, dk, T, D, LN2, bf); /* q was scaled by log2(e) too */
             scatter(cpu_at(dqkv, off + 2 * (size_t)C, bf), ld, dv, T, D, 1.0f, bf);
         }
+    amx_stop();
 }

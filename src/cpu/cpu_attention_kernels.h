@@ -18,6 +18,12 @@ enum { B = 64 };
  * vectors of 16 floats are the AVX-512 version's accumulators. */
 enum { RT = 6, NC = 64 };
 
+/* How a diagonal block's causal mask trims a product on the tile of rows
+ * [r0, r0 + R): N_UPTO only columns < r0 + R (scores: query rows against
+ * keys), K_UPTO only inner terms k < r0 + R (query rows summed over keys),
+ * K_FROM only k >= r0 (key rows summed over queries). */
+enum trim { FULL, N_UPTO, K_UPTO, K_FROM };
+
 /* The primitive on one tile: c[r][0:n] = (acc ? c[r][0:n] * (rs ? rs[r] :
  * 1) : 0) + sum over k < K of a[r*sam + k*sak] * b[k*ldb + 0:n], for r < R
  * <= RT, n <= NC. rs rescales the online softmax's output rows for free. */
@@ -84,6 +90,22 @@ void cpu_att_pack_forward(uint16_t *qb, uint16_t *kb, uint16_t *ktp, uint16_t *v
 void cpu_att_pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *ktp, uint16_t *kp, uint16_t *vtp,
                            uint16_t *dob, uint16_t *dop, const float *q, const float *k, const float *v,
                            const float *dO, int T, int D, int Dp);
+
+/* The same products on AMX tiles (cpu_attention_amx.c). amx_usable: the
+ * CPU has AMX-BF16, Linux granted the tile state, and
+ * DTRAIN_NO_FAST_KERNELS is unset or 0. Between amx_begin (loads the tile
+ * configuration) and amx_end (releases it), mmb_amx computes C [M][N] (+)=
+ * A . B as the vector tiles would over a whole block, trim as above (rs
+ * scaling as mm_tile_fn); it returns 0, computing nothing, where M or N is not a multiple of 16 or K
+ * not one of 32. */
+int cpu_att_amx_usable(void);
+/* The unit the products would run on now, by bench/peak's name: amx_bf16,
+ * bf16_dot, or fp32_fma (vector FMA, or the plain C set's compiled code). */
+const char *cpu_att_unit(int bf);
+void cpu_att_amx_begin(void);
+void cpu_att_amx_end(void);
+int cpu_att_mmb_amx(int trim, int M, int N, int K, const uint16_t *a, ptrdiff_t lda, const uint16_t *b,
+                    ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs);
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* The AVX2 + FMA set (cpu_attention_avx2.c); call only where the CPU has
