@@ -17,22 +17,23 @@
  * outputs alone, half a bf16 ulp; where they take bf16 operands (the
  * AVX-512 set on a CPU with AVX512-BF16) the outputs are held to the double
  * reference within 2% of their largest value, and must differ from
- * float32's somewhere (so the bf16 products did run); where AMX is usable,
- * the same checks run on the tiles (the default) and on the vector
- * products (DTRAIN_NO_FAST_KERNELS=amx), and the two runs' lse must differ
- * somewhere (so the tiles did run). Skipped with a message on a CPU
- * without bf16 instructions. */
+ * float32's somewhere (so the bf16 products did run). The AVX-512 set runs
+ * again on each unit it can take, asked for by DTRAIN_ATTENTION_UNIT (float
+ * FMAs, AVX512-BF16 dot products, and AMX tiles where usable), and the
+ * tiles' lse must differ from the dot products' somewhere (so the tiles
+ * did run). Skipped with a message on a CPU without bf16 instructions. */
 #include "config.h"
 
 #include "ck_fast.h"
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-#include "cpu/cpu_attention_kernels.h" /* cpu_att_amx_usable */
+#include "cpu/cpu_attention_kernels.h" /* cpu_att_unit */
 #include "runtime/half.h"
 #include "runtime/rng.h"
 
@@ -324,16 +325,24 @@ static void expect_bf16_rounding(const char *what, const uint16_t *got, const fl
     printf("# %-40s worst error %.2f of the bf16 bound\n", what, worst);
 }
 
-/* The bf16 products (k = 0 with AVX512-BF16): q k^T, P, dS and the scaled q
- * rounded to bf16, sums in float. Against the double reference on the
- * same inputs: the measured errors are 0.1-0.4% of the largest value. */
-static int bf16_products(int k) { return k == 0 && __builtin_cpu_supports("avx512bf16"); }
+/* The bf16 products (k = 0, where cpu_attention.c picks AVX512-BF16 dot
+ * products or AMX tiles for them): q k^T, P, dS and the scaled q rounded to
+ * bf16, sums in float. Against the double reference on the same inputs:
+ * the measured errors are 0.1-0.5% of the largest value. */
+static const char *const units[] = {"fp32_fma", "bf16_dot", "amx_bf16"};
+enum { NUNITS = 3 };
+static int unit_now(void)
+{
+    const char *u = cpu_att_unit(1);
+    for (int i = 0; i < NUNITS; i++)
+        if (!strcmp(u, units[i])) return i;
+    ck_abort_msg("cpu_att_unit gave '%s'", u);
+    return 0;
+}
+static int bf16_products(int k) { return k == 0 && unit_now() != 0; }
 static long lse_differ; /* lse entries where the bf16 products' run differs from float32's */
-/* Where AMX is usable the set runs twice: on the tiles (run 0, the
- * default) and on the vector products (run 1, DTRAIN_NO_FAST_KERNELS=amx);
- * a weighted sum of each run's lse tells that they took different paths. */
-static int products_run;
-static double lse_sig[2];
+/* A weighted sum of each unit's lse: runs on different units must differ. */
+static double lse_sig[NUNITS];
 
 static void check_bf16_products(struct shape s, const float *qkv, const float *R, const uint16_t *out16,
                                 const float *lse16, const uint16_t *dqkv16, const float *lse)
@@ -350,13 +359,13 @@ static void check_bf16_products(struct shape s, const float *qkv, const float *R
     for (size_t i = 0; i < nl; i++) {
         el = fmax(el, fabs((double)lse16[i] - rlse[i]) / (1.0 + fabs(rlse[i])));
         lse_differ += lse16[i] != lse[i];
-        lse_sig[products_run] += (double)lse16[i] * (double)(i % 97 + 1);
+        lse_sig[unit_now()] += (double)lse16[i] * (double)(i % 97 + 1);
     }
     for (size_t i = 0; i < nq; i++) d[i] = dt_bf16_to_f32(dqkv16[i]);
     double m, eq = part_error(d, rd, s, 0, &m), ek = part_error(d, rd, s, 1, &m), ev = part_error(d, rd, s, 2, &m);
     eo = om > 0.0 ? eo / om : eo;
     printf("# bf16 products (%s) T=%3d H=%d D=%3d: out %.1e, lse %.1e, dq %.1e, dk %.1e, dv %.1e of the largest\n",
-           !products_run && cpu_att_amx_usable() ? "AMX" : "vector", s.T, s.H, s.D, eo, el, eq, ek, ev);
+           units[unit_now()], s.T, s.H, s.D, eo, el, eq, ek, ev);
     ck_assert_msg(eo < 2e-2 && el < 2e-2 && eq < 2e-2 && ek < 2e-2 && ev < 2e-2,
                   "bf16 products T=%d H=%d D=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tolerance 2e-2)", s.T, s.H,
                   s.D, eo, el, eq, ek, ev);
@@ -416,27 +425,36 @@ START_TEST(bf16_matches_fp32)
         return;
     }
     lse_differ = 0;
-    lse_sig[0] = lse_sig[1] = 0.0;
-    products_run = 0;
+    unsetenv("DTRAIN_ATTENTION_UNIT");
     for (int k = 0; k < KSETS; k++)
         for (int i = 0; i < NSHAPES && use_kernels(k, "bf16"); i++) check_bf16(shapes[i], k);
-    if (bf16_products(0)) {
-        printf("# bf16 products: lse differs from float32's in %ld entries\n", lse_differ);
-        ck_assert_msg(lse_differ > 0, "the AVX-512 set under bf16 gave float32's lse everywhere: no bf16 products ran");
-    } else
-        printf("# bf16 products not checked: this CPU lacks AVX512-BF16\n");
+    if (!kset_usable(0) || !__builtin_cpu_supports("avx512bf16")) {
+        printf("# bf16 products not checked: this CPU lacks AVX-512F or AVX512-BF16\n");
+        setup_fp32();
+        return;
+    }
+    /* The AVX-512 set on each unit it can take here, asked for by name */
+    int ran[NUNITS] = {0};
     setenv("DTRAIN_NO_FAST_KERNELS", "0", 1);
-    if (bf16_products(0) && cpu_att_amx_usable()) {
-        products_run = 1;
-        setenv("DTRAIN_NO_FAST_KERNELS", "amx", 1);
+    for (int u = 0; u < NUNITS; u++) {
+        setenv("DTRAIN_ATTENTION_UNIT", units[u], 1);
+        if (unit_now() != u) {
+            printf("# bf16 attention on %s: SKIP, not usable here (%s runs instead)\n", units[u], units[unit_now()]);
+            continue;
+        }
+        lse_sig[u] = 0.0;
         for (int i = 0; i < NSHAPES; i++) check_bf16(shapes[i], 0);
-        printf("# bf16 products: lse signature %.17g on AMX tiles, %.17g on vector products\n", lse_sig[0],
+        ran[u] = 1;
+    }
+    unsetenv("DTRAIN_ATTENTION_UNIT");
+    printf("# bf16 products: lse differs from float32's in %ld entries\n", lse_differ);
+    ck_assert_msg(ran[0] && ran[1], "fp32_fma and bf16_dot must be usable wherever AVX512-BF16 is");
+    ck_assert_msg(lse_differ > 0, "the AVX-512 set under bf16 gave float32's lse everywhere: no bf16 products ran");
+    if (ran[2]) {
+        printf("# bf16 products: lse signature %.17g on AMX tiles, %.17g on bf16 dot products\n", lse_sig[2],
                lse_sig[1]);
-        ck_assert_msg(lse_sig[0] != lse_sig[1], "AMX and vector bf16 products gave the same lse: the tiles did not run");
-        products_run = 0;
-    } else
-        printf("# bf16 products on AMX tiles not checked: %s\n",
-               bf16_products(0) ? "AMX is not usable here (CPUID, XCR0 or Linux's permission)" : "no AVX512-BF16");
+        ck_assert_msg(lse_sig[2] != lse_sig[1], "AMX tiles and bf16 dot products gave the same lse: no tiles ran");
+    }
     setup_fp32();
 }
 END_TEST
@@ -452,6 +470,17 @@ START_TEST(empty_batch)
 }
 END_TEST
 
+/* A unit the kernels do not know is refused by name (dt_die: abort()
+ * outside MPI), before any product runs. */
+START_TEST(bad_unit)
+{
+    setup_fp32();
+    float qkv[3 * 16] = {0}, out[16], lse[1];
+    setenv("DTRAIN_ATTENTION_UNIT", "tensor_core", 1);
+    be->attention_forward(out, lse, qkv, 1, 1, 16, 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attention");
@@ -462,6 +491,9 @@ int main(void)
     tcase_add_test(tc, backward_matches_finite_differences);
     tcase_add_test(tc, bf16_matches_fp32);
     tcase_add_test(tc, empty_batch);
+    /* a test that must die needs its own process (not under CK_FORK=no) */
+    const char *fork = getenv("CK_FORK");
+    if (!fork || strcmp(fork, "no")) tcase_add_test_raise_signal(tc, bad_unit, SIGABRT);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -284,13 +284,12 @@ static const struct att_kernels kernels_avx2 = {cpu_att_mm_tile_avx2, cpu_att_so
 /* The AVX-512 kernels where the CPU has them, else the AVX2 ones where it
  * has AVX2 and FMA, else plain C. DTRAIN_NO_FAST_KERNELS (read on every
  * call, so a test can run every set in one process): 1 runs plain C,
- * "avx512" skips only the AVX-512 set, "amx" only the AMX tiles. */
+ * "avx512" skips only the AVX-512 set. */
 static const struct att_kernels *kernels(void)
 {
 #ifdef HAVE_FAST
     const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    const int no512 = off && !strcmp(off, "avx512"),
-              none = off && *off && strcmp(off, "0") && !no512 && strcmp(off, "amx");
+    const int no512 = off && !strcmp(off, "avx512"), none = off && *off && strcmp(off, "0") && !no512;
     if (!none && !no512 && __builtin_cpu_supports("avx512f")) return &kernels_fast;
     if (!none && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kernels_avx2;
 #endif
@@ -386,9 +385,9 @@ static void mm(const struct att_kernels *kk, struct prefetch *pf, enum trim trim
  * one forward or backward call (between amx_begin and amx_end). */
 static int amx_tiles;
 
-static void amx_start(int bfp)
+static void amx_start(int on)
 {
-    amx_tiles = bfp && cpu_att_amx_usable();
+    amx_tiles = on;
     if (amx_tiles) cpu_att_amx_begin();
 }
 
@@ -450,23 +449,38 @@ static float *take(float **p, size_t n)
 /* n bf16 elements of the same scratch */
 static uint16_t *take16(float **p, size_t n) { return (uint16_t *)(void *)take(p, (n + 1) / 2); }
 
-/* Whether the products run on bf16 operands: bf16 activations, the AVX-512
- * set, and AVX512-BF16 (the bf16 products above). */
-static int bf16_products(const struct att_kernels *kk, int bf)
+/* What a call's products run on (bench/peak's names). Float FMAs unless
+ * bf16 activations meet the AVX-512 set on a CPU with AVX512-BF16; then
+ * AMX tiles where usable, else vdpbf16ps where it is the faster unit: on
+ * AMD's Zen 4 it runs at twice the FMA rate (bench/peak 210-234 against
+ * 112-117 GFLOP/s), on Intel's cores at half (Sapphire Rapids 123 against
+ * 246, Emerald Rapids 85 against 172), where the float products win.
+ * DTRAIN_ATTENTION_UNIT (read on every call, for tests and comparisons)
+ * asks for fp32_fma or bf16_dot outright, or amx_bf16 where usable. */
+enum unit { UNIT_FP32, UNIT_BF16_DOT, UNIT_AMX };
+
+static enum unit product_unit(const struct att_kernels *kk, int bf)
 {
 #ifdef HAVE_FAST
-    return bf && kk == &kernels_fast && __builtin_cpu_supports("avx512bf16");
+    const char *want = getenv("DTRAIN_ATTENTION_UNIT");
+    if (want && *want && strcmp(want, "fp32_fma") && strcmp(want, "bf16_dot") && strcmp(want, "amx_bf16"))
+        dt_die(__FILE__, __LINE__, "DTRAIN_ATTENTION_UNIT: expected fp32_fma, bf16_dot or amx_bf16, found '%s'", want);
+    if (!bf || kk != &kernels_fast || !__builtin_cpu_supports("avx512bf16")) return UNIT_FP32;
+    if (want && !strcmp(want, "fp32_fma")) return UNIT_FP32;
+    if (want && !strcmp(want, "bf16_dot")) return UNIT_BF16_DOT;
+    if (cpu_att_amx_usable()) return UNIT_AMX;
+    return want && *want ? UNIT_BF16_DOT : __builtin_cpu_is("amd") ? UNIT_BF16_DOT : UNIT_FP32;
 #else
     (void)kk;
     (void)bf;
-    return 0;
+    return UNIT_FP32;
 #endif
 }
 
 const char *cpu_att_unit(int bf)
 {
-    const int bfp = bf16_products(kernels(), bf);
-    return bfp && cpu_att_amx_usable() ? "amx_bf16" : bfp ? "bf16_dot" : "fp32_fma";
+    static const char *const name[] = {"fp32_fma", "bf16_dot", "amx_bf16"};
+    return name[product_unit(kernels(), bf)];
 }
 
 /* ---- one head in and out ---------------------------------------------- */
@@ -538,7 +552,8 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
     const int D = C / H, nb = (T + B - 1) / B;
     const size_t ld = 3 * (size_t)C, TD = round16((size_t)nb * B * D);
     const float scale = 1.0f / sqrtf((float)D), qmul = scale * LOG2E;
-    const int bfp = bf16_products(kk, bf), Dp = (D + 1) & ~1;
+    const enum unit unit = product_unit(kk, bf);
+    const int bfp = unit != UNIT_FP32, Dp = (D + 1) & ~1;
     const size_t TDb = (size_t)nb * B * Dp; /* bf16 elements of a head's packed operand */
     float *p = scratch(4 * TD + round16((size_t)B * B) + round16((size_t)B * D) + 3 * round16(B) +
                        (bfp ? 4 * round16(TDb / 2 + 1) + round16((size_t)B * B / 2) : 0));
@@ -554,7 +569,7 @@ void cpu_attention_forward(void *out, float *lse, const void *qkv, int n, int T,
         pb = take16(&p, (size_t)B * B);
     }
 
-    amx_start(bfp);
+    amx_start(unit == UNIT_AMX);
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++) {
             const void *in = cpu_at(qkv, (size_t)b * T * ld + (size_t)h * D, bf);
@@ -638,7 +653,8 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
     const int D = C / H, nb = (T + B - 1) / B;
     const size_t ld = 3 * (size_t)C, TD = round16((size_t)nb * B * D);
     const float scale = 1.0f / sqrtf((float)D), qmul = scale * LOG2E;
-    const int bfp = bf16_products(kk, bf), Dp = (D + 1) & ~1;
+    const enum unit unit = product_unit(kk, bf);
+    const int bfp = unit != UNIT_FP32, Dp = (D + 1) & ~1;
     const size_t TDb = (size_t)nb * B * Dp; /* bf16 elements of a head's packed operand */
     float *p = scratch(8 * TD + 2 * round16((size_t)B * B) + round16((size_t)nb * B) +
                        (bfp ? 8 * round16(TDb / 2 + 1) + 4 * round16((size_t)B * B) : 0));
@@ -658,7 +674,7 @@ void cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const
         tmp = take(&p, (size_t)B * B);
     }
 
-    amx_start(bfp);
+    amx_start(unit == UNIT_AMX);
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++) {
             const size_t off = (size_t)b * T * ld + (size_t)h * D, aoff = (size_t)b * T * C + (size_t)h * D;

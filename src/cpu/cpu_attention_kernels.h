@@ -92,15 +92,15 @@ void cpu_att_pack_backward(uint16_t *qb, uint16_t *qp, uint16_t *kb, uint16_t *k
                            const float *dO, int T, int D, int Dp);
 
 /* The same products on AMX tiles (cpu_attention_amx.c). amx_usable: the
- * CPU has AMX-BF16, Linux granted the tile state, and
- * DTRAIN_NO_FAST_KERNELS is unset or 0. Between amx_begin (loads the tile
+ * CPU has AMX-BF16 and Linux granted the tile state. Between amx_begin (loads the tile
  * configuration) and amx_end (releases it), mmb_amx computes C [M][N] (+)=
  * A . B as the vector tiles would over a whole block, trim as above (rs
  * scaling as mm_tile_fn); it returns 0, computing nothing, where M or N is not a multiple of 16 or K
  * not one of 32. */
 int cpu_att_amx_usable(void);
-/* The unit the products would run on now, by bench/peak's name: amx_bf16,
- * bf16_dot, or fp32_fma (vector FMA, or the plain C set's compiled code). */
+/* The unit the products would run on now (cpu_attention.c's choice, under
+ * DTRAIN_ATTENTION_UNIT), by bench/peak's name: amx_bf16, bf16_dot, or
+ * fp32_fma (vector FMA, or the plain C set's compiled code). */
 const char *cpu_att_unit(int bf);
 void cpu_att_amx_begin(void);
 void cpu_att_amx_end(void);
