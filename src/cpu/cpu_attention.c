@@ -375,12 +375,8 @@ static void mm(const struct att_kernels *kk, struct prefetch *pf, enum trim trim
     }
 }
 
-/* ---- bf16 products (cpu_attention_bf16.c) ---------------------------- */
+/* ---- bf16 products (cpu_attention_bf16.c, cpu_attention_amx.c) ------- */
 
-/* C [M][N] (+)= A . B with bf16 operands in RT-row tiles, trimmed on a
- * diagonal block as mm() does; the inner range in whole pairs (an extra
- * term is a zero of the mask or of the padding). lda: bf16 elements; ldb:
- * pairs per pair-row; b at pair-row 0. */
 /* Whether mmb runs on AMX tiles (cpu_attention_amx.c), set for the span of
  * one forward or backward call (between amx_begin and amx_end). */
 static int amx_tiles;
@@ -397,6 +393,10 @@ static void amx_stop(void)
     amx_tiles = 0;
 }
 
+/* C [M][N] (+)= A . B with bf16 operands in RT-row tiles, trimmed on a
+ * diagonal block as mm() does; the inner range in whole pairs (an extra
+ * term is a zero of the mask or of the padding). lda: bf16 elements; ldb:
+ * pairs per pair-row; b at pair-row 0. */
 static void mmb(struct prefetch *pf, enum trim trim, int M, int N, int K, const uint16_t *a, ptrdiff_t lda,
                 const uint16_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int acc, const float *rs)
 {
@@ -456,15 +456,17 @@ static uint16_t *take16(float **p, size_t n) { return (uint16_t *)(void *)take(p
  * 112-117 GFLOP/s), on Intel's cores at half (Sapphire Rapids 123 against
  * 246, Emerald Rapids 85 against 172), where the float products win.
  * DTRAIN_ATTENTION_UNIT (read on every call, for tests and comparisons)
- * asks for fp32_fma or bf16_dot outright, or amx_bf16 where usable. */
+ * asks for fp32_fma or bf16_dot outright, or amx_bf16 where usable (else
+ * bf16_dot). */
 enum unit { UNIT_FP32, UNIT_BF16_DOT, UNIT_AMX };
 
 static enum unit product_unit(const struct att_kernels *kk, int bf)
 {
-#ifdef HAVE_FAST
     const char *want = getenv("DTRAIN_ATTENTION_UNIT");
     if (want && *want && strcmp(want, "fp32_fma") && strcmp(want, "bf16_dot") && strcmp(want, "amx_bf16"))
-        dt_die(__FILE__, __LINE__, "DTRAIN_ATTENTION_UNIT: expected fp32_fma, bf16_dot or amx_bf16, found '%s'", want);
+        dt_die(__FILE__, __LINE__, "DTRAIN_ATTENTION_UNIT: expected fp32_fma, bf16_dot or amx_bf16, found '%s'",
+               want);
+#ifdef HAVE_FAST
     if (!bf || kk != &kernels_fast || !__builtin_cpu_supports("avx512bf16")) return UNIT_FP32;
     if (want && !strcmp(want, "fp32_fma")) return UNIT_FP32;
     if (want && !strcmp(want, "bf16_dot")) return UNIT_BF16_DOT;

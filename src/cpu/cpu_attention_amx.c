@@ -105,7 +105,8 @@ __attribute__((target("avx512f"))) static void scale_rows(float *c, ptrdiff_t ld
 {
     for (int r = 0; r < rows; r++) {
         const __m512 s = _mm512_set1_ps(rs[r]);
-        for (int j = 0; j < n; j += 16) _mm512_storeu_ps(c + r * ldc + j, _mm512_mul_ps(s, _mm512_loadu_ps(c + r * ldc + j)));
+        for (int j = 0; j < n; j += 16)
+            _mm512_storeu_ps(c + r * ldc + j, _mm512_mul_ps(s, _mm512_loadu_ps(c + r * ldc + j)));
     }
 }
 
