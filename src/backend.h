@@ -87,6 +87,20 @@ struct dt_backend {
      * side) by passing gradient only where relu_out > 0. */
     void (*pool_backward)(dt_pool_plan *plan, int n, dt_act *dinp, const dt_act *dout,
                           const dt_act *relu_out);
+    /* A convolution with its ReLU and the 2x2 stride-2 max pool after it in
+     * one pass, bit for bit what conv_forward and pool_forward give (NULL
+     * where the backend has none: CUDA). fits: whether a convolution of this
+     * shape can (the CPU: its direct one-input-channel kernel). forward
+     * writes the pool's output (out: [n][oh/2][ow/2][k]) and keeps the
+     * maxima's places in pool (pool_create's plan for that pool); backward
+     * overwrites dweight and dbias from the pool's output gradient dout and
+     * output out, as conv_backward after pool_backward with relu_out would.
+     * No input gradient: the model folds only a first layer. */
+    int (*conv_pool_fits)(const struct dt_conv_shape *shape);
+    void (*conv_pool_forward)(dt_conv_plan *plan, dt_pool_plan *pool, int n, dt_act *out, const dt_act *inp,
+                              const float *weight, const float *bias, int train);
+    void (*conv_pool_backward)(dt_conv_plan *plan, dt_pool_plan *pool, int n, float *dweight, float *dbias,
+                               const dt_act *dout, const dt_act *out, const dt_act *inp);
 
     /* A dense layer over n rows: out [n][units] = inp [n][in] . weight
      * [in][units] + bias. backward overwrites dweight (inp^T . dout, zero

@@ -661,7 +661,12 @@ static void model_setup(struct model_ctx *x, const uint8_t *labels, int n, uint6
     memset(x, 0, sizeof *x);
     ck_assert_msg(dt_model_build_specs(&x->m, "small", small_in, 4, small_cnn, SMALL_CNN_N, &st) == DT_OK,
                   "%s", st.msg);
+    /* The layers apart: the finite differences read every layer's output
+     * (layer_signature), which a conv folded with its pool never writes;
+     * the fold itself is held to this path bit for bit (check_fold). */
+    setenv("DTRAIN_NO_FUSION", "1", 1);
     dt_model_create(&x->m, be, n);
+    unsetenv("DTRAIN_NO_FUSION");
     dt_model_init_params(&x->m, seed);
     /* Non-zero biases, so the ReLUs see a mix of signs from the start. */
     dt_rng_seed(&r, seed, 9);
@@ -774,6 +779,86 @@ START_TEST(pool_relu_fusion_even) { check_fusion((struct dt_shape){10, 10, 2}); 
 END_TEST
 
 START_TEST(pool_relu_fusion_odd) { check_fusion((struct dt_shape){9, 11, 2}); }
+END_TEST
+
+/* A first conv2d on one input channel with its ReLU and a 2x2/2 max pool
+ * after it runs as one pass where the backend can (layer.h's fold_pool):
+ * the same outputs and parameter gradients, bit for bit, as the two layers
+ * apart (DTRAIN_NO_FUSION=1). Even and odd sizes (an odd last row and
+ * column are dropped by the pool), the kernel's 32-filter case and its
+ * general one. */
+struct fold_run {
+    struct dt_model m;
+    size_t bytes_out, bytes_pool;
+};
+
+static void run_fold(struct fold_run *f, struct dt_shape in, int filters, int n, int fold)
+{
+    const struct dt_layer_spec specs[] = {
+        {.type = "conv2d", .filters = filters, .kernel = 3, .activation = DT_ACT_RELU},
+        {.type = "maxpool", .kernel = 2},
+        {.type = "dense", .filters = 4},
+    };
+    const uint8_t labels[4] = {1, 3, 0, 2};
+    dt_status st = {0};
+    dt_rng r;
+    setenv("DTRAIN_NO_FUSION", fold ? "0" : "1", 1);
+    ck_assert_msg(dt_model_build_specs(&f->m, "fold", in, 4, specs, 3, &st) == DT_OK, "%s", st.msg);
+    dt_model_create(&f->m, be, n);
+    unsetenv("DTRAIN_NO_FUSION");
+    /* DTRAIN_NO_DIRECT_CONV (tests/layers_onednn.sh) leaves the conv to
+     * oneDNN, which has no pooling pass: then nothing is folded */
+    const int want = fold && !getenv("DTRAIN_NO_DIRECT_CONV");
+    ck_assert_msg(f->m.layers[0].fold_pool == want && f->m.layers[1].folded == want, "fold %d, want %d", fold, want);
+    dt_model_init_params(&f->m, 1300);
+    dt_rng_seed(&r, 1301, 0);
+    const struct dt_layer *c = &f->m.layers[0];
+    fill_uniform(f->m.params + c->param_offset + c->nparams - (size_t)c->out.c, (size_t)c->out.c, &r, -0.3f, 0.1f);
+    uint8_t *pix = malloc(dt_shape_size(in) * (size_t)n);
+    for (size_t i = 0; i < dt_shape_size(in) * (size_t)n; i++) pix[i] = (uint8_t)dt_rng_below(&r, 256);
+    dt_model_load_input(&f->m, f->m.act[0], pix, dt_shape_size(in) * (size_t)n);
+    free(pix);
+    dt_model_forward(&f->m, n, 1, &r);
+    dt_model_loss(&f->m, labels, n, 1.0f);
+    dt_model_backward(&f->m, n, &r);
+    const size_t as = dt_act_size(be->act_type());
+    f->bytes_out = dt_shape_size(f->m.layers[2].out) * (size_t)n * as;
+    f->bytes_pool = dt_shape_size(f->m.layers[1].out) * (size_t)n * as;
+}
+
+static void check_fold(struct dt_shape in, int filters)
+{
+    const int n = 4;
+    if (!be->conv_pool_fits) {
+        printf("# SKIP conv-pool fold: this backend has none\n");
+        return;
+    }
+    struct fold_run a, b;
+    run_fold(&a, in, filters, n, 1);
+    run_fold(&b, in, filters, n, 0);
+    size_t dead = 0, moved = 0;
+    const size_t npool = b.bytes_pool / dt_act_size(be->act_type());
+    for (size_t i = 0; i < npool; i++) /* pooled outputs the ReLU zeroed: their windows pass no gradient */
+        dead += be->act_type() == DT_PREC_FP32 ? ((const float *)b.m.act[2])[i] == 0.0f
+                                               : ((const uint16_t *)b.m.act[2])[i] == 0;
+    for (size_t i = 0; i < b.m.layers[0].nparams; i++) moved += b.m.grads[i] != 0.0f;
+    ck_assert_msg(dead > 0 && dead < npool && moved > 0, "degenerate: %zu of %zu pooled outputs dead, %zu grads",
+                  dead, npool, moved);
+    ck_assert_msg(memcmp(a.m.act[2], b.m.act[2], a.bytes_pool) == 0, "pool output: folded != apart (%dx%d, %d)", in.h,
+                  in.w, filters);
+    ck_assert_msg(memcmp(a.m.act[3], b.m.act[3], a.bytes_out) == 0, "logits: folded != apart");
+    ck_assert_msg(memcmp(a.m.grads, b.m.grads, sizeof(float) * a.m.nparams) == 0,
+                  "parameter gradients: folded != apart (%dx%d, %d filters)", in.h, in.w, filters);
+    printf("# conv-pool fold %dx%d, %d filters (%s): equal bit for bit; %zu of %zu pooled outputs dead\n", in.h, in.w,
+           filters, be->act_type() == DT_PREC_FP32 ? "fp32" : "bf16", dead, npool);
+    dt_model_free(&a.m);
+    dt_model_free(&b.m);
+}
+
+START_TEST(conv_pool_fold_seed) { check_fold((struct dt_shape){28, 28, 1}, 32); }
+END_TEST
+
+START_TEST(conv_pool_fold_odd) { check_fold((struct dt_shape){11, 13, 1}, 7); }
 END_TEST
 
 /* ---- initialisation ---------------------------------------------------- */
@@ -1392,6 +1477,15 @@ static const struct bf_gemm_shape {
     int ta, tb, m, n, k;
 } bf_gemms[] = {{0, 0, 64, 128, 1600}, {1, 0, 1600, 128, 64}, {0, 1, 64, 1600, 128}};
 
+START_TEST(conv_pool_fold_bf16)
+{
+    if (!use_bf16("conv_pool_fold_bf16")) return;
+    ck_assert_int_eq(be->set_act_type(DT_PREC_BF16), DT_PREC_BF16); /* bf16 activations, as --precision bf16 */
+    check_fold((struct dt_shape){28, 28, 1}, 32);
+    check_fold((struct dt_shape){12, 14, 1}, 5);
+}
+END_TEST
+
 START_TEST(bf16_gemm)
 {
     for (size_t i = 0; i < sizeof bf_gemms / sizeof *bf_gemms; i++) {
@@ -1481,6 +1575,8 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, relu_forward_backward_exact);
     tcase_add_test(tc, pool_relu_fusion_even);
     tcase_add_test(tc, pool_relu_fusion_odd);
+    tcase_add_test(tc, conv_pool_fold_seed);
+    tcase_add_test(tc, conv_pool_fold_odd);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradients");
@@ -1537,6 +1633,7 @@ static Suite *layers_suite(void)
     tc = tcase_create("bf16");
     tcase_add_checked_fixture(tc, NULL, back_to_fp32);
     tcase_add_test(tc, bf16_conv_forward);
+    tcase_add_test(tc, conv_pool_fold_bf16);
     tcase_add_test(tc, bf16_conv_backward);
     tcase_add_test(tc, bf16_gemm);
     tcase_add_test(tc, bf16_rounding);

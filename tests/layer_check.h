@@ -81,6 +81,9 @@ static inline uint64_t layer_signature(const struct dt_layer *l, const float *in
                                 uint64_t h)
 {
     size_t nout = dt_shape_size(l->out) * (size_t)n;
+    /* a conv folded with its pool never writes its own output */
+    ck_assert_msg(!l->fold_pool && !(l->folded && l->ops == &dt_maxpool_ops), "%s: signature of a folded layer",
+                  l->name);
     if (l->ops == &dt_relu_ops || (l->fold_add && l->add_relu) ||
         ((l->ops == &dt_conv2d_ops || l->ops == &dt_dense_ops || l->ops == &dt_batchnorm_ops ||
           l->ops == &dt_add_ops) && l->spec.activation == DT_ACT_RELU))

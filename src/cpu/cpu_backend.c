@@ -96,6 +96,16 @@ static void conv_backward(dt_conv_plan *p, int n, dt_act *dinp, float *dweight, 
 {
     cpu_conv_backward(p, n, dinp, dweight, dbias, dout, inp, weight);
 }
+static void conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, dt_act *o, const dt_act *inp,
+                              const float *weight, const float *bias, int train)
+{
+    cpu_conv_pool_forward(p, pool, n, o, inp, weight, bias, train);
+}
+static void conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *dweight, float *dbias,
+                               const dt_act *dout, const dt_act *out, const dt_act *inp)
+{
+    cpu_conv_pool_backward(p, pool, n, dweight, dbias, dout, out, inp);
+}
 static void pool_forward(dt_pool_plan *p, int n, dt_act *o, const dt_act *inp, int train)
 {
     cpu_pool_forward(p, n, o, inp, train, cpu_act_bf16);
@@ -264,6 +274,9 @@ const struct dt_backend dt_backend_cpu = {
     .conv_backward = conv_backward,
     .pool_create = cpu_pool_create,
     .pool_destroy = cpu_pool_destroy,
+    .conv_pool_fits = cpu_conv_pool_fits,
+    .conv_pool_forward = conv_pool_forward,
+    .conv_pool_backward = conv_pool_backward,
     .pool_forward = pool_forward,
     .pool_backward = pool_backward,
     .dense_forward = dense_forward,

@@ -466,16 +466,23 @@ static double seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)
+static void verbose_named(const struct dt_conv_plan *p, const char *kernel, const char *dir, int n, double t0)
 {
     const struct dt_conv_shape *s = &p->s;
-    const int wino = p->wino2, m = strcmp(dir, "backward_data") ? p->wm : p->wmd;
     printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
            "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
-           p->direct ? "dtrain:direct" : !wino ? "dtrain:avx2" : m == 4 ? "dtrain_wino_4x3:avx2" : "dtrain_wino_2x3:avx2", dir,
-           wino ? "winograd" : "direct", n, s->c, s->k, s->h,
+           kernel, dir, p->wino2 ? "winograd" : "direct", n, s->c, s->k, s->h,
            s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride, s->pad, 1e3 * (seconds() - t0));
     fflush(stdout);
+}
+
+static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)
+{
+    const int m = strcmp(dir, "backward_data") ? p->wm : p->wmd;
+    verbose_named(p,
+                  p->direct ? "dtrain:direct" : !p->wino2 ? "dtrain:avx2" : m == 4 ? "dtrain_wino_4x3:avx2"
+                                                                                 : "dtrain_wino_2x3:avx2",
+                  dir, n, t0);
 }
 
 static size_t in_count(const struct dt_conv_plan *p, int n)
@@ -539,6 +546,37 @@ void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const 
     exec(e->fwd, 4, a);
     back(&e->x_dst, e->dst);
     DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
+}
+
+/* backend.h's conv_pool: the direct kernel with the pool folded in. */
+int cpu_conv_pool_fits(const struct dt_conv_shape *s)
+{
+    return cpu_conv_direct_fits(s) && !getenv("DTRAIN_NO_DIRECT_CONV");
+}
+
+void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out, const void *inp,
+                           const float *weight, const float *bias, int train)
+{
+    if (n == 0) return;
+    if (!p->direct || !p->relu) DT_DIE("conv_pool on a plan without the direct kernel and its ReLU");
+    const double t0 = p->verbose ? seconds() : 0.0;
+    cpu_conv_direct_pool_forward(&p->s, n, out, train ? cpu_pool_places(pool, n) : NULL, inp, weight, bias,
+                                 p->act16);
+    if (p->verbose) verbose_named(p, "dtrain:direct_pool", "forward_training", n, t0);
+}
+
+void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *dweight, float *dbias,
+                            const void *dout, const void *out, const void *inp)
+{
+    const struct dt_conv_shape *s = &p->s;
+    if (n == 0) {
+        memset(dweight, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
+        memset(dbias, 0, sizeof(float) * (size_t)s->k);
+        return;
+    }
+    const double t0 = p->verbose ? seconds() : 0.0;
+    cpu_conv_direct_pool_backward_weights(s, n, dweight, dbias, dout, out, cpu_pool_places(pool, n), inp, p->act16);
+    if (p->verbose) verbose_named(p, "dtrain:direct_pool", "backward_weights", n, t0);
 }
 
 void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float *dbias,

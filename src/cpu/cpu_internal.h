@@ -71,6 +71,20 @@ void cpu_conv_direct_forward(const struct dt_conv_shape *s, int relu, int n, voi
                              const void *inp, const float *weight, const float *bias, int bf);
 void cpu_conv_direct_backward_weights(const struct dt_conv_shape *s, int n, float *dweight,
                                       float *dbias, const void *dout, const void *inp, int bf);
+/* The same with ReLU and a 2x2 stride-2 max pool folded in: out and dout
+ * are the pool's ([n][oh/2][ow/2][k]), am the maxima's places (as
+ * cpu_pool_places keeps them; forward writes them unless NULL). */
+void cpu_conv_direct_pool_forward(const struct dt_conv_shape *s, int n, void *out, int32_t *am, const void *inp,
+                                  const float *weight, const float *bias, int bf);
+void cpu_conv_direct_pool_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+                                           const void *dout, const void *out, const int32_t *am, const void *inp,
+                                           int bf);
+/* cpu_conv2d.c: the conv_pool ops (backend.h) on a direct plan */
+int cpu_conv_pool_fits(const struct dt_conv_shape *s);
+void cpu_conv_pool_forward(dt_conv_plan *plan, dt_pool_plan *pool, int n, void *out, const void *inp,
+                           const float *weight, const float *bias, int train);
+void cpu_conv_pool_backward(dt_conv_plan *plan, dt_pool_plan *pool, int n, float *dweight, float *dbias,
+                            const void *dout, const void *out, const void *inp);
 
 /* cpu_conv3x3_avx2.c: 3x3, stride 1, padding 1, float32, channels in and
  * out multiples of 8, on CPUs with AVX2 + FMA and without AVX-512 (or with
@@ -106,6 +120,8 @@ void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n,
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);
 void cpu_pool_destroy(dt_pool_plan *plan);
 void cpu_pool_forward(dt_pool_plan *plan, int n, void *out, const void *inp, int train, int bf);
+/* The plan's maxima's places for n samples (grown to hold them). */
+int32_t *cpu_pool_places(dt_pool_plan *plan, int n);
 void cpu_pool_backward(dt_pool_plan *plan, int n, void *dinp, const void *dout,
                        const void *relu_out, int bf);
 

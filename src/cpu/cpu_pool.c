@@ -131,15 +131,20 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
     }
 }
 
+int32_t *cpu_pool_places(dt_pool_plan *p, int n)
+{
+    if (n > p->capacity) {
+        free(p->argmax);
+        p->argmax = dt_xmalloc(sizeof(int32_t) * (size_t)p->s.oh * p->s.ow * p->s.c * (size_t)n);
+        p->capacity = n;
+    }
+    return p->argmax;
+}
+
 DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, void *out, const void *inp, int train, int bf)
 {
     const struct dt_conv_shape *s = &p->s;
-    const size_t out_sample = (size_t)s->oh * s->ow * s->c;
-    if (train && n > p->capacity) {
-        free(p->argmax);
-        p->argmax = dt_xmalloc(sizeof(int32_t) * out_sample * (size_t)n);
-        p->capacity = n;
-    }
+    if (train) cpu_pool_places(p, n);
     if (s->kh == 2 && s->kw == 2 && s->stride == 2) {
         if (bf && train) pool2_fwd(p, n, out, inp, 1, 1);
         else if (bf) pool2_fwd(p, n, out, inp, 0, 1);

@@ -1,6 +1,8 @@
 /* conv2d.c: Keras Conv2D (stride, 'valid' or 'same' padding, optional fused
  * ReLU). Parameters: kernel HWIO [kh][kw][c][filters], then bias [filters].
- * The arithmetic is the backend's (oneDNN on the CPU, cuDNN on the GPU). */
+ * The arithmetic is the backend's (oneDNN on the CPU, cuDNN on the GPU).
+ * With fold_pool (layer.h) the 2x2/2 max pool after it runs in the same
+ * pass, its places kept in a pool plan of this layer's. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 struct conv_state {
     struct dt_conv_shape shape;
     dt_conv_plan *plan;
+    dt_pool_plan *pool; /* fold_pool: the folded pool's places */
 };
 
 static int conv2d_setup(struct dt_layer *l, const struct dt_layer_spec *sp, dt_status *st)
@@ -49,12 +52,19 @@ static void conv2d_create(struct dt_layer *l, const struct dt_backend *be, int m
     struct conv_state *s = l->state;
     (void)max_n;
     s->plan = be->conv_create(&s->shape, l->spec.activation == DT_ACT_RELU);
+    if (l->fold_pool) {
+        const struct dt_conv_shape ps = {.h = s->shape.oh, .w = s->shape.ow, .c = s->shape.k, .k = s->shape.k,
+                                         .kh = 2, .kw = 2, .stride = 2, .oh = s->shape.oh / 2,
+                                         .ow = s->shape.ow / 2};
+        s->pool = be->pool_create(&ps);
+    }
 }
 
 static void conv2d_destroy(struct dt_layer *l, const struct dt_backend *be)
 {
     struct conv_state *s = l->state;
     if (s && s->plan) be->conv_destroy(s->plan);
+    if (s && s->pool) be->pool_destroy(s->pool);
     free(s);
     l->state = NULL;
 }
@@ -72,7 +82,8 @@ static void conv2d_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *o
 {
     struct conv_state *s = l->state;
     size_t nw = (size_t)s->shape.kh * s->shape.kw * s->shape.c * s->shape.k;
-    c->be->conv_forward(s->plan, c->n, out, inp, params, params + nw);
+    if (l->fold_pool) c->be->conv_pool_forward(s->plan, s->pool, c->n, out, inp, params, params + nw, c->train);
+    else c->be->conv_forward(s->plan, c->n, out, inp, params, params + nw);
 }
 
 static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *dinp, dt_act *dout,
@@ -80,9 +91,18 @@ static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *
 {
     struct conv_state *s = l->state;
     size_t nw = (size_t)s->shape.kh * s->shape.kw * s->shape.c * s->shape.k;
+    if (l->fold_pool) { /* out and dout are the pool's; dinp is NULL (a first layer) */
+        c->be->conv_pool_backward(s->plan, s->pool, c->n, dparams, dparams + nw, dout, out, inp);
+        return;
+    }
     if (l->spec.activation == DT_ACT_RELU && !l->relu_bwd_by_next)
         c->be->relu_backward(dout, dout, out, dt_shape_size(l->out) * (size_t)c->n);
     c->be->conv_backward(s->plan, c->n, dinp, dparams, dparams + nw, dout, inp, params);
+}
+
+const struct dt_conv_shape *dt_conv2d_shape(const struct dt_layer *l)
+{
+    return &((const struct conv_state *)l->state)->shape;
 }
 
 /* AdamW decays the kernel, not the bias. */

@@ -140,6 +140,12 @@ struct dt_layer {
      * Backward, the batchnorm applies the add's ReLU in its sums pass. */
     int fold_add;           /* 1: an add is folded into this layer */
     int add_src, add_relu;  /* that add's other input (index into act) and ReLU */
+    /* A first-layer conv2d with its ReLU and a 2x2/2 max pool right after,
+     * where the backend pools in the same pass (backend.h's conv_pool): the
+     * conv writes the pool's output (the model aliases them; the pool is
+     * folded) and, backward, reads the pool's gradient. Set by
+     * dt_model_create, which knows the backend. */
+    int fold_pool;
     int folded;             /* this layer's work is done by the previous one */
     void *state;            /* type-private */
 };
@@ -154,6 +160,9 @@ extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt
  * other layers. PowerSGD compresses these (strategy/mirrored.c, and
  * dtrain-predict's model of it). */
 int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols);
+
+/* A conv2d layer's shape (after setup). */
+const struct dt_conv_shape *dt_conv2d_shape(const struct dt_layer *l);
 
 /* init.c: N(0, std^2) (GPT-2's initialiser: std 0.02). */
 void dt_normal_init(float *w, size_t n, float std, dt_rng *rng);

@@ -47,6 +47,7 @@ static void maxpool_forward(struct dt_layer *l, const struct dt_ctx *c, dt_act *
 {
     struct pool_state *ps = l->state;
     (void)params;
+    if (l->folded) return; /* the conv2d before wrote out (layer.h's fold_pool) */
     c->be->pool_forward(ps->plan, c->n, out, inp, c->train);
 }
 
@@ -55,6 +56,7 @@ static void maxpool_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act 
 {
     struct pool_state *ps = l->state;
     (void)inp; (void)params; (void)dparams;
+    if (l->folded) return; /* the conv2d before reads dout itself */
     if (dinp) c->be->pool_backward(ps->plan, c->n, dinp, dout, l->relu_bwd_of_prev ? out : NULL);
 }
 

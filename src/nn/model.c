@@ -341,6 +341,27 @@ static void rebase_aliases(struct dt_model *m)
     m->act_alias[m->lo] = m->dact_alias[m->lo] = m->lo;
 }
 
+/* Fold a first layer's conv2d - ReLU - 2x2/2 max pool into the conv where
+ * the backend pools in the same pass (layer.h's fold_pool): the conv writes
+ * the pool's output buffer, its own (4x larger) is never made. Only the
+ * model's first layer (it needs no input gradient, which the fold does not
+ * give), and only where both layers are this model's (a pipeline stage may
+ * end between them). DTRAIN_NO_FUSION=1 keeps them apart. */
+static void plan_conv_pool(struct dt_model *m, const struct dt_backend *be)
+{
+    const char *off = getenv("DTRAIN_NO_FUSION");
+    if ((off && *off && strcmp(off, "0")) || !be->conv_pool_fits || m->lo != 0 || m->hi < 2 || m->nlayers < 2)
+        return;
+    struct dt_layer *conv = &m->layers[0], *pool = &m->layers[1];
+    const int k = pool->spec.kernel ? pool->spec.kernel : 2, s = pool->spec.stride ? pool->spec.stride : k;
+    if (conv->ops != &dt_conv2d_ops || !conv->relu_bwd_by_next || pool->ops != &dt_maxpool_ops || k != 2 || s != 2)
+        return;
+    if (!be->conv_pool_fits(dt_conv2d_shape(conv))) return;
+    conv->fold_pool = 1;
+    pool->folded = 1;
+    m->act_alias[1] = m->dact_alias[1] = 2;
+}
+
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
 {
     m->be = be;
@@ -349,6 +370,7 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     if (m->hi <= 0 || m->hi > m->nlayers) m->hi = m->nlayers;
     if (m->lo < 0 || m->lo > m->hi) m->lo = 0;
     if (m->lo > 0) rebase_aliases(m);
+    plan_conv_pool(m, be);
     if (!m->hook) m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1)); /* a hook says where they are */
     if (!m->sharded) { /* a sharded model's gradients are its strategy's, bucket by bucket */
         m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
