@@ -89,13 +89,8 @@ int cpu_att_amx_usable(void)
 
 void cpu_att_amx_begin(void)
 {
-    static const struct tilecfg *cfg;
-    static struct tilecfg made;
-    if (!cfg) {
-        made = config();
-        cfg = &made;
-    }
-    __asm__ volatile("ldtilecfg %0" ::"m"(*cfg));
+    const struct tilecfg cfg = config(); /* once a forward or backward call: 64 bytes */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
 void cpu_att_amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }

@@ -367,6 +367,13 @@ static struct entry *lookup(struct dt_conv_plan *p, int n)
     return victim;
 }
 
+/* The direct one-channel kernel takes this convolution (unless
+ * DTRAIN_NO_DIRECT_CONV); what backend.h's conv_pool needs too. */
+int cpu_conv_pool_fits(const struct dt_conv_shape *s)
+{
+    return cpu_conv_direct_fits(s) && !getenv("DTRAIN_NO_DIRECT_CONV");
+}
+
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
 {
     dt_conv_plan *p = dt_xcalloc(1, sizeof *p);
@@ -378,7 +385,7 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
      * first layer's small share of the work (8% of the seed CNN's FLOPs),
      * bound by its loads rather than its multiply-adds, and it already beats
      * oneDNN there; its backward-data (rarely needed) is a bf16 primitive. */
-    p->direct = cpu_conv_direct_fits(shape) && !getenv("DTRAIN_NO_DIRECT_CONV");
+    p->direct = cpu_conv_pool_fits(shape);
     p->wino = cpu_winograd == 1 && wino_fits(shape) && !p->bf16 && !p->act16 && !p->direct;
     p->avx2 = !p->bf16 && !p->act16 && !p->direct && !p->wino && cpu_conv3x3_fits(shape);
     if (p->avx2) p->wflip = dt_xmalloc(sizeof(float) * 9 * (size_t)shape->c * (size_t)shape->k);
@@ -548,12 +555,15 @@ void cpu_conv_forward(dt_conv_plan *p, int n, void *out, const void *inp, const 
     DT_DNNL_CHECK(dnnl_stream_wait(cpu_dnnl_stream()));
 }
 
-/* backend.h's conv_pool: the direct kernel with the pool folded in. */
-int cpu_conv_pool_fits(const struct dt_conv_shape *s)
+
+static void zero_grads(const struct dt_conv_shape *s, float *dweight, float *dbias)
 {
-    return cpu_conv_direct_fits(s) && !getenv("DTRAIN_NO_DIRECT_CONV");
+    memset(dweight, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
+    memset(dbias, 0, sizeof(float) * (size_t)s->k);
 }
 
+/* backend.h's conv_pool: on a plan that runs the direct kernel, with the
+ * pool folded in. */
 void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out, const void *inp,
                            const float *weight, const float *bias, int train)
 {
@@ -570,8 +580,7 @@ void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *d
 {
     const struct dt_conv_shape *s = &p->s;
     if (n == 0) {
-        memset(dweight, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
-        memset(dbias, 0, sizeof(float) * (size_t)s->k);
+        zero_grads(s, dweight, dbias);
         return;
     }
     const double t0 = p->verbose ? seconds() : 0.0;
@@ -584,8 +593,7 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
 {
     const struct dt_conv_shape *s = &p->s;
     if (n == 0) { /* no samples, no gradient */
-        memset(dweight, 0, sizeof(float) * (size_t)s->kh * s->kw * s->c * s->k);
-        memset(dbias, 0, sizeof(float) * (size_t)s->k);
+        zero_grads(s, dweight, dbias);
         return;
     }
     if (p->avx2) {

@@ -161,8 +161,9 @@ extern const struct dt_layer_ops dt_conv2d_ops, dt_maxpool_ops, dt_dense_ops, dt
  * dtrain-predict's model of it). */
 int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols);
 
-/* A conv2d layer's shape (after setup). */
+/* A conv2d or maxpool layer's shape (after setup). */
 const struct dt_conv_shape *dt_conv2d_shape(const struct dt_layer *l);
+const struct dt_conv_shape *dt_maxpool_shape(const struct dt_layer *l);
 
 /* init.c: N(0, std^2) (GPT-2's initialiser: std 0.02). */
 void dt_normal_init(float *w, size_t n, float std, dt_rng *rng);

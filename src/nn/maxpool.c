@@ -60,6 +60,11 @@ static void maxpool_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act 
     if (dinp) c->be->pool_backward(ps->plan, c->n, dinp, dout, l->relu_bwd_of_prev ? out : NULL);
 }
 
+const struct dt_conv_shape *dt_maxpool_shape(const struct dt_layer *l)
+{
+    return &((const struct pool_state *)l->state)->shape;
+}
+
 const struct dt_layer_ops dt_maxpool_ops = {
     .type = "maxpool",
     .setup = maxpool_setup,

@@ -50,13 +50,18 @@ static int read_as_src(const struct dt_model *m, int k)
  * it is never written on its own. A route's output is the tensor it routes
  * (its forward copies nothing). DTRAIN_NO_FUSION=1 keeps every layer's own
  * pass and buffer: the reference the fused path is tested against. */
-static void plan_folds(struct dt_model *m)
+static int fusion_off(void)
 {
     const char *off = getenv("DTRAIN_NO_FUSION");
+    return off && *off && strcmp(off, "0");
+}
+
+static void plan_folds(struct dt_model *m)
+{
     m->act_alias = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->act_alias);
     m->dact_alias = dt_xcalloc((size_t)m->nlayers + 1, sizeof *m->dact_alias);
     for (int i = 0; i <= m->nlayers; i++) m->act_alias[i] = m->dact_alias[i] = i;
-    if (off && *off && strcmp(off, "0")) return;
+    if (fusion_off()) return;
     for (int i = 0; i + 1 < m->nlayers; i++) {
         struct dt_layer *bn = &m->layers[i], *add = &m->layers[i + 1];
         if (bn->ops != &dt_batchnorm_ops || bn->spec.activation != DT_ACT_NONE || add->ops != &dt_add_ops ||
@@ -349,13 +354,11 @@ static void rebase_aliases(struct dt_model *m)
  * end between them). DTRAIN_NO_FUSION=1 keeps them apart. */
 static void plan_conv_pool(struct dt_model *m, const struct dt_backend *be)
 {
-    const char *off = getenv("DTRAIN_NO_FUSION");
-    if ((off && *off && strcmp(off, "0")) || !be->conv_pool_fits || m->lo != 0 || m->hi < 2 || m->nlayers < 2)
-        return;
+    if (fusion_off() || !be->conv_pool_fits || m->lo != 0 || m->hi < 2 || m->nlayers < 2) return;
     struct dt_layer *conv = &m->layers[0], *pool = &m->layers[1];
-    const int k = pool->spec.kernel ? pool->spec.kernel : 2, s = pool->spec.stride ? pool->spec.stride : k;
-    if (conv->ops != &dt_conv2d_ops || !conv->relu_bwd_by_next || pool->ops != &dt_maxpool_ops || k != 2 || s != 2)
-        return;
+    if (conv->ops != &dt_conv2d_ops || !conv->relu_bwd_by_next || pool->ops != &dt_maxpool_ops) return;
+    const struct dt_conv_shape *ps = dt_maxpool_shape(pool);
+    if (ps->kh != 2 || ps->kw != 2 || ps->stride != 2) return;
     if (!be->conv_pool_fits(dt_conv2d_shape(conv))) return;
     conv->fold_pool = 1;
     pool->folded = 1;
