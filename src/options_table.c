@@ -300,7 +300,7 @@ const struct dt_option dt_option_table[] = {
     {"fp32-activations", 0, DT_OPT_FLAG, 0, F(fp32_activations), .set = 1,
      .help = "keep activations in float32 under --precision\nbf16|fp16 (twice the activation memory)"},
     {"winograd", 0, DT_OPT_FLAG, 0, F(winograd), .set = 1,
-     .help = "float32 3x3 stride-1 convolutions run Winograd\nkernels (CPU: oneDNN's with AVX-512 at 32+\nchannels, dtrain's with AVX2 at 16+; faster there,\nnot bitwise equal to the default direct ones)"},
+     .help = "float32 3x3 stride-1 convolutions run Winograd\nkernels (CPU: dtrain's at 16+ channels with AVX2\nand on Zen 4, else oneDNN's with AVX-512 at 32+;\nDTRAIN_WINOGRAD_KERNELS picks; faster there, not\nbitwise equal to the default direct ones)"},
     {"loss-scale", 0, DT_OPT_CUSTOM, 0, 0, .names = NAMES("dynamic", "none"),
      .other = "a positive number", .parse = parse_loss_scale, .arg = "S",
      .help = "dynamic (default with fp16: start 2^15, halve and\n"

@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include "ck_fast.h"
+#include <cpuid.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -1191,11 +1192,20 @@ static int use_winograd(const char *test)
     return 0;
 }
 
-/* Whether --winograd runs dtrain's own kernels here (an AVX2 CPU without
- * AVX-512) rather than oneDNN's. */
+/* Whether this is an AMD family 0x19 CPU with AVX-512 (Zen 4), read from
+ * CPUID here as the backend should read it. */
+static int zen4_here(void)
+{
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f") || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    return ((a >> 8) & 0xf) == 0xf && ((a >> 20) & 0xff) == 0x19 - 0xf;
+}
+
+/* Whether --winograd runs dtrain's own kernels here by default (an AVX2
+ * CPU without AVX-512, or Zen 4) rather than oneDNN's. */
 static int own_winograd_here(void)
 {
-    return avx2_conv_here() && !__builtin_cpu_supports("avx512f");
+    return avx2_conv_here() && (!__builtin_cpu_supports("avx512f") || zen4_here());
 }
 
 static void no_winograd(void)
@@ -1267,15 +1277,22 @@ START_TEST(winograd_conv_vs_direct)
         {{16, 16, 32}, 32, 1, 4}, {{8, 8, 64}, 64, 1, 4}, {{13, 13, 32}, 64, 0, 4}, {{6, 6, 32}, 32, 1, 2},
         {{32, 32, 16}, 16, 1, 4}};
     static const char *const tiles[3] = {"2", "4", NULL}, *const tags[3] = {" F(2x2)", " F(4x4)", " own choice"};
-    /* On an AVX-512 CPU: oneDNN's F(4x4,3x3), then (DTRAIN_NO_FAST_KERNELS=
-     * avx512) dtrain's against its direct AVX2 kernels; on an AVX2 CPU
-     * dtrain's only. The 'valid', 6x6 and 16-channel cases on dtrain's
-     * only: oneDNN's may leave such shapes to its direct kernels. */
+    /* On an AVX-512 CPU: oneDNN's F(4x4,3x3) (DTRAIN_WINOGRAD_KERNELS=
+     * onednn), dtrain's against its direct AVX2 kernels (DTRAIN_NO_FAST_
+     * KERNELS=avx512), and dtrain's against oneDNN's direct kernels
+     * (DTRAIN_WINOGRAD_KERNELS=dtrain, as Zen 4 runs it); on an AVX2 CPU
+     * dtrain's against its direct kernels only. The 'valid', 6x6 and
+     * 16-channel cases on dtrain's only: oneDNN's may leave such shapes to
+     * its direct kernels. */
     const int avx512 = __builtin_cpu_supports("avx512f");
-    for (int own = avx512 ? 0 : 1; own <= 1; own++) {
-        if (own && avx512 && !avx2_conv_here()) break;
-        if (own && avx512) setenv("DTRAIN_NO_FAST_KERNELS", "avx512", 1);
-        printf("# winograd kernels: %s\n", own ? "dtrain's F(2x2,3x3) and F(4x4,3x3)" : "oneDNN's");
+    static const char *const modes[3] = {"oneDNN's", "dtrain's F(2x2,3x3) and F(4x4,3x3), direct AVX2 reference",
+                                         "dtrain's F(2x2,3x3) and F(4x4,3x3), oneDNN's direct reference"};
+    for (int mode = avx512 ? 0 : 1; mode <= (avx512 ? 2 : 1); mode++) {
+        const int own = mode > 0;
+        if (own && !avx2_conv_here()) break;
+        if (mode != 1) setenv("DTRAIN_WINOGRAD_KERNELS", own ? "dtrain" : "onednn", 1);
+        if (mode == 1 && avx512) setenv("DTRAIN_NO_FAST_KERNELS", "avx512", 1);
+        printf("# winograd kernels: %s\n", modes[mode]);
         for (size_t i = 0; i < (own ? 5u : 2u); i++)
             for (int relu = 0; relu <= 1; relu++) {
                 double rel[3][BF_NCONV];
@@ -1289,6 +1306,7 @@ START_TEST(winograd_conv_vs_direct)
                     if (!ran) {
                         lh_free(&d);
                         unsetenv("DTRAIN_NO_FAST_KERNELS");
+                        unsetenv("DTRAIN_WINOGRAD_KERNELS");
                         return;
                     }
                     ck_assert_msg(rel[t][BF_OUT] > 0.0, "winograd conv %zu%s: out bitwise equal to direct: not Winograd",
@@ -1310,6 +1328,7 @@ START_TEST(winograd_conv_vs_direct)
                               rel[2][BF_DINP], shapes[i].tile, shapes[i].tile, rel[want][BF_DINP]);
             }
         unsetenv("DTRAIN_NO_FAST_KERNELS");
+        unsetenv("DTRAIN_WINOGRAD_KERNELS");
     }
 }
 END_TEST
@@ -1345,6 +1364,24 @@ START_TEST(winograd_tile_choice)
     ck_assert_int_eq(cpu_wino_avx2_forced_tile(), -1);
     unsetenv("DTRAIN_WINO_TILE");
     ck_assert_int_eq(cpu_wino_avx2_forced_tile(), 0);
+}
+END_TEST
+
+/* Whose Winograd kernels --winograd takes: dtrain's own exactly where
+ * own_winograd_here says (cpu_winograd 2), and DTRAIN_WINOGRAD_KERNELS
+ * other than dtrain or onednn refused by name. */
+START_TEST(winograd_kernel_choice)
+{
+    char why[256];
+    setenv("DTRAIN_WINOGRAD_KERNELS", "mkl", 1);
+    ck_assert_int_eq(be->set_winograd(1, why, sizeof why), -1);
+    ck_assert_str_eq(why, "DTRAIN_WINOGRAD_KERNELS: expected dtrain or onednn, found 'mkl'");
+    unsetenv("DTRAIN_WINOGRAD_KERNELS");
+    if (!use_winograd("winograd kernel choice")) return;
+    printf("# winograd kernels by default: %s\n", cpu_winograd == 2 ? "dtrain's" : "oneDNN's");
+    ck_assert_msg((cpu_winograd == 2) == own_winograd_here(), "--winograd took %s kernels; expected %s",
+                  cpu_winograd == 2 ? "dtrain's" : "oneDNN's", own_winograd_here() ? "dtrain's" : "oneDNN's");
+    no_winograd();
 }
 END_TEST
 
@@ -1626,6 +1663,7 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, winograd_conv_vs_direct);
     tcase_add_test(tc, winograd_not_below_threshold);
     tcase_add_test(tc, winograd_tile_choice);
+    tcase_add_test(tc, winograd_kernel_choice);
     tcase_add_test(tc, fd_conv_winograd);
     suite_add_tcase(s, tc);
 

@@ -138,8 +138,8 @@ else
 fi
 
 # --- --winograd: ResNet-20's 3x3 stride-1 convolutions through Winograd
-# kernels (oneDNN's F(4x4) at 32 and 64 channels on an AVX-512 CPU, dtrain's
-# own F(4x4) at 16, 32 and 64 on an AVX2 one): other arithmetic (losses
+# kernels (oneDNN's F(4x4) at 32 and 64 channels on an Intel AVX-512 CPU,
+# dtrain's own F(4x4) at 16, 32 and 64 on an AVX2 one or Zen 4): other arithmetic (losses
 # differ from direct's: within 1e-5 relative after one forward pass, then
 # drifting apart as any change of rounding does in the first steps of a
 # batch-normalized net: within 1e-2 over 6 steps; measured 3.1e-3 with
@@ -148,13 +148,17 @@ fi
 # reproducible (two runs bitwise equal), and refused outside float32. ---
 expect_fail 2 "--winograd: the Winograd kernels are float32 only, found --precision bf16 (drop --winograd, or use --precision fp32)" \
   2 "$fm" --winograd --precision bf16
-# DTRAIN_WINO_TILE picks dtrain's own kernels' tile (CPUs with AVX2 and no
-# AVX-512); anything but 2 or 4 is refused there.
-if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && ! grep -qw avx512f /proc/cpuinfo; then
-  export DTRAIN_WINO_TILE=3
+# DTRAIN_WINOGRAD_KERNELS picks whose kernels (dtrain or onednn); anything
+# else is refused. DTRAIN_WINO_TILE picks dtrain's own kernels' tile (they
+# run on CPUs with AVX2 and FMA); anything but 2 or 4 is refused there.
+export DTRAIN_WINOGRAD_KERNELS=mkl
+expect_fail 2 "--winograd: DTRAIN_WINOGRAD_KERNELS: expected dtrain or onednn, found 'mkl'" 2 "$fm" --winograd
+unset DTRAIN_WINOGRAD_KERNELS
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  export DTRAIN_WINO_TILE=3 DTRAIN_WINOGRAD_KERNELS=dtrain
   expect_fail 2 "--winograd: DTRAIN_WINO_TILE: expected 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)), found '3'" \
     2 "$fm" --winograd
-  unset DTRAIN_WINO_TILE
+  unset DTRAIN_WINO_TILE DTRAIN_WINOGRAD_KERNELS
 fi
 wino="--synthetic 32x32x3:10:192 --model $TOP_SRCDIR/inputs/resnet20.cfg --epochs 1 --steps-per-epoch 6 --batch-size 16 --no-validation --verbose --seed 3"
 run_np 2 $wino

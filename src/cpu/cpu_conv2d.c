@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "runtime/log.h"
 #include "runtime/status.h"
@@ -386,10 +389,13 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
      * bound by its loads rather than its multiply-adds, and it already beats
      * oneDNN there; its backward-data (rarely needed) is a bf16 primitive. */
     p->direct = cpu_conv_pool_fits(shape);
-    p->wino = cpu_winograd == 1 && wino_fits(shape) && !p->bf16 && !p->act16 && !p->direct;
-    p->avx2 = !p->bf16 && !p->act16 && !p->direct && !p->wino && cpu_conv3x3_fits(shape);
+    const int f32 = !p->bf16 && !p->act16 && !p->direct;
+    p->wino = f32 && cpu_winograd == 1 && wino_fits(shape);
+    /* dtrain's own Winograd kernels also on an AVX-512 CPU (Zen 4), its
+     * other shapes then to oneDNN's direct kernels */
+    p->wino2 = f32 && cpu_winograd == 2 && cpu_conv3x3_runs(shape) && wino2_fits(shape);
+    p->avx2 = p->wino2 || (f32 && !p->wino && cpu_conv3x3_fits(shape));
     if (p->avx2) p->wflip = dt_xmalloc(sizeof(float) * 9 * (size_t)shape->c * (size_t)shape->k);
-    p->wino2 = p->avx2 && cpu_winograd == 2 && wino2_fits(shape);
     if (p->wino2) {
         p->wm = cpu_wino_avx2_tile(shape->oh, shape->ow);
         p->wmd = cpu_wino_avx2_tile(shape->h, shape->w);
@@ -403,9 +409,39 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     return p;
 }
 
-/* Whether oneDNN has Winograd kernels here: wino_pds asked for one small
- * convolution of the shape wino_fits takes (oneDNN 2.x has them only for
- * AVX-512 CPUs). */
+/* Whether a 512-bit multiply-add runs as two 256-bit halves here: AMD
+ * family 0x19 with AVX-512 (Zen 4). There dtrain's AVX2 Winograd kernels
+ * have the AVX-512 peak, and beat oneDNN's (measured on the seed CNN's
+ * second convolution: the three passes 4.6 ms a step against 5.7; 1.40x
+ * the whole step). Intel's AVX-512 cores run 256-bit code at half their
+ * peak, so oneDNN's kernels stay there (and on Zen 5, unmeasured). */
+static int split_512(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f") || !__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const unsigned base = (a >> 8) & 0xf, family = base + (base == 0xf ? (a >> 20) & 0xff : 0);
+    return family == 0x19;
+#else
+    return 0;
+#endif
+}
+
+/* Whose Winograd kernels: dtrain's own where its AVX2 3x3 kernels run
+ * (CPUs without AVX-512, or DTRAIN_NO_FAST_KERNELS=avx512) or on Zen 4,
+ * else oneDNN's; DTRAIN_WINOGRAD_KERNELS=dtrain or onednn decides
+ * instead. 1 dtrain's, 0 oneDNN's, -1 a bad value. */
+static int own_winograd(const struct dt_conv_shape *probe)
+{
+    const char *e = getenv("DTRAIN_WINOGRAD_KERNELS");
+    if (e && *e) return !strcmp(e, "dtrain") ? 1 : !strcmp(e, "onednn") ? 0 : -1;
+    return cpu_conv3x3_fits(probe) || split_512();
+}
+
+/* Whether the chosen kernels run here: for oneDNN's, wino_pds asked for
+ * one small convolution of the shape wino_fits takes (oneDNN 2.x has them
+ * only for AVX-512 CPUs). */
 int cpu_set_winograd(int on, char *why, size_t whylen)
 {
     if (on) {
@@ -415,10 +451,18 @@ int cpu_set_winograd(int on, char *why, size_t whylen)
         dnnl_dims_t bd = {32}, st = {1, 1}, pad = {1, 1};
         dnnl_primitive_desc_t pd[3];
         DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
-        /* dtrain's own F(2x2, 3x3) and F(4x4, 3x3) where its AVX2 3x3
-         * kernels run (CPUs without AVX-512, or DTRAIN_NO_FAST_KERNELS=
-         * avx512), else oneDNN's */
-        if (cpu_conv3x3_fits(&probe.s)) {
+        const int own = own_winograd(&probe.s);
+        if (own < 0) {
+            snprintf(why, whylen, "DTRAIN_WINOGRAD_KERNELS: expected dtrain or onednn, found '%s'",
+                     getenv("DTRAIN_WINOGRAD_KERNELS"));
+            return -1;
+        }
+        if (own && !cpu_conv3x3_runs(&probe.s)) {
+            snprintf(why, whylen, "dtrain's Winograd kernels need AVX2 and FMA, which this CPU lacks (or "
+                     "DTRAIN_NO_FAST_KERNELS is set)");
+            return -1;
+        }
+        if (own) {
             if (cpu_wino_avx2_forced_tile() < 0) {
                 snprintf(why, whylen, "DTRAIN_WINO_TILE: expected 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)), found '%s'",
                          getenv("DTRAIN_WINO_TILE"));
@@ -428,9 +472,11 @@ int cpu_set_winograd(int on, char *why, size_t whylen)
             return 0;
         }
         if (!wino_pds(&probe, 1, NULL, &bias, st, pad, pad, &pd[0], &pd[1], &pd[2])) {
+            const char *e = getenv("DTRAIN_WINOGRAD_KERNELS");
             snprintf(why, whylen, "oneDNN %d.%d has no Winograd convolution on this CPU (its Winograd kernels "
-                     "need AVX-512), nor does dtrain (its own needs AVX2 and FMA)", DNNL_VERSION_MAJOR,
-                     DNNL_VERSION_MINOR);
+                     "need AVX-512), %s", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR,
+                     e && *e ? "and DTRAIN_WINOGRAD_KERNELS=onednn asks for them"
+                             : "nor does dtrain (its own needs AVX2 and FMA)");
             return -1;
         }
         for (int i = 0; i < 3; i++) dnnl_primitive_desc_destroy(pd[i]);

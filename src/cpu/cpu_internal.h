@@ -17,8 +17,9 @@
  * activations take it as their last argument, bf. */
 extern int cpu_act_bf16;
 
-/* cpu_setup.c: 1 under --winograd (set_conv_algo): float32 3x3 stride-1
- * convolutions of 32 channels or more take oneDNN's Winograd kernels. */
+/* cpu_setup.c: under --winograd (set_conv_algo), float32 3x3 stride-1
+ * convolutions take Winograd kernels: 1 oneDNN's (32 channels or more), 2
+ * dtrain's own (16 or more; cpu_set_winograd picks). */
 extern int cpu_winograd;
 
 /* Element i of an activation: bf16 or float32, computed in float. The
@@ -56,8 +57,9 @@ static inline __attribute__((always_inline)) void *cpu_at(const void *p, size_t 
  * when it is created: bf16 plans convert inputs and weights to bf16 and
  * accumulate and write float32. */
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu);
-/* set_winograd: sets cpu_winograd (1: oneDNN's kernels, 2: dtrain's AVX2
- * F(2x2, 3x3) where oneDNN has none), or -1 where neither runs here */
+/* set_winograd: sets cpu_winograd (1: oneDNN's kernels, 2: dtrain's
+ * cpu_winograd_avx2.c: where oneDNN has none, on Zen 4, or as
+ * DTRAIN_WINOGRAD_KERNELS says), or -1 where neither runs here */
 int cpu_set_winograd(int on, char *why, size_t whylen);
 void cpu_conv_destroy(dt_conv_plan *plan);
 void cpu_conv_forward(dt_conv_plan *plan, int n, void *out, const void *inp, const float *weight,
@@ -91,6 +93,9 @@ void cpu_conv_pool_backward(dt_conv_plan *plan, dt_pool_plan *pool, int n, float
  * DTRAIN_NO_FAST_KERNELS=avx512); DTRAIN_NO_FAST_KERNELS=1 leaves them to
  * oneDNN. wflip: 9 c k floats of scratch. */
 int cpu_conv3x3_fits(const struct dt_conv_shape *s);
+/* ... the shape and the CPU suit these kernels, AVX-512 or not (what
+ * --winograd's own kernels need) */
+int cpu_conv3x3_runs(const struct dt_conv_shape *s);
 void cpu_conv3x3_forward(const struct dt_conv_shape *s, int relu, int n, float *out, const float *inp,
                          const float *weight, const float *bias);
 void cpu_conv3x3_backward_data(const struct dt_conv_shape *s, int n, float *dinp, const float *dout,
