@@ -59,24 +59,40 @@ static double act_row(const struct dt_model *m, int i)
     return (double)dt_shape_size(sh);
 }
 
+/* Whether act[i] (d 0) or dact[i] (d 1) of a stage lo..hi is a buffer of
+ * its own, as dt_model_create lays them out: not an alias of another
+ * output (model.h's act_alias: a batch norm folded into the add after it
+ * writes the add's output; a route reads its source's), act[lo] always,
+ * and no dact of the model's input or of a language model's logits (the
+ * loss writes their gradient over them). The first conv folded into its
+ * pool (plan_conv_pool) depends on the backend and is decided when the
+ * model is created, after the plan: the plan counts the conv's output,
+ * which the fold never makes (the seed CNN's 2.6 MiB at batch 32). */
+static int own_buffer(const struct dt_model *m, int lo, int i, int d)
+{
+    if (i == lo) return !d || lo > 0;
+    if (d && i == m->nlayers && m->tokens) return 0;
+    const int *alias = d ? m->dact_alias : m->act_alias;
+    return !alias || alias[i] == i;
+}
+
 /* Elements of one sample's outputs of layers lo..hi-1 (and act[lo]) with
- * their gradients, as dt_model_create lays them out: the model's input and
- * a language model's logits once (the loss writes their gradient over
- * them), every other output twice; under --recompute (model.h) the inner
- * outputs of the recomputed pieces once for all pieces, by position. */
+ * their gradients, the buffers of their own (own_buffer); under --recompute
+ * (model.h) the inner outputs of the recomputed pieces once for all pieces,
+ * by position, aliases or not, as dt_model_create sizes them. */
 static double act_rows(const struct dt_model *m, int lo, int hi)
 {
     int *start = dt_xmalloc(sizeof(int) * ((size_t)(hi - lo) + 2));
     double *widest = dt_xcalloc((size_t)(hi - lo) + 1, sizeof *widest), row = 0.0;
     const int n = m->recompute ? dt_model_pieces(m, lo, hi, start) : 0;
     for (int i = lo, k = 0; i <= hi; i++) {
-        const double twice = ((i == lo && lo == 0) || (i == m->nlayers && m->tokens) ? 1.0 : 2.0) * act_row(m, i);
         while (k + 1 < n && start[k + 1] <= i) k++;
         if (n && dt_model_recomputed(start, n, k) && i > start[k]) {
+            const double twice = (i == m->nlayers && m->tokens ? 1.0 : 2.0) * act_row(m, i);
             const int j = i - start[k] - 1;
             if (twice > widest[j]) widest[j] = twice;
         } else {
-            row += twice;
+            row += (own_buffer(m, lo, i, 0) + own_buffer(m, lo, i, 1)) * act_row(m, i);
         }
     }
     for (int j = 0; j <= hi - lo; j++) row += widest[j];

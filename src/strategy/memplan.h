@@ -19,7 +19,8 @@
  *                      of its layers at the micro-batch in each copy of the
  *                      stage for micro-batches in flight (min(M, P-k) of
  *                      them; validation passes micro-batches too)
- * plus activations: every layer's output and its gradient at the batch,
+ * plus activations: every layer's output and its gradient at the batch
+ * (once where one is another's alias: a batch norm folded into its add),
  * and what layers keep beside them for backward (attention's q, k, v and
  * output, layernorm's statistics: nn/layer.h's state_bytes) with the
  * largest shared scratch once; under --recompute (nn/model.h, m->recompute)
