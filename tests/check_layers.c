@@ -1368,15 +1368,28 @@ START_TEST(winograd_tile_choice)
 END_TEST
 
 /* Whose Winograd kernels --winograd takes: dtrain's own exactly where
- * own_winograd_here says (cpu_winograd 2), and DTRAIN_WINOGRAD_KERNELS
- * other than dtrain or onednn refused by name. */
+ * own_winograd_here says (cpu_winograd 2), oneDNN's under
+ * DTRAIN_NO_FAST_KERNELS=1 (which refuses DTRAIN_WINOGRAD_KERNELS=dtrain),
+ * and DTRAIN_WINOGRAD_KERNELS other than dtrain or onednn refused by name. */
 START_TEST(winograd_kernel_choice)
 {
     char why[256];
     setenv("DTRAIN_WINOGRAD_KERNELS", "mkl", 1);
     ck_assert_int_eq(be->set_winograd(1, why, sizeof why), -1);
     ck_assert_str_eq(why, "DTRAIN_WINOGRAD_KERNELS: expected dtrain or onednn, found 'mkl'");
+    /* DTRAIN_NO_FAST_KERNELS=1 turns dtrain's own kernels off: asked for,
+     * they are refused; by default oneDNN's run where they can */
+    setenv("DTRAIN_NO_FAST_KERNELS", "1", 1);
+    setenv("DTRAIN_WINOGRAD_KERNELS", "dtrain", 1);
+    ck_assert_int_eq(be->set_winograd(1, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "dtrain's Winograd kernels need AVX2 and FMA") != NULL, "%s", why);
     unsetenv("DTRAIN_WINOGRAD_KERNELS");
+    if (__builtin_cpu_supports("avx512f")) {
+        ck_assert_msg(be->set_winograd(1, why, sizeof why) == 0, "%s", why);
+        ck_assert_int_eq(cpu_winograd, 1);
+        no_winograd();
+    }
+    unsetenv("DTRAIN_NO_FAST_KERNELS");
     if (!use_winograd("winograd kernel choice")) return;
     printf("# winograd kernels by default: %s\n", cpu_winograd == 2 ? "dtrain's" : "oneDNN's");
     ck_assert_msg((cpu_winograd == 2) == own_winograd_here(), "--winograd took %s kernels; expected %s",

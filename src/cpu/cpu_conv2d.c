@@ -412,7 +412,7 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
 /* Whether a 512-bit multiply-add runs as two 256-bit halves here: AMD
  * family 0x19 with AVX-512 (Zen 4). There dtrain's AVX2 Winograd kernels
  * have the AVX-512 peak, and beat oneDNN's (measured on the seed CNN's
- * second convolution: the three passes 4.6 ms a step against 5.7; 1.40x
+ * second convolution: the three passes 4.6 ms a step against 5.7; 1.35x
  * the whole step). Intel's AVX-512 cores run 256-bit code at half their
  * peak, so oneDNN's kernels stay there (and on Zen 5, unmeasured). */
 static int split_512(void)
@@ -429,14 +429,15 @@ static int split_512(void)
 }
 
 /* Whose Winograd kernels: dtrain's own where its AVX2 3x3 kernels run
- * (CPUs without AVX-512, or DTRAIN_NO_FAST_KERNELS=avx512) or on Zen 4,
- * else oneDNN's; DTRAIN_WINOGRAD_KERNELS=dtrain or onednn decides
- * instead. 1 dtrain's, 0 oneDNN's, -1 a bad value. */
+ * (CPUs without AVX-512, or DTRAIN_NO_FAST_KERNELS=avx512) or on Zen 4
+ * (unless DTRAIN_NO_FAST_KERNELS=1), else oneDNN's;
+ * DTRAIN_WINOGRAD_KERNELS=dtrain or onednn decides instead. 1 dtrain's,
+ * 0 oneDNN's, -1 a bad value. */
 static int own_winograd(const struct dt_conv_shape *probe)
 {
     const char *e = getenv("DTRAIN_WINOGRAD_KERNELS");
     if (e && *e) return !strcmp(e, "dtrain") ? 1 : !strcmp(e, "onednn") ? 0 : -1;
-    return cpu_conv3x3_fits(probe) || split_512();
+    return cpu_conv3x3_fits(probe) || (cpu_conv3x3_runs(probe) && split_512());
 }
 
 /* Whether the chosen kernels run here: for oneDNN's, wino_pds asked for

@@ -235,8 +235,13 @@ int cpu_conv3x3_runs(const struct dt_conv_shape *s)
 
 int cpu_conv3x3_fits(const struct dt_conv_shape *s)
 {
+#ifdef HAVE_CONV3
     const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
     return cpu_conv3x3_runs(s) && ((off && !strcmp(off, "avx512")) || !__builtin_cpu_supports("avx512f"));
+#else
+    (void)s;
+    return 0;
+#endif
 }
 
 #ifdef HAVE_CONV3
