@@ -481,6 +481,23 @@ row() { # TEXT RUN
         printf '%-34s %9s %9s %9s %6s %9s\n' "$1" - - - "0/$rounds" -
     fi
 }
+# What the 1.5x target asks of this core: 1.5 x PyTorch's median tokens/s as
+# model GFLOP/s, against the peak of the unit dtrain's matrix products run
+# on (AMX where bench/peak found it, else AVX512-BF16 dot products, for
+# bf16; FMAs for fp32), beside both sides' own shares of that peak. Above
+# 100%, no kernel reaches the target on this CPU; the model FLOP (6 per
+# weight) leave out the layer norms, GELU and softmax, so every share is a
+# lower bound of the work done.
+ceiling_line() { # PRECISION
+    local u=fp32_fma pt dt
+    [[ $1 != bf16 ]] || { [[ -n ${peak_gflops[amx_bf16]:-} ]] && u=amx_bf16 || u=bf16_dot; }
+    pt=$(values "pytorch $1" | median) dt=$(values "dtrain $1" | median)
+    [[ -n $pt && -n $dt && -n ${peak_gflops[$u]:-} ]] || return 0
+    awk -v pt="$pt" -v dt="$dt" -v f="$flop_token" -v pk="${peak_gflops[$u]}" -v p="$1" -v u="$u" 'BEGIN {
+        n = 1.5 * pt * f / 1e9
+        printf "# %s: 1.5x pytorch = %.1f GFLOP/s = %.0f%% of the %s peak %s (dtrain at %.0f%%, pytorch at %.0f%%)\n",
+            p, n, 100 * n / pk, u, pk, 100 * dt * f / 1e9 / pk, 100 * pt * f / 1e9 / pk }'
+}
 ratio_line() { # TEXT A B FACTOR TARGET
     local s n mn md mx verdict=""
     s=$(ratios "$2" "$3" "$4" | stats)
@@ -517,6 +534,7 @@ if ((want_speed)); then
     for p in "${precisions[@]}"; do
         ((want_torch)) && ratio_line "dtrain / pytorch, $p, 1 core" "dtrain $p" "pytorch $p" 1 1.5
     done
+    if ((want_torch)); then for p in "${precisions[@]}"; do ceiling_line "$p"; done; fi
     if ((${#precisions[@]} == 2)); then
         ((want_torch)) && ratio_line "dtrain bf16 / pytorch fp32, 1 core" "dtrain bf16" "pytorch fp32" 1 ""
         ratio_line "dtrain bf16 / dtrain fp32" "dtrain bf16" "dtrain fp32" 1 ""

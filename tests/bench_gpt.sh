@@ -12,7 +12,8 @@
 #   both learning-curve validations and the SVG (with gnuplot);
 # - with /usr/bin/python3 + torch + h5py: dtrain against PyTorch within 1e-4
 #   from dtrain's initial weights (a second no-op update leaves them equal),
-#   the dtrain / pytorch ratio rows, PyTorch's validation losses beside
+#   the dtrain / pytorch ratio rows and what 1.5x asks of the core
+#   against its peak, PyTorch's validation losses beside
 #   dtrain's; and the check can fail: PyTorch from its own random
 #   initialisation differs by more than 1e-4 and torch_gpt.py exits 1.
 # Without torch the PyTorch parts are skipped (said so).
@@ -88,6 +89,7 @@ if [ "$torch" = 1 ]; then
   has "^initial weights: .*leaves every weight equal (h5diff -d 0): ok$\|^initial weights: .*no h5diff" "the initial weights' check"
   has "^dtrain np=1 against PyTorch: 6 steps, worst relative loss difference [0-9.e-]* (step [0-9]*; target 1e-4): ok$" "dtrain against PyTorch"
   has "^dtrain / pytorch, fp32, 1 core  *[0-9.]*   (.*, 1/1 rounds)" "the fp32 ratio"
+  has "^# fp32: 1.5x pytorch = [0-9.]* GFLOP/s = [0-9]*% of the fp32_fma peak [0-9.]* (dtrain at [0-9]*%, pytorch at [0-9]*%)$" "what the target asks of the core"
   [ "$(awk '/^## \(c\)/ { on = 1; next } on && $1 ~ /^[48]$/ && $3 ~ /^[0-9]/ && $4 ~ /^[-+]/' "$out" | wc -l)" = 2 ] &&
     pass "learning: PyTorch's validation losses beside dtrain's" || fail "learning: no PyTorch validations"
 

@@ -412,8 +412,8 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
 /* Whether a 512-bit multiply-add runs as two 256-bit halves here: AMD
  * family 0x19 with AVX-512 (Zen 4). There dtrain's AVX2 Winograd kernels
  * have the AVX-512 peak, and beat oneDNN's (measured on the seed CNN's
- * second convolution: the three passes 4.6 ms a step against 5.7; 1.35x
- * the whole step). Intel's AVX-512 cores run 256-bit code at half their
+ * second convolution: the three passes 3.9-4.5 ms a step against 5.8;
+ * 1.41x the whole step; ResNet-20 1.17x). Intel's AVX-512 cores run 256-bit code at half their
  * peak, so oneDNN's kernels stay there (and on Zen 5, unmeasured). */
 static int split_512(void)
 {
