@@ -388,6 +388,12 @@ if ((${#precisions[@]} == 2)); then
     ratio_row "dtrain-bf16 / dtrain-fp32" "dtrain-np1 bf16" "dtrain-np1 fp32"
     ((want_torch)) && ratio_row "pytorch-bf16 / pytorch-fp32" "pytorch bf16" "pytorch fp32"
 fi
+if ((want_torch)); then # the seed CNN's goals (issue 35): fp32 2.5x PyTorch fp32, bf16 4x
+    for p in "${precisions[@]}"; do
+        [[ $p == fp32 ]] && f=2.5 || f=4
+        goal_row "goal dtrain-$p >= $f x pytorch-fp32" "$f" "$(median <<<"${results[pytorch fp32]:-}")" "$p" 64
+    done
+fi
 if ((want_scaling)); then
     echo
     echo "# dtrain scaling: global samples/s of 2 ranks; the ceiling is 2 independent 1-rank runs at once"

@@ -232,6 +232,21 @@ ratio_row() { # TEXT A B: the median per-round ratio, its range and how many rou
     fi
 }
 
+# goal_row TEXT FACTOR BASE PREC BATCH: what a goal of FACTOR x BASE
+# samples/s asks of the core: the step of BATCH samples it allows, against
+# the time PREC's convolutions would take at their kernels' peaks
+# (bench_machine's "all convolutions" line, direct FLOP: a Winograd kernel
+# does fewer). Above 100%, no direct kernel meets the goal here, whatever
+# the rest of the step costs. Nothing where a figure is missing.
+goal_row() {
+    local at
+    at=$(printf '%s\n' "${machine[@]}" | sed -n "s/^onednn $4: all convolutions: .*(\([0-9.]*\) ms at them)$/\1/p")
+    [[ -n $3 && -n $at ]] || return 0
+    awk -v t="$1" -v f="$2" -v base="$3" -v at="$at" -v b="$5" 'BEGIN {
+        s = f * base; ms = 1000 * b / s
+        printf "# %s: %.0f samples/s, a step of %d in %.1f ms; the convolutions'"'"' direct FLOP at their kernels'"'"' peaks take %.1f ms (%.0f%%)\n", t, s, b, ms, at, 100 * at / ms }'
+}
+
 bench_isa() {
     local f
     flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
@@ -344,7 +359,7 @@ bench_machine() {
                         (w[2] ~ /wino/ ? " (Winograd: direct FLOP counted)" : "")
                 }
                 printf "onednn %s: all convolutions: %.1f ms per step, %.1f GFLOP/s%s\n", prec, tt / (steps - 1), tf / (tt * 1e6),
-                    (nopeak || tt <= 0 ? " (no peak measured)" : sprintf(", %.0f%% of their kernels'"'"' peaks", 100 * at_peak / tt))
+                    (nopeak || tt <= 0 ? " (no peak measured)" : sprintf(", %.0f%% of their kernels'"'"' peaks (%.1f ms at them)", 100 * at_peak / tt, at_peak / (steps - 1)))
             }' "$prof")
     done
     rm -f "$prof" "$prof.csv"

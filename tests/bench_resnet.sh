@@ -11,9 +11,12 @@
 # - bench/cnn-throughput.sh --precision fp32,bf16 gives dtrain-bf16 /
 #   PyTorch-fp32 per round in one invocation;
 # - --dtrain-flags --winograd reaches every dtrain run (the kernel lines
-#   show oneDNN's Winograd kernel on the 32-channel stage);
+#   show a Winograd kernel, oneDNN's or dtrain's, on the 32-channel stage);
 # - both reports open, before any figure, with the CPU, its ISA, bench/peak's
-#   peaks and the oneDNN kernel (and share of peak) of every convolution.
+#   peaks and the oneDNN kernel (and share of peak) of every convolution,
+#   with the convolutions' time at those peaks; with PyTorch, each goal's
+#   line: the step it allows against that time (ResNet-20 1.5x; the seed
+#   CNN fp32 2.5x, bf16 4x PyTorch fp32), its share their ratio.
 # Without /usr/bin/python3 + torch the PyTorch parts are skipped (said so).
 . "$TOP_SRCDIR/tests/common.sh"
 B=$TOP_SRCDIR/bench
@@ -71,8 +74,8 @@ machine_report() {
      grep -Eq '^# peak \(bench/peak, one core, median of 5\): fp32_fma [0-9.]+ GFLOP/s, bf16_dot ' "$m" &&
      grep -Eq '^# onednn fp32: (oneDNN v[0-9].*|no convolution ran in oneDNN); convolution kernels: [a-z_0-9]+:' "$m" &&
      grep -Eq '^# onednn (fp32|bf16):   fwd .* [0-9]+/step +[0-9.]+ ms +[0-9.]+ GFLOP/s = +[0-9]+% of fp32_fma$' "$m" &&
-     grep -Eq "^# onednn fp32: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks$" "$m" &&
-     grep -Eq "^# onednn $lp: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks$" "$m" &&
+     grep -Eq "^# onednn fp32: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks \([0-9.]+ ms at them\)$" "$m" &&
+     grep -Eq "^# onednn $lp: all convolutions: [0-9.]+ ms per step, [0-9.]+ GFLOP/s, [0-9]+% of their kernels' peaks \([0-9.]+ ms at them\)$" "$m" &&
      [ "$nconv" -ge 3 ] && grep -q "^# onednn $lp: all convolutions" "$3"; then
     pass "$1: the machine first: $(head -n 1 "$m" | cut -c3-); $nconv fp32 convolution kernels; $(grep '^# onednn fp32: all' "$m" | cut -c3-)"
   else
@@ -117,6 +120,15 @@ if [ "$torch" = 1 ]; then
       { fail "report lacks a figure for '$row'"; cat "$out" >&2; }
   done
   IFS=$ifs
+  # What the goal asks: 1.5 x PyTorch's samples/s as a step time, against
+  # the convolutions at their peaks; the percentage is their ratio.
+  goal=$(grep "^# goal dtrain-fp32 >= 1.5 x pytorch-fp32 at 1 rank: " "$out")
+  if echo "$goal" | awk '{ for (i = 1; i <= NF; i++) { if ($i == "in") s = $(i + 1); if ($i == "take") a = $(i + 1); if ($i ~ /^\(/) p = $i } }
+       END { gsub(/[(%)]/, "", p); exit !(s > 0 && a > 0 && (100 * a / s - p) ^ 2 < 1) }'; then
+    pass "report: $(echo "$goal" | cut -c3-)"
+  else
+    fail "report lacks the fp32 goal's line, or its share is not its times' ratio: '$goal'"
+  fi
   grep -q '^trainable parameters: dtrain 273258, pytorch 273258$' "$out" && pass "ResNet-20: 273258 parameters on both sides" ||
     { fail "ResNet-20 parameter counts"; grep parameters "$out" >&2; }
 
@@ -181,6 +193,15 @@ if fm=$(fm_small); then
     fail "cnn-throughput.sh --precision fp32,bf16: rc=$rc, $n ratio rows"; cat "$out" "$err" >&2
   fi
   machine_report cnn-throughput.sh "$out" "$T/c.csv"
+  if [ "$torch" = 1 ]; then # the seed CNN's goals: fp32 2.5x PyTorch fp32, bf16 4x
+    goals="fp32 >= 2.5"; [ "$lp" = bf16 ] && goals="$goals|bf16 >= 4"
+    ifs=$IFS; IFS='|'
+    for g in $goals; do
+      grep -q "^# goal dtrain-$g x pytorch-fp32: [0-9]* samples/s, a step of 64 in [0-9.]* ms; the convolutions' direct FLOP at their kernels' peaks take [0-9.]* ms ([0-9]*%)$" "$out" &&
+        pass "report: $(grep "^# goal dtrain-$g " "$out" | cut -c3-)" || fail "cnn-throughput.sh: no goal line for '$g'"
+    done
+    IFS=$ifs
+  fi
 else
   echo "skip: $fm"
 fi
