@@ -124,7 +124,7 @@ if [ "$torch" = 1 ]; then
   # the convolutions at their peaks; the percentage is their ratio.
   goal=$(grep "^# goal dtrain-fp32 >= 1.5 x pytorch-fp32 at 1 rank: " "$out")
   if echo "$goal" | awk '{ for (i = 1; i <= NF; i++) { if ($i == "in") s = $(i + 1); if ($i == "take") a = $(i + 1); if ($i ~ /^\(/) p = $i } }
-       END { gsub(/[(%)]/, "", p); exit !(s > 0 && a > 0 && (100 * a / s - p) ^ 2 < 1) }'; then
+       END { gsub(/[(%)]/, "", p); d = 100 * a / s - p; if (d < 0) d = -d; exit !(s > 0 && a > 0 && d <= 1 + 0.01 * p) }'; then
     pass "report: $(echo "$goal" | cut -c3-)"
   else
     fail "report lacks the fp32 goal's line, or its share is not its times' ratio: '$goal'"

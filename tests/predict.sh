@@ -53,8 +53,9 @@ fi
 # activation memory): ResNet-20 at batch 64, whose nine batch norms fold
 # into the adds after them and write the adds' outputs and gradients
 # (model.h's act_alias), so each of those buffers exists once. The plan
-# adds the layers' saved state (the batch norms' statistics: a few KiB);
-# counting the aliases twice put it 24% over (251 MiB against 202.8).
+# adds the layers' saved state (none in ResNet-20: nn/layer.h's
+# state_bytes); counting the aliases twice put it 24% over (251 MiB
+# against 202.8).
 plan_mib=$("$P" --model "$TOP_SRCDIR/inputs/resnet20.cfg" --input 32x32x3:10 --ranks-per-node 1 --batch 64 --memory \
   --strategy mirrored --nodes 1 2>&1 | sed -n 's/^ *1 node *, *1 ranks: .* + \([0-9.]*\) = .*/\1/p' |
   awk '{ printf "%.1f", $1 * 1024 }')

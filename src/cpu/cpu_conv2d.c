@@ -377,6 +377,10 @@ int cpu_conv_pool_fits(const struct dt_conv_shape *s)
     return cpu_conv_direct_fits(s) && !getenv("DTRAIN_NO_DIRECT_CONV");
 }
 
+/* Under --winograd with dtrain's kernels: whether oneDNN's run here too,
+ * for the shapes dtrain's do not take (cpu_set_winograd). */
+static int onednn_wino_too;
+
 dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
 {
     dt_conv_plan *p = dt_xcalloc(1, sizeof *p);
@@ -390,10 +394,11 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
      * oneDNN there; its backward-data (rarely needed) is a bf16 primitive. */
     p->direct = cpu_conv_pool_fits(shape);
     const int f32 = !p->bf16 && !p->act16 && !p->direct;
-    p->wino = f32 && cpu_winograd == 1 && wino_fits(shape);
-    /* dtrain's own Winograd kernels also on an AVX-512 CPU (Zen 4), its
-     * other shapes then to oneDNN's direct kernels */
+    /* dtrain's own Winograd kernels (also on an AVX-512 CPU: Zen 4); a
+     * shape they do not take (channels not a multiple of 8, padding 2) to
+     * oneDNN's where it has them, else to the direct kernels */
     p->wino2 = f32 && cpu_winograd == 2 && cpu_conv3x3_runs(shape) && wino2_fits(shape);
+    p->wino = f32 && (cpu_winograd == 1 || (cpu_winograd == 2 && onednn_wino_too && !p->wino2)) && wino_fits(shape);
     p->avx2 = p->wino2 || (f32 && !p->wino && cpu_conv3x3_fits(shape));
     if (p->avx2) p->wflip = dt_xmalloc(sizeof(float) * 9 * (size_t)shape->c * (size_t)shape->k);
     if (p->wino2) {
@@ -453,36 +458,38 @@ int cpu_set_winograd(int on, char *why, size_t whylen)
         dnnl_primitive_desc_t pd[3];
         DT_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_x));
         const int own = own_winograd(&probe.s);
+        const char *e = getenv("DTRAIN_WINOGRAD_KERNELS"), *off = getenv("DTRAIN_NO_FAST_KERNELS");
         if (own < 0) {
-            snprintf(why, whylen, "DTRAIN_WINOGRAD_KERNELS: expected dtrain or onednn, found '%s'",
-                     getenv("DTRAIN_WINOGRAD_KERNELS"));
+            snprintf(why, whylen, "DTRAIN_WINOGRAD_KERNELS: expected dtrain or onednn, found '%s'", e);
             return -1;
         }
-        if (own && !cpu_conv3x3_runs(&probe.s)) {
-            snprintf(why, whylen, "dtrain's Winograd kernels need AVX2 and FMA, which this CPU lacks (or "
-                     "DTRAIN_NO_FAST_KERNELS is set)");
+        if (own && !cpu_conv3x3_runs(&probe.s)) { /* only where asked for by name */
+            snprintf(why, whylen, "DTRAIN_WINOGRAD_KERNELS=dtrain: dtrain's Winograd kernels need AVX2 and FMA, "
+                     "and DTRAIN_NO_FAST_KERNELS unset, 0 or avx512 (found %s%s%s)", off ? "'" : "",
+                     off ? off : "unset", off ? "'" : "");
             return -1;
         }
-        if (own) {
-            if (cpu_wino_avx2_forced_tile() < 0) {
-                snprintf(why, whylen, "DTRAIN_WINO_TILE: expected 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)), found '%s'",
-                         getenv("DTRAIN_WINO_TILE"));
-                return -1;
-            }
-            cpu_winograd = 2;
-            return 0;
+        if (own && cpu_wino_avx2_forced_tile() < 0) {
+            snprintf(why, whylen, "DTRAIN_WINO_TILE: expected 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)), found '%s'",
+                     getenv("DTRAIN_WINO_TILE"));
+            return -1;
         }
-        if (!wino_pds(&probe, 1, NULL, &bias, st, pad, pad, &pd[0], &pd[1], &pd[2])) {
-            const char *e = getenv("DTRAIN_WINOGRAD_KERNELS");
+        const int onednn = wino_pds(&probe, 1, NULL, &bias, st, pad, pad, &pd[0], &pd[1], &pd[2]);
+        if (onednn)
+            for (int i = 0; i < 3; i++) dnnl_primitive_desc_destroy(pd[i]);
+        if (!own && !onednn) {
             snprintf(why, whylen, "oneDNN %d.%d has no Winograd convolution on this CPU (its Winograd kernels "
                      "need AVX-512), %s", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR,
                      e && *e ? "and DTRAIN_WINOGRAD_KERNELS=onednn asks for them"
-                             : "nor does dtrain (its own needs AVX2 and FMA)");
+                             : "nor does dtrain here (its own need AVX2 and FMA, and DTRAIN_NO_FAST_KERNELS not 1)");
             return -1;
         }
-        for (int i = 0; i < 3; i++) dnnl_primitive_desc_destroy(pd[i]);
+        onednn_wino_too = own && onednn;
+        cpu_winograd = own ? 2 : 1;
+        return 0;
     }
-    cpu_winograd = on;
+    cpu_winograd = 0;
+    onednn_wino_too = 0;
     return 0;
 }
 

@@ -66,8 +66,10 @@ static double act_row(const struct dt_model *m, int i)
  * and no dact of the model's input or of a language model's logits (the
  * loss writes their gradient over them). The first conv folded into its
  * pool (plan_conv_pool) depends on the backend and is decided when the
- * model is created, after the plan: the plan counts the conv's output,
- * which the fold never makes (the seed CNN's 2.6 MiB at batch 32). */
+ * model is created: a plan made before (the start-up check, dtrain-predict)
+ * counts the conv's output and its gradient, which the fold never makes
+ * (5.3 MiB for the seed CNN at batch 32); one made after (a pipeline
+ * stage's report) does not. */
 static int own_buffer(const struct dt_model *m, int lo, int i, int d)
 {
     if (i == lo) return !d || lo > 0;
@@ -88,7 +90,7 @@ static double act_rows(const struct dt_model *m, int lo, int hi)
     for (int i = lo, k = 0; i <= hi; i++) {
         while (k + 1 < n && start[k + 1] <= i) k++;
         if (n && dt_model_recomputed(start, n, k) && i > start[k]) {
-            const double twice = (i == m->nlayers && m->tokens ? 1.0 : 2.0) * act_row(m, i);
+            const double twice = 2.0 * act_row(m, i); /* inner: never the logits */
             const int j = i - start[k] - 1;
             if (twice > widest[j]) widest[j] = twice;
         } else {
