@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "cpu/cpu_internal.h" /* cpu_wino_avx2_tile, cpu_wino_avx2_data_transposed */
+#include "cpu/cpu_internal.h" /* cpu_wino_avx2_tile, cpu_wino_avx2_data_transposed, cpu_conv3x3_runs */
 #include "nn/layer.h"
 #include "nn/loss.h"
 #include "nn/model.h"
@@ -399,7 +399,10 @@ END_TEST
  * CPU too, "1" leaves every convolution to oneDNN. */
 static int avx2_conv_here(void)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    /* the backend's own answer: built (GCC on x86-64), AVX2 + FMA, not off */
+    const struct dt_conv_shape probe = {.h = 8, .w = 8, .c = 8, .k = 8, .kh = 3, .kw = 3, .stride = 1, .pad = 1,
+                                        .oh = 8, .ow = 8};
+    return cpu_conv3x3_runs(&probe);
 }
 
 static void conv3x3_run(struct lh *h, struct dt_shape in, int K, int n, int relu, int same, const char *set)
