@@ -59,8 +59,8 @@ int main(void)
 #else
 #include <cpuid.h>
 
-#define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux >= 5.16, asm/prctl.h */
-#define XFEATURE_XTILEDATA 18
+#include "cpu/cpu_amx.h" /* the AMX probe and tile configuration, as dtrain's attention uses them */
+
 #define MAX_REPEATS 1001
 
 struct unit {
@@ -73,13 +73,6 @@ struct unit {
 };
 
 /* ---- What the CPU and the kernel offer ------------------------------------ */
-
-static uint64_t xcr0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
 
 /* CPUID leaf 7 subleaf SUB, register REG (0 eax, 1 ebx, 2 ecx, 3 edx). */
 static uint32_t leaf7(unsigned sub, int reg)
@@ -98,7 +91,7 @@ static const char *avx512_why_not(void)
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
         return "CPUID reports no OSXSAVE";
     /* SSE, AVX, opmask, ZMM0-15 upper halves, ZMM16-31. */
-    if ((xcr0() & 0xe6) != 0xe6)
+    if ((dt_xcr0() & 0xe6) != 0xe6)
         return "the kernel has not enabled the AVX-512 state in XCR0";
     return NULL;
 }
@@ -113,7 +106,7 @@ static const char *avx2_why_not(void)
         return "CPUID reports neither AVX512F nor FMA";
     if (!(c & (1u << 27)))
         return "CPUID reports no OSXSAVE";
-    if ((xcr0() & 0x6) != 0x6)
+    if ((dt_xcr0() & 0x6) != 0x6)
         return "the kernel has not enabled the AVX state in XCR0";
     return NULL;
 }
@@ -125,25 +118,6 @@ static const char *bf16_why_not(void)
         return why;
     if (!(leaf7(1, 0) & (1u << 5)))
         return "CPUID reports no AVX512-BF16";
-    return NULL;
-}
-
-static const char *amx_why_not(void)
-{
-    static char why[160];
-    uint32_t edx = leaf7(0, 3);
-    if (!(edx & (1u << 24)) || !(edx & (1u << 22)))
-        return "CPUID reports no AMX-TILE / AMX-BF16";
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
-        return "CPUID reports no OSXSAVE";
-    if ((xcr0() & (3u << 17)) != (3u << 17))
-        return "the kernel has not enabled the tile state (XTILECFG, XTILEDATA) in XCR0";
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
-        snprintf(why, sizeof why, "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) refused: %s (kernel older than 5.16?)",
-                 strerror(errno));
-        return why;
-    }
     return NULL;
 }
 
@@ -207,23 +181,11 @@ ZMM_LOOP(bf16_dot_loop, "avx512f,avx512bf16", "vpbroadcastd", "vdpbf16ps %%zmm31
 /* AMX: tiles 0-3 accumulate 16x16 fp32, C[t] += A[t/2] . B[t%2] over K = 32
  * bf16 (tiles 4-5 are A, 6-7 are B, every element 0.5); four independent
  * chains keep the tile unit busy across tdpbf16ps's latency. */
-struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 __attribute__((noinline)) static float amx_bf16_loop(uint64_t iters)
 {
     static uint16_t ab[16 * 32];
     static float c[16 * 16];
-    struct tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
+    const struct dt_amx_tilecfg cfg = dt_amx_tilecfg_16x64();
     for (int i = 0; i < 16 * 32; i++)
         ab[i] = 0x3f00;
     const long stride = 64;
@@ -252,7 +214,7 @@ static const struct unit fp32_ymm = {"fp32_fma", "vfmadd231ps_ymm", 12 * 16, 16,
 static const struct unit units[] = {
     {"fp32_fma", "vfmadd231ps", 16 * 32, 32, avx512_why_not, fp32_fma_loop}, /* else fp32_ymm */
     {"bf16_dot", "vdpbf16ps", 16 * 64, 64, bf16_why_not, bf16_dot_loop},
-    {"amx_bf16", "tdpbf16ps", 4 * 16384, 16384, amx_why_not, amx_bf16_loop},
+    {"amx_bf16", "tdpbf16ps", 4 * 16384, 16384, dt_amx_why_not, amx_bf16_loop},
 };
 
 /* ---- Timing -------------------------------------------------------------------- */

@@ -28,13 +28,9 @@
 #include "cpu/cpu_attention_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux >= 5.16, asm/prctl.h */
-#define XFEATURE_XTILEDATA 18
+#include "cpu/cpu_amx.h"
 
 /* Tiles as literals, so the assembler names them; "memory" so that C's
  * stores and loads are ordered with the tiles' (GCC's own macros lack it). */
@@ -43,53 +39,18 @@
 #define TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 
-struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((aligned(64)));
-
-/* Eight tiles of 16 rows x 64 bytes: C's four, A's two, B's two. */
-static struct tilecfg config(void)
-{
-    struct tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    return cfg;
-}
-
-static uint64_t xcr0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-/* CPUID's AMX-TILE and AMX-BF16, the tile state enabled in XCR0, and the
- * process's permission to use it (asked once; oneDNN asks the same). */
-static int probe(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0;
-    if ((xcr0() & (3u << 17)) != (3u << 17)) return 0;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-
+/* Asked once (cpu_amx.h). */
 int cpu_att_amx_usable(void)
 {
     static int known = -1;
-    if (known < 0) known = probe();
+    if (known < 0) known = dt_amx_why_not() == NULL;
     return known;
 }
 
+/* The tiles: C's four (tmm0-3), A's two, B's two, each 16 rows x 64 bytes. */
 void cpu_att_amx_begin(void)
 {
-    const struct tilecfg cfg = config(); /* once a forward or backward call: 64 bytes */
+    const struct dt_amx_tilecfg cfg = dt_amx_tilecfg_16x64(); /* once a forward or backward call: 64 bytes */
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
