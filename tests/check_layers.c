@@ -31,6 +31,7 @@
 #include "nn/layer.h"
 #include "nn/loss.h"
 #include "nn/model.h"
+#include "runtime/half.h"
 #include "runtime/rng.h"
 #include "runtime/status.h"
 
@@ -1183,6 +1184,178 @@ static const struct bf_conv_shape {
     int K, s, same;
 } bf_convs[] = {{{13, 13, 32}, 64, 1, 0}, {{7, 7, 3}, 5, 2, 1}};
 
+/* ---- bf16 backward-weights: cpu_wgrad_bf16.c -------------------------- */
+
+/* The shapes its tiles and edges take: the seed CNN's 13x13x32 -> 64 'valid'
+ * (4 blocks of outputs per tile, odd width: a zero pair partner), stride 2
+ * with 'same' (bottom/right padding only) into 32 outputs (2 blocks), an
+ * odd 9x7 at stride 1 into 16 (1 block), 48 outputs (3 blocks: 1 per
+ * tile), and 48x48 images large enough for one image per chunk (the chunk
+ * and thread partial sums). */
+static const struct wg_case {
+    struct dt_shape in;
+    int K, s, same, n;
+} wg_cases[] = {{{13, 13, 32}, 64, 1, 0, 3}, {{8, 8, 16}, 32, 2, 1, 5}, {{9, 7, 16}, 16, 1, 1, 2},
+                {{6, 5, 32}, 48, 2, 1, 3}, {{48, 48, 16}, 16, 1, 1, 3}};
+
+static struct dt_conv_shape wg_shape(const struct wg_case *c)
+{
+    struct dt_conv_shape s = {.h = c->in.h, .w = c->in.w, .c = c->in.c, .k = c->K, .kh = 3, .kw = 3,
+                              .stride = c->s};
+    s.oh = c->same ? (s.h + s.stride - 1) / s.stride : (s.h - 3) / s.stride + 1;
+    s.ow = c->same ? (s.w + s.stride - 1) / s.stride : (s.w - 3) / s.stride + 1;
+    s.pad = c->same ? ((s.oh - 1) * s.stride + 3 - s.h) / 2 : 0; /* Keras: the odd one to the bottom/right */
+    return s;
+}
+
+/* Random bf16 operands of a case, and the exact (double) backward-weights of
+ * them with, per weight, the sum of its terms' magnitudes (the scale of a
+ * float32 sum's rounding). */
+struct wg_run {
+    struct dt_conv_shape s;
+    int n;
+    size_t nx, ny, nw;
+    uint16_t *x, *dy;
+    double *ref, *mag, refb[4096];
+};
+
+static void wg_prepare(struct wg_run *r, const struct wg_case *c, uint64_t seed)
+{
+    dt_rng g;
+    r->s = wg_shape(c);
+    r->n = c->n;
+    const struct dt_conv_shape *s = &r->s;
+    r->nx = (size_t)c->n * s->h * s->w * s->c;
+    r->ny = (size_t)c->n * s->oh * s->ow * s->k;
+    r->nw = (size_t)9 * s->c * s->k;
+    r->x = malloc(2 * r->nx);
+    r->dy = malloc(2 * r->ny);
+    r->ref = calloc(r->nw, sizeof(double));
+    r->mag = calloc(r->nw, sizeof(double));
+    dt_rng_seed(&g, seed, 0);
+    for (size_t i = 0; i < r->nx; i++) r->x[i] = dt_f32_to_bf16(2.0f * dt_rng_uniform(&g) - 1.0f);
+    for (size_t i = 0; i < r->ny; i++) r->dy[i] = dt_f32_to_bf16(2.0f * dt_rng_uniform(&g) - 1.0f);
+    memset(r->refb, 0, sizeof r->refb);
+    for (int i = 0; i < c->n; i++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++) {
+                const uint16_t *d = r->dy + (((size_t)i * s->oh + oy) * s->ow + ox) * s->k;
+                for (int k = 0; k < s->k; k++) r->refb[k] += (double)dt_bf16_to_f32(d[k]);
+                for (int t = 0; t < 9; t++) {
+                    const int iy = oy * s->stride + t / 3 - s->pad, ix = ox * s->stride + t % 3 - s->pad;
+                    if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
+                    const uint16_t *xv = r->x + (((size_t)i * s->h + iy) * s->w + ix) * s->c;
+                    for (int ci = 0; ci < s->c; ci++)
+                        for (int k = 0; k < s->k; k++) {
+                            const double v = (double)dt_bf16_to_f32(xv[ci]) * (double)dt_bf16_to_f32(d[k]);
+                            r->ref[((size_t)t * s->c + ci) * s->k + k] += v;
+                            r->mag[((size_t)t * s->c + ci) * s->k + k] += fabs(v);
+                        }
+                }
+            }
+}
+
+static void wg_free(struct wg_run *r)
+{
+    free(r->x);
+    free(r->dy);
+    free(r->ref);
+    free(r->mag);
+}
+
+/* got against the exact sums: each weight within 1e-5 of its terms'
+ * magnitude (float32 sums of a few thousand terms are off by ~1e-6 of it;
+ * a wrong tap, channel or pixel moves whole terms); returns the worst. */
+static double wg_check(const struct wg_run *r, const float *dw, const float *db, const char *what)
+{
+    double worst = 0.0;
+    for (size_t j = 0; j < r->nw; j++) {
+        const double e = fabs((double)dw[j] - r->ref[j]) / (r->mag[j] > 0.0 ? r->mag[j] : 1.0);
+        ck_assert_msg(e < 1e-5, "%s: dweight[%zu] = %.9g, exact %.9g (terms' magnitude %.3g)", what, j, (double)dw[j],
+                      r->ref[j], r->mag[j]);
+        worst = fmax(worst, e);
+    }
+    for (int k = 0; k < r->s.k; k++)
+        ck_assert_msg(fabs((double)db[k] - r->refb[k]) < 1e-5 * (double)r->ny, "%s: dbias[%d] = %.9g, exact %.9g",
+                      what, k, (double)db[k], r->refb[k]);
+    return worst;
+}
+
+static int wgrad_bf16_here(void)
+{
+    const struct dt_conv_shape probe = {.h = 8, .w = 8, .c = 16, .k = 16, .kh = 3, .kw = 3, .stride = 1, .pad = 1,
+                                        .oh = 8, .ow = 8};
+    if (cpu_wgrad_bf16_fits(&probe)) return 1;
+    printf("# SKIP dtrain's bf16 backward-weights: this CPU lacks AVX512-BF16 or has AMX (oneDNN's kernels run)\n");
+    return 0;
+}
+
+/* The kernel itself at 1, 2 and 3 threads: each against the exact sums,
+ * and bit for bit the same on a second call. */
+START_TEST(wgrad_bf16_exact)
+{
+    if (!wgrad_bf16_here()) return;
+    for (size_t i = 0; i < sizeof wg_cases / sizeof *wg_cases; i++) {
+        struct wg_run r;
+        wg_prepare(&r, &wg_cases[i], 2100 + i);
+        for (int nt = 1; nt <= 3; nt++) {
+            float *dw = malloc(sizeof(float) * r.nw), *dw2 = malloc(sizeof(float) * r.nw);
+            float db[4096], db2[4096];
+            void *scratch = malloc(cpu_wgrad_bf16_scratch(&r.s, r.n, nt));
+            cpu_wgrad_bf16(&r.s, r.n, dw, db, r.dy, r.x, scratch, nt);
+            char what[96];
+            snprintf(what, sizeof what, "bf16 wgrad %dx%dx%d -> %d s%d, %d threads", r.s.h, r.s.w, r.s.c, r.s.k,
+                     r.s.stride, nt);
+            const double worst = wg_check(&r, dw, db, what);
+            cpu_wgrad_bf16(&r.s, r.n, dw2, db2, r.dy, r.x, scratch, nt);
+            ck_assert_msg(!memcmp(dw, dw2, sizeof(float) * r.nw) && !memcmp(db, db2, sizeof(float) * r.s.k),
+                          "%s: a second call differs", what);
+            printf("# %s: worst error %.2e of the terms' magnitude\n", what, worst);
+            free(dw);
+            free(dw2);
+            free(scratch);
+        }
+        wg_free(&r);
+    }
+}
+END_TEST
+
+/* Through a bf16 plan on bf16 activations (as --precision bf16 runs): the
+ * plan takes the kernel (its weight gradients differ from oneDNN's, with
+ * DTRAIN_NO_FAST_KERNELS=1, in the last bits), both within the exact sums'
+ * bound, and backward-data is oneDNN's in both, bit for bit. */
+START_TEST(wgrad_bf16_plan)
+{
+    if (!use_bf16("wgrad_bf16_plan") || !wgrad_bf16_here()) return;
+    ck_assert_int_eq(be->set_act_type(DT_PREC_BF16), DT_PREC_BF16);
+    for (size_t i = 0; i < sizeof wg_cases / sizeof *wg_cases; i++) {
+        struct wg_run r;
+        wg_prepare(&r, &wg_cases[i], 2200 + i);
+        float *w = malloc(sizeof(float) * r.nw), *dw[2], db[2][4096];
+        uint16_t *dx[2];
+        dt_rng g;
+        dt_rng_seed(&g, 2300 + i, 0);
+        fill_uniform(w, r.nw, &g, -0.5f, 0.5f);
+        for (int own = 1; own >= 0; own--) {
+            if (!own) setenv("DTRAIN_NO_FAST_KERNELS", "1", 1);
+            dt_conv_plan *p = be->conv_create(&r.s, 0);
+            unsetenv("DTRAIN_NO_FAST_KERNELS");
+            dw[own] = malloc(sizeof(float) * r.nw);
+            dx[own] = malloc(2 * r.nx);
+            be->conv_backward(p, r.n, dx[own], dw[own], db[own], r.dy, r.x, w);
+            be->conv_destroy(p);
+            wg_check(&r, dw[own], db[own], own ? "plan, dtrain's kernel" : "plan, oneDNN's kernel");
+        }
+        ck_assert_msg(memcmp(dw[0], dw[1], sizeof(float) * r.nw) != 0,
+                      "case %zu: weight gradients bit for bit oneDNN's: the plan did not take dtrain's kernel", i);
+        ck_assert_msg(!memcmp(dx[0], dx[1], 2 * r.nx), "case %zu: backward-data changed", i);
+        for (int k = 0; k < 2; k++) free(dw[k]), free(dx[k]);
+        free(w);
+        wg_free(&r);
+    }
+}
+END_TEST
+
 /* ---- --winograd: oneDNN's Winograd kernels ------------------------------ */
 
 /* Switches Winograd on for the plans created next; where oneDNN has none
@@ -1718,6 +1891,8 @@ static Suite *layers_suite(void)
     tcase_add_test(tc, bf16_conv_forward);
     tcase_add_test(tc, conv_pool_fold_bf16);
     tcase_add_test(tc, bf16_conv_backward);
+    tcase_add_test(tc, wgrad_bf16_exact);
+    tcase_add_test(tc, wgrad_bf16_plan);
     tcase_add_test(tc, bf16_gemm);
     tcase_add_test(tc, bf16_rounding);
     tcase_add_test(tc, bf16_not_fp32);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <omp.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -72,6 +73,9 @@ struct dt_conv_plan {
     float *U;           /* its filters' transform, [(m+2)^2][c][k] (or [..][k][c] for backward-data) */
     int verbose;        /* DTRAIN_KERNEL_VERBOSE: a line per call of those kernels */
     float *wflip;       /* its backward-data weights, [9][k][c] */
+    int wg16;           /* cpu_wgrad_bf16.c handles backward-weights (bf16 activations, no AMX) */
+    void *wg_scratch;   /* ... its re-laid operands, wg_bytes long */
+    size_t wg_bytes;
     unsigned clock;
     struct entry cache[CONV_CACHE];
 };
@@ -409,8 +413,11 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
         const size_t a = (size_t)(p->wm > p->wmd ? p->wm : p->wmd) + 2; /* the larger tile's (m+2)^2 */
         p->U = dt_xmalloc(sizeof(float) * a * a * (size_t)shape->c * (size_t)shape->k);
     }
+    /* bf16 backward-weights: dtrain's AVX512-BF16 kernel where oneDNN has
+     * only its jit_bf16 one (no AMX), on bf16 activations as they lie */
+    p->wg16 = p->bf16 && p->act16 && !p->direct && cpu_wgrad_bf16_fits(shape);
     const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
-    p->verbose = (p->avx2 || p->direct) && v && *v && strcmp(v, "0");
+    p->verbose = (p->avx2 || p->direct || p->wg16) && v && *v && strcmp(v, "0");
     return p;
 }
 
@@ -499,6 +506,7 @@ void cpu_conv_destroy(dt_conv_plan *p)
     for (int i = 0; i < CONV_CACHE; i++) entry_destroy(&p->cache[i]);
     free(p->wflip);
     free(p->U);
+    free(p->wg_scratch);
     free(p);
 }
 
@@ -676,7 +684,18 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
     set(e->user_dw, dweight);
     /* Winograd: diff_dst re-laid once where both kernels want one layout. */
     dnnl_memory_t ddst = into(&e->x_ddst, e->diff_dst);
-    if (!p->direct) {
+    if (p->wg16) {
+        const double t0 = p->verbose ? seconds() : 0.0;
+        const int nt = omp_get_max_threads();
+        const size_t need = cpu_wgrad_bf16_scratch(s, n, nt);
+        if (need > p->wg_bytes) {
+            free(p->wg_scratch);
+            p->wg_scratch = dt_xmalloc(need);
+            p->wg_bytes = need;
+        }
+        cpu_wgrad_bf16(s, n, dweight, dbias, dout, inp, p->wg_scratch, nt);
+        if (p->verbose) verbose_named(p, "dtrain_bf16:avx512_core_bf16", "backward_weights", n, t0);
+    } else if (!p->direct) {
         load(e->src, e->src_bf, inp, in_count(p, n));
         dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
         /* src re-laid again, not kept from forward: pipeline stages run

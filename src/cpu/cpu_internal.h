@@ -121,6 +121,16 @@ void cpu_wino_avx2_backward_data(const struct dt_conv_shape *s, int m, int trans
 void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n, float *dweight, float *dbias,
                                     const float *dout, const float *inp);
 
+/* cpu_wgrad_bf16.c: backward-weights of 3x3 convolutions (stride 1 or 2,
+ * channels in and out multiples of 16) on bf16 activations with
+ * AVX512-BF16 dot products, on CPUs without AMX (unless
+ * DTRAIN_NO_FAST_KERNELS is set and not 0). dout and inp are bf16 NHWC;
+ * scratch holds cpu_wgrad_bf16_scratch(s, n, threads) bytes. */
+int cpu_wgrad_bf16_fits(const struct dt_conv_shape *s);
+size_t cpu_wgrad_bf16_scratch(const struct dt_conv_shape *s, int n, int threads);
+void cpu_wgrad_bf16(const struct dt_conv_shape *s, int n, float *dweight, float *dbias, const void *dout,
+                    const void *inp, void *scratch, int threads);
+
 /* cpu_pool.c */
 dt_pool_plan *cpu_pool_create(const struct dt_conv_shape *shape);
 void cpu_pool_destroy(dt_pool_plan *plan);
