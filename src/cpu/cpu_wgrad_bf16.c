@@ -188,6 +188,7 @@ WG_TARGET static INLINE void tile(const int NB, const int RC, const struct wg *g
     for (int i = 0; i < cnt; i++)
         for (int oy = 0; oy < g->OH; oy++) {
             ahead_some(pf);
+            if ((unsigned)(oy * g->s + ky - g->pad) >= (unsigned)g->H) continue; /* a row of padding: zeros */
             const uint32_t *x0 = xp + ((size_t)i * g->HP + (size_t)oy * g->s + ky) * g->WP * C + ci0;
             const uint32_t *x1 = x0 + C, *x2 = x0 + 2 * C;
             const uint32_t *d = dyp + ((size_t)i * g->OH + oy) * g->OW2 * K + (size_t)cb0 * 16;
