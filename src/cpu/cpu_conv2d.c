@@ -310,7 +310,8 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
 
     DT_DNNL_CHECK(dnnl_primitive_create(&e->fwd, fpd));
     DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_data, bdpd));
-    DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_w, bwpd));
+    if (!p->wg16) /* else cpu_wgrad_bf16.c's: oneDNN's is never run, nor compiled */
+        DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_w, bwpd));
 
     /* The backward-weights kernel may want src/diff_dst in other layouts than
      * NHWC; we ask for NHWC in the descriptor, so they match. */
@@ -346,7 +347,7 @@ static void entry_destroy(struct entry *e)
     if (!e->n) return;
     dnnl_primitive_destroy(e->fwd);
     dnnl_primitive_destroy(e->bwd_data);
-    dnnl_primitive_destroy(e->bwd_w);
+    if (e->bwd_w) dnnl_primitive_destroy(e->bwd_w);
     dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->bias, &e->diff_src, &e->diff_dst,
                              &e->diff_bias, &e->user_w, &e->user_dw};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) dnnl_memory_destroy(*mems[i]);
