@@ -302,16 +302,18 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
         DT_DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src, &w_any_lp,
                                                                &dst_lp, strides, pad, pad_r));
         pd_create(&bdpd, &cd, NULL, fpd, p, "backward-data");
-        DT_DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_lp, &w_any,
-                                                                  &bias, &dst_lp, strides, pad, pad_r));
-        pd_create(&bwpd, &cd, NULL, fpd, p, "backward-weights");
+        bwpd = NULL; /* none where cpu_wgrad_bf16.c's kernel runs that pass */
+        if (!p->wg16) {
+            DT_DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_lp, &w_any,
+                                                                      &bias, &dst_lp, strides, pad, pad_r));
+            pd_create(&bwpd, &cd, NULL, fpd, p, "backward-weights");
+        }
     }
     dnnl_primitive_attr_destroy(attr);
 
     DT_DNNL_CHECK(dnnl_primitive_create(&e->fwd, fpd));
     DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_data, bdpd));
-    if (!p->wg16) /* else cpu_wgrad_bf16.c's: oneDNN's is never run, nor compiled */
-        DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_w, bwpd));
+    if (bwpd) DT_DNNL_CHECK(dnnl_primitive_create(&e->bwd_w, bwpd));
 
     /* The backward-weights kernel may want src/diff_dst in other layouts than
      * NHWC; we ask for NHWC in the descriptor, so they match. */
@@ -325,7 +327,7 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
     e->user_dw = mem_none(&w_user);
     wbuf_init(&e->w_fwd, dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0), e->user_w, 1);
     wbuf_init(&e->w_bwd, dnnl_primitive_desc_query_md(bdpd, dnnl_query_weights_md, 0), e->user_w, 1);
-    wbuf_init(&e->dw, dnnl_primitive_desc_query_md(bwpd, dnnl_query_diff_weights_md, 0), e->user_dw, 0);
+    if (bwpd) wbuf_init(&e->dw, dnnl_primitive_desc_query_md(bwpd, dnnl_query_diff_weights_md, 0), e->user_dw, 0);
     if (e->wino) {
         wbuf_init(&e->x_src, dnnl_primitive_desc_query_md(fpd, dnnl_query_src_md, 0), e->src, 1);
         wbuf_init(&e->x_dst, dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0), e->dst, 0);
@@ -339,7 +341,7 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
     }
     dnnl_primitive_desc_destroy(fpd);
     dnnl_primitive_desc_destroy(bdpd);
-    dnnl_primitive_desc_destroy(bwpd);
+    if (bwpd) dnnl_primitive_desc_destroy(bwpd);
 }
 
 static void entry_destroy(struct entry *e)

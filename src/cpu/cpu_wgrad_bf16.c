@@ -55,19 +55,31 @@ struct wg {
     int G;   /* images per chunk */
 };
 
-static struct wg geometry(const struct dt_conv_shape *s, int n)
+#define PART_BYTES (64u << 20) /* the threads' partial weight gradients, at most */
+
+/* The geometry of n images (n >= 1) over at most `threads` threads: chunks
+ * within L2, and at least one per thread; *nt: the threads to ask for, no
+ * more than the chunks, nor than PART_BYTES of partial sums allow. */
+static struct wg geometry(const struct dt_conv_shape *s, int n, int threads, int *nt)
 {
     struct wg g = {s->c, s->k, s->h, s->w, s->oh, s->ow, s->stride, s->pad, (s->ow + 1) / 2, 0, 0, 0};
     g.HP = (g.OH - 1) * g.s + 3;
     g.WP = (g.OW2 - 1) * g.s + 3;
     const size_t per = (size_t)g.HP * g.WP * g.C * 4 + (size_t)g.OH * g.OW2 * g.K * 4;
+    const size_t nw = (size_t)9 * g.C * g.K;
+    int t = threads < 1 ? 1 : threads;
+    if ((size_t)(t - 1) * nw * 4 > PART_BYTES) t = 1 + (int)(PART_BYTES / (nw * 4));
     g.G = per >= CHUNK_BYTES ? 1 : (int)(CHUNK_BYTES / per);
-    if (g.G > n) g.G = n;
+    if (g.G > (n + t - 1) / t) g.G = (n + t - 1) / t;
+    const int chunks = (n + g.G - 1) / g.G;
+    *nt = t < chunks ? t : chunks;
     return g;
 }
 
 static size_t xp_words(const struct wg *g) { return (size_t)g->G * g->HP * g->WP * g->C; }
 static size_t dyp_words(const struct wg *g) { return (size_t)g->G * g->OH * g->OW2 * g->K; }
+/* A thread's slice of the scratch: its re-laid operands and bias sums. */
+static size_t slice_words(const struct wg *g) { return xp_words(g) + dyp_words(g) + (size_t)g->K; }
 
 /* 16 bf16 at p (NULL: zeros) widened into the low halves of 32-bit words. */
 WG_TARGET static INLINE __m512i wide16(const uint16_t *p)
@@ -142,6 +154,10 @@ struct ahead {
 
 static void ahead_init(struct ahead *a, const struct wg *g, int i0, int cnt, const uint16_t *x, const uint16_t *dy)
 {
+    if (cnt <= 0) { /* no next chunk */
+        memset(a, 0, sizeof *a);
+        return;
+    }
     const size_t xb = (size_t)g->H * g->W * g->C * 2, yb = (size_t)g->OH * g->OW * g->K * 2;
     a->p[0] = (const char *)x + (size_t)i0 * xb;
     a->end[0] = a->p[0] + (size_t)cnt * xb;
@@ -155,7 +171,7 @@ WG_TARGET static INLINE void ahead_some(struct ahead *a)
 {
     for (int q = 0; q < a->per; q++) {
         const int k = a->p[0] < a->end[0] ? 0 : 1;
-        if (a->p[k] >= a->end[k]) return;
+        if (!a->p[k] || a->p[k] >= a->end[k]) return;
         _mm_prefetch(a->p[k], _MM_HINT_T1);
         a->p[k] += 64;
     }
@@ -248,7 +264,8 @@ int cpu_wgrad_bf16_fits(const struct dt_conv_shape *s)
     const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
     if (off && *off && strcmp(off, "0")) return 0;
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16"))
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512bf16") ||
+        __builtin_cpu_supports("amx-bf16"))
         return 0;
     return s->kh == 3 && s->kw == 3 && (s->stride == 1 || s->stride == 2) && s->c % 16 == 0 && s->k % 16 == 0 &&
            s->c <= 4096 && s->k <= 4096;
@@ -256,28 +273,35 @@ int cpu_wgrad_bf16_fits(const struct dt_conv_shape *s)
 
 size_t cpu_wgrad_bf16_scratch(const struct dt_conv_shape *s, int n, int threads)
 {
-    const struct wg g = geometry(s, n > 0 ? n : 1);
-    return (size_t)threads * (xp_words(&g) + dyp_words(&g) + (size_t)g.K) * 4 + 64;
+    int nt;
+    const struct wg g = geometry(s, n > 0 ? n : 1, threads, &nt);
+    return ((size_t)nt * slice_words(&g) + (size_t)(nt - 1) * 9 * g.C * g.K) * 4 + 64;
 }
 
 void cpu_wgrad_bf16(const struct dt_conv_shape *s, int n, float *dweight, float *dbias, const void *dout,
                     const void *inp, void *scratch, int threads)
 {
-    const struct wg g = geometry(s, n);
-    const size_t nw = (size_t)9 * g.C * g.K, per = xp_words(&g) + dyp_words(&g) + (size_t)g.K;
-    const int chunks = (n + g.G - 1) / g.G;
-    int nt = threads < chunks ? threads : chunks;
-    if (nt < 1) nt = 1;
-    float *part = nt > 1 ? dt_xcalloc((size_t)(nt - 1) * nw, sizeof(float)) : NULL;
+    const size_t nw = (size_t)9 * s->c * s->k;
     memset(dweight, 0, nw * sizeof(float));
+    memset(dbias, 0, sizeof(float) * (size_t)s->k);
+    if (n <= 0) return;
+    int nt, used = 1;
+    const struct wg g = geometry(s, n, threads, &nt);
+    const int chunks = (n + g.G - 1) / g.G;
+    const size_t per = slice_words(&g);
     uint32_t *base = (uint32_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *part = (float *)(base + (size_t)nt * per); /* threads 1.. nt-1's weight gradients */
 #pragma omp parallel num_threads(nt)
     {
+        /* the team may be smaller than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT,
+         * a call from a parallel region): only its threads' sums count */
         const int me = omp_get_thread_num(), th = omp_get_num_threads();
+        if (me == 0) used = th;
         float *dw = me == 0 ? dweight : part + (size_t)(me - 1) * nw;
         uint32_t *xp = base + (size_t)me * per, *dyp = xp + xp_words(&g);
         float *db = (float *)(dyp + dyp_words(&g));
         memset(db, 0, sizeof(float) * (size_t)g.K);
+        if (me > 0) memset(dw, 0, nw * sizeof(float));
         for (int c = me; c < chunks; c += th) { /* round robin: fixed per thread count */
             const int i0 = c * g.G, cnt = i0 + g.G <= n ? g.G : n - i0;
             const int j0 = i0 + th * g.G, jn = j0 >= n ? 0 : j0 + g.G <= n ? g.G : n - j0; /* my next chunk */
@@ -288,14 +312,12 @@ void cpu_wgrad_bf16(const struct dt_conv_shape *s, int n, float *dweight, float 
             chunk(&g, cnt, xp, dyp, dw, &pf);
         }
     }
-    for (int k = 0; k < g.K; k++) {
-        float t = 0.0f;
-        for (int i = 0; i < nt; i++) t += ((const float *)(base + (size_t)i * per + xp_words(&g) + dyp_words(&g)))[k];
-        dbias[k] = t;
+    for (int i = 0; i < used; i++) {
+        const float *db = (const float *)(base + (size_t)i * per + xp_words(&g) + dyp_words(&g));
+        for (int k = 0; k < g.K; k++) dbias[k] += db[k];
     }
-    for (int i = 1; i < nt; i++)
+    for (int i = 1; i < used; i++)
         for (size_t j = 0; j < nw; j++) dweight[j] += part[(size_t)(i - 1) * nw + j];
-    free(part);
 }
 #else
 int cpu_wgrad_bf16_fits(const struct dt_conv_shape *s)
