@@ -373,8 +373,6 @@ if ((want_torch)); then
     for p in "${precisions[@]}"; do
         goal_row "goal dtrain-$p >= 1.5 x pytorch-$p at 1 rank" 1.5 "$(values "pytorch-np1 $p" | median)" "$p" "$batch"
     done
-fi
-if ((want_torch)); then
     echo
     echo "trainable parameters: dtrain ${params[dtrain]:-?}, pytorch ${params[pytorch]:-?}"
     if [[ -n ${params[dtrain]:-} && -n ${params[pytorch]:-} && ${params[dtrain]} != "${params[pytorch]}" ]]; then

@@ -288,10 +288,9 @@ static const struct att_kernels kernels_avx2 = {cpu_att_mm_tile_avx2, cpu_att_so
 static const struct att_kernels *kernels(void)
 {
 #ifdef HAVE_FAST
-    const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    const int no512 = off && !strcmp(off, "avx512"), none = off && *off && strcmp(off, "0") && !no512;
-    if (!none && !no512 && __builtin_cpu_supports("avx512f")) return &kernels_fast;
-    if (!none && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kernels_avx2;
+    const int fast = cpu_fast_kernels();
+    if (fast == CPU_FAST_ALL && __builtin_cpu_supports("avx512f")) return &kernels_fast;
+    if (fast != CPU_FAST_NONE && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kernels_avx2;
 #endif
     return &kernels_c;
 }

@@ -37,10 +37,7 @@ static int usable(void)
 {
     static int have = -1;
     if (have < 0) {
-        const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-        have = !(off && *off && strcmp(off, "0")) && __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512bf16");
+        have = cpu_fast_kernels() == CPU_FAST_ALL && cpu_avx512_bf16();
     }
     return have;
 }

@@ -221,9 +221,7 @@ static long chunk_rows(const struct dt_conv_shape *s)
 int cpu_conv3x3_runs(const struct dt_conv_shape *s)
 {
 #ifdef HAVE_CONV3
-    const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    const int none = off && *off && strcmp(off, "0") && strcmp(off, "avx512");
-    return !none && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && s->kh == 3 && s->kw == 3 &&
+    return cpu_fast_kernels() != CPU_FAST_NONE && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && s->kh == 3 && s->kw == 3 &&
            s->stride == 1 && (s->pad == 0 || s->pad == 1) && s->oh == s->h + 2 * s->pad - 2 &&
            s->ow == s->w + 2 * s->pad - 2 && s->oh > 0 && s->ow > 0 && s->c % 8 == 0 && s->k % 8 == 0 &&
            s->c <= MAX_CH && s->k <= MAX_CH;
@@ -236,8 +234,7 @@ int cpu_conv3x3_runs(const struct dt_conv_shape *s)
 int cpu_conv3x3_fits(const struct dt_conv_shape *s)
 {
 #ifdef HAVE_CONV3
-    const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    return cpu_conv3x3_runs(s) && ((off && !strcmp(off, "avx512")) || !__builtin_cpu_supports("avx512f"));
+    return cpu_conv3x3_runs(s) && (cpu_fast_kernels() == CPU_FAST_NO512 || !__builtin_cpu_supports("avx512f"));
 #else
     (void)s;
     return 0;

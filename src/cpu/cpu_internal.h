@@ -228,6 +228,13 @@ void cpu_scale(float *x, size_t n, float s);
 int cpu_setup(int nthreads, int precision, char *why, size_t whylen);
 extern int cpu_precision;
 int cpu_has_bf16(void);
+/* DTRAIN_NO_FAST_KERNELS, read on every call (tests switch it between
+ * plans): unset, empty or 0 all of dtrain's fast kernels; avx512 its AVX2
+ * ones where AVX-512 ones exist; any other value none of them. */
+enum { CPU_FAST_ALL, CPU_FAST_NO512, CPU_FAST_NONE };
+int cpu_fast_kernels(void);
+/* AVX-512 F, BW and VL with AVX512-BF16: what the bf16 fast paths need */
+int cpu_avx512_bf16(void);
 dnnl_engine_t cpu_dnnl_engine(void);
 dnnl_stream_t cpu_dnnl_stream(void);
 

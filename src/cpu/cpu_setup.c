@@ -25,6 +25,23 @@ int cpu_precision = DT_PREC_FP32;
 int cpu_act_bf16;
 int cpu_winograd;
 
+int cpu_fast_kernels(void)
+{
+    const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
+    if (!off || !*off || !strcmp(off, "0")) return CPU_FAST_ALL;
+    return strcmp(off, "avx512") ? CPU_FAST_NONE : CPU_FAST_NO512;
+}
+
+int cpu_avx512_bf16(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
 int cpu_has_bf16(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

@@ -171,7 +171,7 @@ WG_TARGET static INLINE void ahead_some(struct ahead *a)
 {
     for (int q = 0; q < a->per; q++) {
         const int k = a->p[0] < a->end[0] ? 0 : 1;
-        if (!a->p[k] || a->p[k] >= a->end[k]) return;
+        if (a->p[k] >= a->end[k]) return; /* also with no next chunk: both NULL */
         _mm_prefetch(a->p[k], _MM_HINT_T1);
         a->p[k] += 64;
     }
@@ -261,12 +261,7 @@ WG_TARGET static void chunk(const struct wg *g, int cnt, const uint32_t *xp, con
 
 int cpu_wgrad_bf16_fits(const struct dt_conv_shape *s)
 {
-    const char *off = getenv("DTRAIN_NO_FAST_KERNELS");
-    if (off && *off && strcmp(off, "0")) return 0;
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512bf16") ||
-        __builtin_cpu_supports("amx-bf16"))
-        return 0;
+    if (cpu_fast_kernels() != CPU_FAST_ALL || !cpu_avx512_bf16() || __builtin_cpu_supports("amx-bf16")) return 0;
     return s->kh == 3 && s->kw == 3 && (s->stride == 1 || s->stride == 2) && s->c % 16 == 0 && s->k % 16 == 0 &&
            s->c <= 4096 && s->k <= 4096;
 }
