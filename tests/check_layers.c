@@ -226,6 +226,13 @@ static void check_pool2(struct dt_shape in, int n)
                                          in.c, b, oy, ox, c, t, (double)h.dinp[at[t]],
                                          (double)(at[t] == arg ? h.R[o] : 0.0f));
                 }
+    for (int b = 0; b < n; b++) /* the row and column no window covers (odd sizes): zero, not left as they were */
+        for (int y = 0; y < in.h; y++)
+            for (int x = 0; x < in.w; x++)
+                for (int c = 0; c < in.c; c++)
+                    if ((y >= 2 * oh || x >= 2 * ow) && h.dinp[(((size_t)b * in.h + y) * in.w + x) * in.c + c] != 0.0f)
+                        ck_abort_msg("pool2 %dx%dx%d [%d,%d,%d,%d]: uncovered input's gradient %g, want 0", in.h,
+                                     in.w, in.c, b, y, x, c, (double)h.dinp[(((size_t)b * in.h + y) * in.w + x) * in.c + c]);
     ck_assert_msg(ties > 0, "no ties: the first-maximum rule is not exercised");
     lh_free(&h);
 }
@@ -235,6 +242,7 @@ START_TEST(maxpool2_seed_shapes)
     check_pool2((struct dt_shape){26, 26, 32}, 2); /* the seed CNN's first pool */
     check_pool2((struct dt_shape){11, 11, 64}, 2); /* its second: odd, the last row and column dropped */
     check_pool2((struct dt_shape){6, 8, 13}, 3);   /* channels not a vector multiple */
+    check_pool2((struct dt_shape){7, 9, 5}, 2);    /* odd both ways, few channels */
 }
 END_TEST
 

@@ -244,6 +244,7 @@ static inline void lh_backward(struct lh *h)
     lh_forward(h);
     memcpy(h->dout, h->R, sizeof(float) * h->nout);
     for (size_t i = 0; i < h->np; i++) h->dparams[i] = NAN; /* must be overwritten */
+    for (size_t i = 0; i < h->nin; i++) h->dinp[i] = NAN;    /* so must every input gradient */
     h->l.ops->backward(&h->l, &h->c, h->dinp, h->dout, h->inp, h->out, h->params, h->dparams);
 }
 

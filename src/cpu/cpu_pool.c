@@ -59,6 +59,20 @@ static inline __attribute__((always_inline)) void window_max(float *restrict o, 
     }
 }
 
+/* A window's maximum stored: one of its inputs, so for bf16 a bf16 value
+ * already and stored as its top 16 bits without rounding; or -FLT_MAX where
+ * every input was NaN, which rounds to -inf (0xff80). */
+static inline __attribute__((always_inline)) void pool_st(void *out, size_t i, float m, const int bf)
+{
+    if (!bf) {
+        ((float *)out)[i] = m;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &m, sizeof u);
+    ((uint16_t *)out)[i] = m == -FLT_MAX ? 0xff80u : (uint16_t)(u >> 16);
+}
+
 /* 2x2 windows at stride 2, the CNNs' usual pool: per channel the maximum
  * and its offset stay in registers over the four taps and are stored once
  * (window_max_arg keeps them in the output row and rewrites it per tap:
@@ -81,7 +95,7 @@ static inline __attribute__((always_inline)) void pool2_px(void *restrict out, i
         a = v > m ? off + dy + c : a, m = v > m ? v : m;
         v = cpu_ld(inp, x + (size_t)(off + dy + dx) + c, bf);
         a = v > m ? off + dy + dx + c : a, m = v > m ? v : m;
-        cpu_st(out, at + c, m, bf);
+        pool_st(out, at + c, m, bf);
         if (train) am[c] = a;
     }
 }
@@ -126,7 +140,7 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
                         else window_max(o, xi, s->c, bf);
                     }
                 if (bf)
-                    for (int c = 0; c < s->c; c++) cpu_st(out, at + c, o[c], 1);
+                    for (int c = 0; c < s->c; c++) pool_st(out, at + c, o[c], 1);
             }
     }
 }
@@ -161,16 +175,38 @@ DT_MULTIVERSION void cpu_pool_forward(dt_pool_plan *p, int n, void *out, const v
     free(tmp);
 }
 
-/* Non-overlapping windows: every input element is written once (gradient
- * or zero), so no separate clearing pass. */
+/* Non-overlapping windows: every input element under a window is written
+ * once (gradient or zero), so only the rows and columns no window covers
+ * need clearing. A bf16 gradient is copied as its 16 bits: it is the
+ * pool's gradient or zero, nothing to round. */
 static inline __attribute__((always_inline)) void unpool_row(void *restrict dx, const void *restrict dy,
                                                              const void *restrict y, const int32_t *restrict am,
                                                              int32_t off, int channels, const int bf)
 {
+    if (bf) {
+        const uint16_t *restrict dy16 = dy, *restrict y16 = y;
+        uint16_t *restrict dx16 = dx;
+        for (int c = 0; c < channels; c++) {
+            uint16_t g = y16 && !(dt_bf16_to_f32(y16[c]) > 0.0f) ? 0 : dy16[c];
+            dx16[c] = am[c] == off + c ? g : 0;
+        }
+        return;
+    }
     for (int c = 0; c < channels; c++) {
         float g = y && !(cpu_ld(y, c, bf) > 0.0f) ? 0.0f : cpu_ld(dy, c, bf);
         cpu_st(dx, c, am[c] == off + c ? g : 0.0f, bf);
     }
+}
+
+/* A tiled pool's input gradient outside every window: the columns right of
+ * the last window in the rows the windows cover, then the rows below. */
+static void unpool_edges(const struct dt_conv_shape *s, void *dinp, size_t x, size_t es)
+{
+    const size_t row = (size_t)s->w * s->c, cw = (size_t)s->ow * s->stride * s->c;
+    const int ch = s->oh * s->stride;
+    if (cw < row)
+        for (int y = 0; y < ch; y++) memset((char *)dinp + (x + (size_t)y * row + cw) * es, 0, (row - cw) * es);
+    if (ch < s->h) memset((char *)dinp + (x + (size_t)ch * row) * es, 0, (size_t)(s->h - ch) * row * es);
 }
 
 static inline __attribute__((always_inline)) void pool_bwd(dt_pool_plan *p, int n, void *dinp, const void *dout,
@@ -194,6 +230,7 @@ static inline __attribute__((always_inline)) void pool_bwd(dt_pool_plan *p, int 
                                        relu_out ? cpu_at(relu_out, dy + o, bf) : NULL, am + o, off, s->c, bf);
                         }
                 }
+            unpool_edges(s, dinp, dx, bf ? 2 : sizeof(float));
         } else {
             for (size_t i = 0; i < out_sample; i++)
                 if (!relu_out || cpu_ld(relu_out, dy + i, bf) > 0.0f)
@@ -208,8 +245,7 @@ DT_MULTIVERSION void cpu_pool_backward(dt_pool_plan *p, int n, void *dinp, const
 {
     const struct dt_conv_shape *s = &p->s;
     const size_t in_sample = (size_t)s->h * s->w * s->c;
-    const int tiled = s->stride == s->kh && s->stride == s->kw;
-    if (!tiled || s->oh * s->stride != s->h || s->ow * s->stride != s->w) /* overlaps or uncovered edges */
+    if (s->stride != s->kh || s->stride != s->kw) /* overlapping windows add up */
         memset(dinp, 0, (bf ? 2 : sizeof(float)) * in_sample * (size_t)n);
     if (bf) pool_bwd(p, n, dinp, dout, relu_out, 1);
     else pool_bwd(p, n, dinp, dout, relu_out, 0);
