@@ -940,9 +940,16 @@ START_TEST(dropout_stats)
     lh_setup(&h, &dt_dropout_ops, (struct dt_layer_spec){.type = "dropout", .rate = rate},
              (struct dt_shape){10, 10, 10}, 10, 1400);
     for (size_t i = 0; i < h.nin; i++) h.inp[i] = 1.0f + h.inp[i] * 0.5f; /* in [0.5, 1.5): never 0 */
+    dt_rng draws = h.rng;
     lh_forward(&h);
     const double n = (double)h.nin, scale = 1.0 / (1.0 - (double)rate);
     size_t zeros = 0;
+    /* element i dropped where the stream's i-th uniform draw is below the
+     * rate, and the stream advanced by exactly one draw an element (the
+     * kernel draws them in bulk: the same numbers as one call each) */
+    for (size_t i = 0; i < h.nin; i++)
+        ck_assert_msg((h.out[i] == 0.0f) == (dt_rng_uniform(&draws) < rate), "out[%zu]: not the stream's draw", i);
+    ck_assert_msg(memcmp(&draws, &h.rng, sizeof draws) == 0, "the dropout stream advanced by other than n draws");
     for (size_t i = 0; i < h.nin; i++) {
         if (h.out[i] == 0.0f) { zeros++; continue; }
         /* kept: x * (1/(1-rate)), up to two float roundings */

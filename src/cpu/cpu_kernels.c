@@ -323,14 +323,21 @@ DT_MULTIVERSION void cpu_relu_backward(void *dinp, const void *dout, const void 
     else relu_bwd(dinp, dout, out, n, 0);
 }
 
+/* The draws first (one generator, in order), then a loop that vectorizes. */
+static void dropout_apply(float *out, float *restrict mask, const float *inp, size_t n, float rate,
+                          float scale)
+{
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = mask[i] >= rate ? scale : 0.0f;
+        out[i] = inp[i] * mask[i];
+    }
+}
+
 void cpu_dropout_forward(float *out, float *mask, const float *inp, size_t n, float rate,
                          dt_rng *rng)
 {
-    const float scale = 1.0f / (1.0f - rate);
-    for (size_t i = 0; i < n; i++) {
-        mask[i] = dt_rng_uniform(rng) >= rate ? scale : 0.0f;
-        out[i] = inp[i] * mask[i];
-    }
+    dt_rng_uniforms(rng, mask, n);
+    dropout_apply(out, mask, inp, n, rate, 1.0f / (1.0f - rate));
 }
 
 DT_MULTIVERSION void cpu_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n)

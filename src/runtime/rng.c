@@ -32,6 +32,24 @@ uint64_t dt_rng_u64(dt_rng *r)
 
 float dt_rng_uniform(dt_rng *r) { return (float)(dt_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
 
+/* The same draws with the state in registers: a call per number kept the
+ * state in memory and cost dropout 8 ns an element. */
+void dt_rng_uniforms(dt_rng *r, float *out, size_t n)
+{
+    uint64_t s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t result = rotl(s1 * 5, 7) * 9, t = s1 << 17;
+        s2 ^= s0;
+        s3 ^= s1;
+        s1 ^= s2;
+        s0 ^= s3;
+        s2 ^= t;
+        s3 = rotl(s3, 45);
+        out[i] = (float)(result >> 40) * (1.0f / 16777216.0f);
+    }
+    r->s[0] = s0, r->s[1] = s1, r->s[2] = s2, r->s[3] = s3;
+}
+
 uint64_t dt_rng_below(dt_rng *r, uint64_t n)
 {
     uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;

@@ -23,6 +23,7 @@ static inline uint64_t dt_mix64(uint64_t z)
 void dt_rng_seed(dt_rng *r, uint64_t seed, uint64_t stream);
 uint64_t dt_rng_u64(dt_rng *r);
 float dt_rng_uniform(dt_rng *r);                  /* [0, 1) */
+void dt_rng_uniforms(dt_rng *r, float *out, size_t n); /* n of them, as n calls would give */
 uint64_t dt_rng_below(dt_rng *r, uint64_t n);     /* [0, n), unbiased */
 void dt_rng_permutation(dt_rng *r, int64_t *perm, int64_t n);
 
