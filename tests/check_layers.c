@@ -871,7 +871,11 @@ static void check_fold(struct dt_shape in, int filters)
 START_TEST(conv_pool_fold_seed) { check_fold((struct dt_shape){28, 28, 1}, 32); }
 END_TEST
 
-START_TEST(conv_pool_fold_odd) { check_fold((struct dt_shape){11, 13, 1}, 7); }
+START_TEST(conv_pool_fold_odd)
+{
+    check_fold((struct dt_shape){11, 13, 1}, 7);
+    check_fold((struct dt_shape){13, 15, 1}, 48); /* the AVX-512 kernels: a pass of 32 channels, then one of 16 */
+}
 END_TEST
 
 /* ---- initialisation ---------------------------------------------------- */
@@ -1769,6 +1773,8 @@ START_TEST(conv_pool_fold_bf16)
     ck_assert_int_eq(be->set_act_type(DT_PREC_BF16), DT_PREC_BF16); /* bf16 activations, as --precision bf16 */
     check_fold((struct dt_shape){28, 28, 1}, 32);
     check_fold((struct dt_shape){12, 14, 1}, 5);
+    check_fold((struct dt_shape){28, 28, 1}, 64); /* the AVX512-BF16 kernel's other constant case */
+    check_fold((struct dt_shape){13, 15, 1}, 16); /* and its general one, odd sizes */
 }
 END_TEST
 
