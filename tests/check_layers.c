@@ -1206,17 +1206,19 @@ static const struct bf_conv_shape {
 /* ---- bf16 backward-weights: cpu_wgrad_bf16.c -------------------------- */
 
 /* The shapes its tiles and edges take: the seed CNN's 13x13x32 -> 64 'valid'
- * (4 blocks of outputs per tile, odd width: a zero pair partner), stride 2
- * with 'same' on even sizes (bottom/right padding only) into 32 outputs (2
- * blocks), and on odd ones (a row and column of padding on each side), one
- * image; an odd 9x7 at stride 1 into 16 (1 block), 48 outputs (3 blocks: 1
- * per tile), and 48x48 images large enough for one image per chunk. */
+ * (4 blocks of outputs per tile; odd width, so images pair, and an odd
+ * count: the last one's partner zero), stride 2 with 'same' on even sizes
+ * (bottom/right padding only) into 32 outputs (2 blocks), and on odd ones
+ * (a row and column of padding on each side), one image; an odd 9x7 at
+ * stride 1 into 16 (1 block), 48 outputs (3 blocks: 1 per tile), 48x48
+ * images large enough for one image per chunk and 47x47 ones for one pair
+ * of images per chunk; one image of odd width (no partner at all). */
 static const struct wg_case {
     struct dt_shape in;
     int K, s, same, n;
 } wg_cases[] = {{{13, 13, 32}, 64, 1, 0, 3}, {{8, 8, 16}, 32, 2, 1, 5}, {{9, 7, 16}, 16, 1, 1, 2},
                 {{6, 5, 32}, 48, 2, 1, 3}, {{48, 48, 16}, 16, 1, 1, 3}, {{7, 7, 16}, 32, 2, 1, 1},
-                {{11, 9, 32}, 16, 2, 1, 4}};
+                {{11, 9, 32}, 16, 2, 1, 4}, {{47, 47, 16}, 16, 1, 1, 3}, {{5, 9, 16}, 32, 1, 0, 1}};
 
 static struct dt_conv_shape wg_shape(const struct wg_case *c)
 {
