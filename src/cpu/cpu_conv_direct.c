@@ -20,10 +20,12 @@
  *
  * The folded passes also come written with AVX-512 intrinsics, taken where
  * the CPU has AVX512-BF16 and K is a multiple of 16 (DTRAIN_NO_FAST_KERNELS
- * turns them off): the same sums in the same order, so the same bits, at
- * 0.38 against 0.51 ms (bf16 forward) and 0.27 / 0.32 against 0.45 / 0.48 ms
- * (bf16 / float32 backward-weights) a 64-sample batch of the seed CNN on
- * Zen 4. The generic kernels stay the reference. */
+ * turns them off): the same sums in the same order, so the same bits. In
+ * the seed CNN's training on one Zen 4 core (DTRAIN_KERNEL_VERBOSE, means
+ * over an epoch of 64-sample batches): forward 0.36 against 0.53 ms in
+ * bf16, 0.29 against 0.33 in float32; backward-weights 0.29 against 0.45 ms
+ * in bf16, 0.36 against 0.49 in float32. The generic kernels stay the
+ * reference. */
 #include "config.h"
 
 #include <float.h>
@@ -243,25 +245,27 @@ static inline __attribute__((always_inline)) void fwd_pool_kernel(const struct d
 }
 
 #ifdef DIRECT_BF16_HW
-/* fwd_pool_kernel for bf16 activations and K a multiple of 16 (at most 64),
- * written with AVX-512 intrinsics so that the rounding of the window's four
- * pixels is vcvtneps2bf16 rather than runtime/half.h's bit arithmetic, which
- * GCC turns into mask juggling: it made this layer's bf16 forward 1.6x its
- * float32 one (0.53 against 0.33 ms a 64-sample batch). The same sums in the
- * same order (one FMA per tap, as GCC compiles the generic loop), the same
- * nearest-even rounding (the instruction's flushing of denormals changes
- * nothing: FMA results are flushed already under cpu_setup's FTZ), the same
- * comparisons; so bit for bit the generic kernel's (tests/check_layers.c's
- * conv_pool_fold_bf16 compares this with the two layers apart). */
+/* fwd_pool_kernel for K a multiple of 16 (at most 64), written with AVX-512
+ * intrinsics: the bf16 rounding of the window's four pixels is
+ * vcvtneps2bf16 rather than runtime/half.h's bit arithmetic, which GCC
+ * turns into mask juggling (it made this layer's bf16 forward 1.6x its
+ * float32 one), and each input of the window's patch is broadcast once
+ * (16 broadcasts instead of 36 for 3x3). The same sums in the same order
+ * (a pixel's taps in raster order, one FMA each, as GCC compiles the
+ * generic loop), the same nearest-even rounding (the instruction's flushing
+ * of denormals changes nothing: FMA results are flushed already under
+ * cpu_setup's FTZ), the same comparisons; so bit for bit the generic
+ * kernel's (check_layers' conv_pool_fold tests compare it with the two
+ * layers apart). */
 BF_TARGET static inline __attribute__((always_inline)) void fwd_pool_hw_t(const struct dt_conv_shape *s, int n,
-        uint16_t *restrict out, int32_t *restrict am, const void *inp, const float *restrict weight,
-        const float *restrict bias, float *restrict img, const int K, const int KH, const int KW)
+        void *restrict out, int32_t *restrict am, const void *inp, const float *restrict weight,
+        const float *restrict bias, float *restrict buf, const int K, const int KH, const int KW, const int bf)
 {
     const int ph = s->oh / 2, pw = s->ow / 2, V = K / 16;
     const __m512 zero = _mm512_setzero_ps(), lowest = _mm512_set1_ps(-FLT_MAX);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int b = 0; b < n; b++) {
-        sample_f32(inp, (size_t)b * s->h * s->w, (size_t)s->h * s->w, img, 1);
+        const float *img = sample_f32(inp, (size_t)b * s->h * s->w, (size_t)s->h * s->w, buf, bf);
         for (int py = 0; py < ph; py++)
             for (int px = 0; px < pw; px++) {
                 __m512 acc[4][MAX_K / 16];
@@ -269,12 +273,15 @@ BF_TARGET static inline __attribute__((always_inline)) void fwd_pool_hw_t(const 
                     const __m512 b0 = _mm512_loadu_ps(bias + 16 * v);
                     for (int p = 0; p < 4; p++) acc[p][v] = b0;
                 }
-                for (int ky = 0; ky < KH; ky++)
-                    for (int kx = 0; kx < KW; kx++) {
-                        const float *w = weight + (size_t)(ky * KW + kx) * K;
+                /* each input of the window's (KH + 1) x (KW + 1) patch broadcast once, into
+                 * every pixel it feeds; a pixel's taps still come in raster order */
+                for (int r = 0; r <= KH; r++)
+                    for (int c = 0; c <= KW; c++) {
+                        const __m512 x = _mm512_set1_ps(img[(size_t)(2 * py + r) * s->w + 2 * px + c]);
                         for (int p = 0; p < 4; p++) {
-                            const __m512 x =
-                                _mm512_set1_ps(img[(size_t)(2 * py + p / 2 + ky) * s->w + 2 * px + p % 2 + kx]);
+                            const int ky = r - p / 2, kx = c - p % 2;
+                            if (ky < 0 || ky >= KH || kx < 0 || kx >= KW) continue;
+                            const float *w = weight + (size_t)(ky * KW + kx) * K;
                             for (int v = 0; v < V; v++)
                                 acc[p][v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w + 16 * v), acc[p][v]);
                         }
@@ -285,28 +292,37 @@ BF_TARGET static inline __attribute__((always_inline)) void fwd_pool_hw_t(const 
                     __m256i m16 = _mm256_set1_epi16((short)0xff80); /* -FLT_MAX rounded: every pixel NaN */
                     __m512i a = _mm512_setzero_si512();
                     for (int p = 0; p < 4; p++) {
-                        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_max_ps(zero, acc[p][v])); /* ReLU */
-                        const __m512 r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                        __m512 r = _mm512_max_ps(zero, acc[p][v]); /* the ReLU: acc < 0 ? 0 : acc */
+                        __m256i h = _mm256_setzero_si256();
+                        if (bf) { /* rounded as stored, then loaded */
+                            h = (__m256i)_mm512_cvtneps_pbh(r);
+                            r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                        }
                         const __mmask16 gt = _mm512_cmp_ps_mask(r, m, _CMP_GT_OQ);
                         const __m512i off = _mm512_add_epi32(
                             lane, _mm512_set1_epi32(((2 * py + p / 2) * s->ow + 2 * px + p % 2) * K + 16 * v));
                         a = p == 0 ? off : _mm512_mask_blend_epi32(gt, a, off);
                         m = _mm512_mask_blend_ps(gt, m, r);
-                        m16 = _mm256_mask_blend_epi16(gt, m16, h);
+                        if (bf) m16 = _mm256_mask_blend_epi16(gt, m16, h);
                     }
-                    _mm256_storeu_si256((__m256i *)(out + at + 16 * v), m16);
+                    if (bf) _mm256_storeu_si256((__m256i *)((uint16_t *)out + at + 16 * v), m16);
+                    else _mm512_storeu_ps((float *)out + at + 16 * v, m);
                     if (am) _mm512_storeu_si512(am + at + 16 * v, a);
                 }
             }
     }
 }
 
-BF_TARGET static void fwd_pool_hw(const struct dt_conv_shape *s, int n, uint16_t *out, int32_t *am, const void *inp,
-                                  const float *weight, const float *bias, float *img)
+BF_TARGET static void fwd_pool_hw(const struct dt_conv_shape *s, int n, void *out, int32_t *am, const void *inp,
+                                  const float *weight, const float *bias, float *buf, int bf)
 {
-    if (s->kh == 3 && s->kw == 3 && s->k == 32) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, img, 32, 3, 3);
-    else if (s->kh == 3 && s->kw == 3 && s->k == 64) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, img, 64, 3, 3);
-    else fwd_pool_hw_t(s, n, out, am, inp, weight, bias, img, s->k, s->kh, s->kw);
+    const int k3 = s->kh == 3 && s->kw == 3;
+    if (k3 && s->k == 32 && bf) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, buf, 32, 3, 3, 1);
+    else if (k3 && s->k == 32) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, buf, 32, 3, 3, 0);
+    else if (k3 && s->k == 64 && bf) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, buf, 64, 3, 3, 1);
+    else if (k3 && s->k == 64) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, buf, 64, 3, 3, 0);
+    else if (bf) fwd_pool_hw_t(s, n, out, am, inp, weight, bias, buf, s->k, s->kh, s->kw, 1);
+    else fwd_pool_hw_t(s, n, out, am, inp, weight, bias, buf, s->k, s->kh, s->kw, 0);
 }
 #endif
 
@@ -316,8 +332,8 @@ DT_MULTIVERSION void cpu_conv_direct_pool_forward(const struct dt_conv_shape *s,
 {
     float *xbuf = bf ? dt_xmalloc(sizeof(float) * (size_t)s->h * (size_t)s->w) : NULL;
 #ifdef DIRECT_BF16_HW
-    if (bf && s->k % 16 == 0 && cpu_fast_kernels() == CPU_FAST_ALL && cpu_avx512_bf16()) {
-        fwd_pool_hw(s, n, out, am, inp, weight, bias, xbuf);
+    if (s->k % 16 == 0 && cpu_fast_kernels() == CPU_FAST_ALL && cpu_avx512_bf16()) {
+        fwd_pool_hw(s, n, out, am, inp, weight, bias, xbuf, bf);
         free(xbuf);
         return;
     }
