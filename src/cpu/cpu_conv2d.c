@@ -627,6 +627,13 @@ static void zero_grads(const struct dt_conv_shape *s, float *dweight, float *dbi
     memset(dbias, 0, sizeof(float) * (size_t)s->k);
 }
 
+/* The folded kernel's name in DTRAIN_KERNEL_VERBOSE's lines: its AVX-512
+ * passes or the generic loops. */
+static const char *pool_kernel_name(const struct dt_conv_shape *s)
+{
+    return cpu_conv_direct_pool_fast(s) ? "dtrain:direct_pool_avx512" : "dtrain:direct_pool";
+}
+
 /* backend.h's conv_pool: on a plan that runs the direct kernel, with the
  * pool folded in. */
 void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out, const void *inp,
@@ -637,7 +644,7 @@ void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out
     const double t0 = p->verbose ? seconds() : 0.0;
     cpu_conv_direct_pool_forward(&p->s, n, out, train ? cpu_pool_places(pool, n) : NULL, inp, weight, bias,
                                  p->act16);
-    if (p->verbose) verbose_named(p, "dtrain:direct_pool", "forward_training", n, t0);
+    if (p->verbose) verbose_named(p, pool_kernel_name(&p->s), "forward_training", n, t0);
 }
 
 void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *dweight, float *dbias,
@@ -650,7 +657,7 @@ void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *d
     }
     const double t0 = p->verbose ? seconds() : 0.0;
     cpu_conv_direct_pool_backward_weights(s, n, dweight, dbias, dout, out, cpu_pool_places(pool, n), inp, p->act16);
-    if (p->verbose) verbose_named(p, "dtrain:direct_pool", "backward_weights", n, t0);
+    if (p->verbose) verbose_named(p, pool_kernel_name(&p->s), "backward_weights", n, t0);
 }
 
 void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float *dbias,

@@ -20,7 +20,9 @@
  *
  * The folded passes also come written with AVX-512 intrinsics, taken where
  * the CPU has AVX512-BF16 and K is a multiple of 16 (DTRAIN_NO_FAST_KERNELS
- * turns them off): the same sums in the same order, so the same bits. In
+ * turns them off): the same sums in the same order, so the same bits (a
+ * build that does not contract the generic loops into FMAs differs, and a
+ * check on first use then keeps the generic loops: self_check). In
  * the seed CNN's training on one Zen 4 core (DTRAIN_KERNEL_VERBOSE, means
  * over an epoch of 64-sample batches): forward 0.36 against 0.53 ms in
  * bf16, 0.29 against 0.33 in float32; backward-weights 0.29 against 0.45 ms
@@ -326,18 +328,12 @@ BF_TARGET static void fwd_pool_hw(const struct dt_conv_shape *s, int n, void *ou
 }
 #endif
 
-DT_MULTIVERSION void cpu_conv_direct_pool_forward(const struct dt_conv_shape *s, int n, void *out, int32_t *am,
-                                                  const void *inp, const float *restrict weight,
-                                                  const float *restrict bias, int bf)
+/* The generic folded passes (the reference), for every CPU. */
+DT_MULTIVERSION static void generic_pool_forward(const struct dt_conv_shape *s, int n, void *out, int32_t *am,
+                                                 const void *inp, const float *restrict weight,
+                                                 const float *restrict bias, int bf)
 {
     float *xbuf = bf ? dt_xmalloc(sizeof(float) * (size_t)s->h * (size_t)s->w) : NULL;
-#ifdef DIRECT_BF16_HW
-    if (s->k % 16 == 0 && cpu_fast_kernels() == CPU_FAST_ALL && cpu_avx512_bf16()) {
-        fwd_pool_hw(s, n, out, am, inp, weight, bias, xbuf, bf);
-        free(xbuf);
-        return;
-    }
-#endif
     if (bf) DIRECT_CASES(fwd_pool_kernel, 1, s, n, out, am, inp, weight, bias, xbuf);
     else DIRECT_CASES(fwd_pool_kernel, 0, s, n, out, am, inp, weight, bias, xbuf);
     free(xbuf);
@@ -471,14 +467,107 @@ BF_TARGET static void bwdw_pool_hw(const struct dt_conv_shape *s, int n, float *
 }
 #endif
 
-DT_MULTIVERSION void cpu_conv_direct_pool_backward_weights(const struct dt_conv_shape *s, int n,
-                                                           float *restrict dweight, float *restrict dbias,
-                                                           const void *dout, const void *out, const int32_t *am,
-                                                           const void *inp, int bf)
+DT_MULTIVERSION static void generic_pool_backward_weights(const struct dt_conv_shape *s, int n,
+                                                          float *restrict dweight, float *restrict dbias,
+                                                          const void *dout, const void *out, const int32_t *am,
+                                                          const void *inp, int bf)
 {
     float *g = dt_xmalloc(sizeof(float) * (size_t)s->ow * (size_t)s->k * 2), *d = g + (size_t)s->ow * s->k;
+    if (bf) DIRECT_CASES(bwdw_pool_kernel, 1, s, n, dweight, dbias, dout, out, am, inp, g, d);
+    else DIRECT_CASES(bwdw_pool_kernel, 0, s, n, dweight, dbias, dout, out, am, inp, g, d);
+    free(g);
+}
+
 #ifdef DIRECT_BF16_HW
-    if (s->k % 16 == 0 && cpu_fast_kernels() == CPU_FAST_ALL && cpu_avx512_bf16()) {
+/* Whether the intrinsic passes give the generic loops' bits in this build.
+ * They do where GCC contracts the generic `acc += v * w` into one FMA, as it
+ * does at -O2 and above in its default (GNU C) mode; at -O1 or -O0, with
+ * -std=c11 or -ffp-contract=off it does not, and the two differ in the last
+ * bits. So before their first use both run on a small problem (two 10x10
+ * images into 48 filters: a pass of 32 channels and one of 16; both
+ * activation types; both passes), and if any bit differs every call takes
+ * the generic loops. */
+static float self_value(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)(*x >> 41) / 4194304.0f - 1.0f; /* [-1, 1) */
+}
+
+static int self_check(void)
+{
+    enum { H = 10, K = 48, OH = H - 2, PH = OH / 2, N = 2, NI = N * H * H, NO = N * PH * PH * K };
+    const struct dt_conv_shape s = {.h = H, .w = H, .c = 1, .k = K, .kh = 3, .kw = 3, .stride = 1, .pad = 0,
+                                    .oh = OH, .ow = OH};
+    float *in32 = dt_xmalloc(sizeof(float) * (NI + 10 * K + 2 * NO + H * H + 2 * OH * K));
+    float *w = in32 + NI, *b = w + 9 * K, *dy32 = b + K, *buf = dy32 + NO, *g = buf + H * H;
+    float *outs = dt_xmalloc(sizeof(float) * 2 * (NO + 10 * K)), *grads = outs + 2 * NO;
+    uint16_t *in16 = dt_xmalloc(sizeof(uint16_t) * (NI + NO)), *dy16 = in16 + NI;
+    int32_t *am = dt_xmalloc(sizeof(int32_t) * 2 * NO);
+    uint64_t x = 54;
+    for (int i = 0; i < NI; i++) in16[i] = dt_f32_to_bf16(in32[i] = self_value(&x));
+    for (int i = 0; i < 10 * K; i++) w[i] = self_value(&x); /* the weights, then the bias */
+    for (int i = 0; i < NO; i++) dy16[i] = dt_f32_to_bf16(dy32[i] = self_value(&x));
+    int same = 1;
+    for (int bf = 0; bf <= 1 && same; bf++) {
+        const void *in = bf ? (const void *)in16 : in32, *dy = bf ? (const void *)dy16 : dy32;
+        float *o0 = outs, *o1 = outs + NO, *dw0 = grads, *dw1 = grads + 10 * K;
+        memset(outs, 0, sizeof(float) * 2 * NO);
+        generic_pool_forward(&s, N, o0, am, in, w, b, bf);
+        fwd_pool_hw(&s, N, o1, am + NO, in, w, b, buf, bf);
+        generic_pool_backward_weights(&s, N, dw0, dw0 + 9 * K, dy, o0, am, in, bf);
+        bwdw_pool_hw(&s, N, dw1, dw1 + 9 * K, dy, o0, am, in, g, buf, bf);
+        same = !memcmp(o0, o1, sizeof(float) * NO) && !memcmp(am, am + NO, sizeof(int32_t) * NO) &&
+               !memcmp(dw0, dw1, sizeof(float) * 10 * K);
+    }
+    free(in32);
+    free(outs);
+    free(in16);
+    free(am);
+    return same;
+}
+
+/* The intrinsic passes run here: a CPU with AVX512-BF16, the fast kernels
+ * on, K a multiple of 16, and this build's generic loops their twin. */
+static int use_hw(const struct dt_conv_shape *s)
+{
+    static int agrees = -1;
+    if (s->k % 16 != 0 || cpu_fast_kernels() != CPU_FAST_ALL || !cpu_avx512_bf16()) return 0;
+    if (agrees < 0) agrees = self_check();
+    return agrees;
+}
+#endif
+
+int cpu_conv_direct_pool_fast(const struct dt_conv_shape *s)
+{
+#ifdef DIRECT_BF16_HW
+    return use_hw(s);
+#else
+    (void)s;
+    return 0;
+#endif
+}
+
+void cpu_conv_direct_pool_forward(const struct dt_conv_shape *s, int n, void *out, int32_t *am, const void *inp,
+                                  const float *weight, const float *bias, int bf)
+{
+#ifdef DIRECT_BF16_HW
+    if (use_hw(s)) {
+        float *buf = bf ? dt_xmalloc(sizeof(float) * (size_t)s->h * (size_t)s->w) : NULL;
+        fwd_pool_hw(s, n, out, am, inp, weight, bias, buf, bf);
+        free(buf);
+        return;
+    }
+#endif
+    generic_pool_forward(s, n, out, am, inp, weight, bias, bf);
+}
+
+void cpu_conv_direct_pool_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
+                                           const void *dout, const void *out, const int32_t *am, const void *inp,
+                                           int bf)
+{
+#ifdef DIRECT_BF16_HW
+    if (use_hw(s)) {
+        float *g = dt_xmalloc(sizeof(float) * (size_t)s->ow * (size_t)s->k * 2);
         float *buf = bf ? dt_xmalloc(sizeof(float) * (size_t)s->h * (size_t)s->w) : NULL;
         bwdw_pool_hw(s, n, dweight, dbias, dout, out, am, inp, g, buf, bf);
         free(buf);
@@ -486,7 +575,5 @@ DT_MULTIVERSION void cpu_conv_direct_pool_backward_weights(const struct dt_conv_
         return;
     }
 #endif
-    if (bf) DIRECT_CASES(bwdw_pool_kernel, 1, s, n, dweight, dbias, dout, out, am, inp, g, d);
-    else DIRECT_CASES(bwdw_pool_kernel, 0, s, n, dweight, dbias, dout, out, am, inp, g, d);
-    free(g);
+    generic_pool_backward_weights(s, n, dweight, dbias, dout, out, am, inp, bf);
 }

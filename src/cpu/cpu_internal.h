@@ -81,6 +81,10 @@ void cpu_conv_direct_pool_forward(const struct dt_conv_shape *s, int n, void *ou
 void cpu_conv_direct_pool_backward_weights(const struct dt_conv_shape *s, int n, float *dweight, float *dbias,
                                            const void *dout, const void *out, const int32_t *am, const void *inp,
                                            int bf);
+/* 1 where those two take their AVX-512 versions for shape s (AVX512-BF16,
+ * K a multiple of 16, fast kernels on, and the versions equal to the
+ * generic loops bit for bit in this build: a check on first use). */
+int cpu_conv_direct_pool_fast(const struct dt_conv_shape *s);
 /* cpu_conv2d.c: the conv_pool ops (backend.h) on a direct plan */
 int cpu_conv_pool_fits(const struct dt_conv_shape *s);
 void cpu_conv_pool_forward(dt_conv_plan *plan, dt_pool_plan *pool, int n, void *out, const void *inp,
@@ -125,7 +129,9 @@ void cpu_wino_avx2_backward_weights(const struct dt_conv_shape *s, int m, int n,
  * channels in and out multiples of 16) on bf16 activations with
  * AVX512-BF16 dot products, on CPUs without AMX (unless
  * DTRAIN_NO_FAST_KERNELS is set and not 0). dout and inp are bf16 NHWC;
- * scratch holds cpu_wgrad_bf16_scratch(s, n, threads) bytes. */
+ * scratch holds cpu_wgrad_bf16_scratch(s, n, threads) bytes for this
+ * call's n and threads: not monotonic in n (chunks are sized per call), so
+ * ask for each call rather than once for the largest batch. */
 int cpu_wgrad_bf16_fits(const struct dt_conv_shape *s);
 size_t cpu_wgrad_bf16_scratch(const struct dt_conv_shape *s, int n, int threads);
 void cpu_wgrad_bf16(const struct dt_conv_shape *s, int n, float *dweight, float *dbias, const void *dout,
