@@ -100,13 +100,6 @@ static inline __attribute__((always_inline)) void fwd_kernel(const struct dt_con
     }
 }
 
-static inline __attribute__((always_inline)) uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 /* One sample's input (hw values from element x) as float32: in place for
  * float32, else widened into buf once, so that the taps' broadcasts read
  * float32 (a bf16 tap is a load, a shift and a broadcast each time). */
@@ -236,10 +229,7 @@ static inline __attribute__((always_inline)) void fwd_pool_kernel(const struct d
                         a = p == 0 || acc[p][k] > m ? off : a;
                         m = acc[p][k] > m ? acc[p][k] : m;
                     }
-                    if (bf) /* m is a bf16 value already (or -FLT_MAX, which rounds to -inf) */
-                        ((uint16_t *)out)[at + k] = m == -FLT_MAX ? 0xff80u : (uint16_t)(f32_bits(m) >> 16);
-                    else
-                        ((float *)out)[at + k] = m;
+                    cpu_st_max(out, at + k, m, bf);
                     if (am) am[at + k] = a;
                 }
             }

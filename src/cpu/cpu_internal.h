@@ -5,7 +5,9 @@
 #define DT_CPU_INTERNAL_H
 
 #include <oneapi/dnnl/dnnl.h>
+#include <float.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
 #include "runtime/status.h" /* dt_die */
@@ -35,6 +37,20 @@ static inline __attribute__((always_inline)) void cpu_st(void *p, size_t i, floa
 {
     if (bf) ((uint16_t *)p)[i] = dt_f32_to_bf16(v);
     else ((float *)p)[i] = v;
+}
+
+/* cpu_st for a maximum of stored activations (a max pool's): for bf16 a
+ * bf16 value already, so its top 16 bits without rounding; or -FLT_MAX
+ * where every input was NaN, which rounds to -inf (0xff80). */
+static inline __attribute__((always_inline)) void cpu_st_max(void *p, size_t i, float m, const int bf)
+{
+    if (!bf) {
+        ((float *)p)[i] = m;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &m, sizeof u);
+    ((uint16_t *)p)[i] = m == -FLT_MAX ? 0xff80u : (uint16_t)(u >> 16);
 }
 
 /* Element i of an activation as a pointer (bf16 or float32), for kernels

@@ -59,20 +59,6 @@ static inline __attribute__((always_inline)) void window_max(float *restrict o, 
     }
 }
 
-/* A window's maximum stored: one of its inputs, so for bf16 a bf16 value
- * already and stored as its top 16 bits without rounding; or -FLT_MAX where
- * every input was NaN, which rounds to -inf (0xff80). */
-static inline __attribute__((always_inline)) void pool_st(void *out, size_t i, float m, const int bf)
-{
-    if (!bf) {
-        ((float *)out)[i] = m;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &m, sizeof u);
-    ((uint16_t *)out)[i] = m == -FLT_MAX ? 0xff80u : (uint16_t)(u >> 16);
-}
-
 /* 2x2 windows at stride 2, the CNNs' usual pool: per channel the maximum
  * and its offset stay in registers over the four taps and are stored once
  * (window_max_arg keeps them in the output row and rewrites it per tap:
@@ -95,7 +81,7 @@ static inline __attribute__((always_inline)) void pool2_px(void *restrict out, i
         a = v > m ? off + dy + c : a, m = v > m ? v : m;
         v = cpu_ld(inp, x + (size_t)(off + dy + dx) + c, bf);
         a = v > m ? off + dy + dx + c : a, m = v > m ? v : m;
-        pool_st(out, at + c, m, bf);
+        cpu_st_max(out, at + c, m, bf);
         if (train) am[c] = a;
     }
 }
@@ -140,7 +126,7 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
                         else window_max(o, xi, s->c, bf);
                     }
                 if (bf)
-                    for (int c = 0; c < s->c; c++) pool_st(out, at + c, o[c], 1);
+                    for (int c = 0; c < s->c; c++) cpu_st_max(out, at + c, o[c], 1);
             }
     }
 }

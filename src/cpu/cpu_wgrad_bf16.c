@@ -194,8 +194,12 @@ struct ahead {
     int per;                   /* lines per call of ahead_some */
 };
 
-static void ahead_init(struct ahead *a, const struct wg *g, int i0, int cnt, const uint16_t *x, const uint16_t *dy)
+/* Units [u0, u0 + cnt) of n images: their images' bytes of X and dY. */
+static void ahead_init(struct ahead *a, const struct wg *g, int u0, int cnt, int n, const uint16_t *x,
+                       const uint16_t *dy)
 {
+    const int i0 = g->ip ? 2 * u0 : u0;
+    if (g->ip && cnt > 0) cnt = 2 * (u0 + cnt) <= n ? 2 * cnt : n - i0;
     if (cnt <= 0) { /* no next chunk */
         memset(a, 0, sizeof *a);
         return;
@@ -343,10 +347,7 @@ void cpu_wgrad_bf16(const struct dt_conv_shape *s, int n, float *dweight, float 
             const int i0 = c * g.G, cnt = i0 + g.G <= units ? g.G : units - i0;
             const int j0 = i0 + th * g.G, jn = j0 >= units ? 0 : j0 + g.G <= units ? g.G : units - j0; /* my next */
             struct ahead pf;
-            if (g.ip) /* its images */
-                ahead_init(&pf, &g, 2 * j0, jn ? (2 * (j0 + jn) <= n ? 2 * jn : n - 2 * j0) : 0, inp, dout);
-            else
-                ahead_init(&pf, &g, j0, jn, inp, dout);
+            ahead_init(&pf, &g, j0, jn, n, inp, dout);
             if (g.ip) pack_x_images(&g, i0, cnt, n, xp, inp);
             else pack_x(&g, i0, cnt, xp, inp);
             pack_dy(&g, i0, cnt, n, dyp, dout, db);
