@@ -634,6 +634,18 @@ static const char *pool_kernel_name(const struct dt_conv_shape *s)
     return cpu_conv_direct_pool_fast(s) ? "dtrain:direct_pool_avx512" : "dtrain:direct_pool";
 }
 
+/* The convolution the folded passes compute: the pixels under the pool's
+ * windows, 2ph x 2pw (fewer than the plan's where the pool drops a row or
+ * column, or computes fewer windows: nn/crop.c). A pixel left out only
+ * ever added zero products to the weight gradients. */
+static struct dt_conv_shape pooled(const dt_conv_plan *p, const dt_pool_plan *pool)
+{
+    struct dt_conv_shape s = p->s;
+    s.oh = 2 * cpu_pool_shape(pool)->oh;
+    s.ow = 2 * cpu_pool_shape(pool)->ow;
+    return s;
+}
+
 /* backend.h's conv_pool: on a plan that runs the direct kernel, with the
  * pool folded in. */
 void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out, const void *inp,
@@ -642,8 +654,8 @@ void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out
     if (n == 0) return;
     if (!p->direct || !p->relu) DT_DIE("conv_pool on a plan without the direct kernel and its ReLU");
     const double t0 = p->verbose ? seconds() : 0.0;
-    cpu_conv_direct_pool_forward(&p->s, n, out, train ? cpu_pool_places(pool, n) : NULL, inp, weight, bias,
-                                 p->act16);
+    const struct dt_conv_shape s = pooled(p, pool);
+    cpu_conv_direct_pool_forward(&s, n, out, train ? cpu_pool_places(pool, n) : NULL, inp, weight, bias, p->act16);
     if (p->verbose) verbose_named(p, pool_kernel_name(&p->s), "forward_training", n, t0);
 }
 
@@ -656,7 +668,9 @@ void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *d
         return;
     }
     const double t0 = p->verbose ? seconds() : 0.0;
-    cpu_conv_direct_pool_backward_weights(s, n, dweight, dbias, dout, out, cpu_pool_places(pool, n), inp, p->act16);
+    const struct dt_conv_shape ps = pooled(p, pool);
+    cpu_conv_direct_pool_backward_weights(&ps, n, dweight, dbias, dout, out, cpu_pool_places(pool, n), inp,
+                                          p->act16);
     if (p->verbose) verbose_named(p, pool_kernel_name(&p->s), "backward_weights", n, t0);
 }
 

@@ -131,6 +131,8 @@ static inline __attribute__((always_inline)) void pool_fwd(dt_pool_plan *p, int 
     }
 }
 
+const struct dt_conv_shape *cpu_pool_shape(const dt_pool_plan *p) { return &p->s; }
+
 int32_t *cpu_pool_places(dt_pool_plan *p, int n)
 {
     if (n > p->capacity) {

@@ -54,8 +54,8 @@ static void conv2d_create(struct dt_layer *l, const struct dt_backend *be, int m
     s->plan = be->conv_create(&s->shape, l->spec.activation == DT_ACT_RELU);
     if (l->fold_pool) {
         const struct dt_conv_shape ps = {.h = s->shape.oh, .w = s->shape.ow, .c = s->shape.k, .k = s->shape.k,
-                                         .kh = 2, .kw = 2, .stride = 2, .oh = s->shape.oh / 2,
-                                         .ow = s->shape.ow / 2};
+                                         .kh = 2, .kw = 2, .stride = 2, .oh = l->fold_out.h,
+                                         .ow = l->fold_out.w};
         s->pool = be->pool_create(&ps);
     }
 }
@@ -103,6 +103,20 @@ static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *
 const struct dt_conv_shape *dt_conv2d_shape(const struct dt_layer *l)
 {
     return &((const struct conv_state *)l->state)->shape;
+}
+
+void dt_conv2d_resize(struct dt_layer *l, int ih, int iw)
+{
+    struct dt_conv_shape *cs = &((struct conv_state *)l->state)->shape;
+    if (l->spec.same || ih < cs->kh || iw < cs->kw) DT_DIE("%s: no 'valid' convolution of a %dx%d input", l->name, ih, iw);
+    cs->h = ih;
+    cs->w = iw;
+    cs->oh = (ih - cs->kh) / cs->stride + 1;
+    cs->ow = (iw - cs->kw) / cs->stride + 1;
+    l->in.h = ih;
+    l->in.w = iw;
+    l->out.h = cs->oh;
+    l->out.w = cs->ow;
 }
 
 /* AdamW decays the kernel, not the bias. */

@@ -119,6 +119,8 @@ struct dt_layer {
     const struct dt_layer_ops *ops;
     char name[32];          /* e.g. "conv2d_1", as Keras names them */
     struct dt_shape in, out;
+    struct dt_shape full;   /* the output's shape as Keras gives it; out is its top-left
+                               part where crop.c finds the rest read by no one */
     size_t param_offset;    /* into the model's flat parameter block */
     size_t nparams;
     size_t buffer_offset;   /* into the model's buffer block (moving statistics) */
@@ -146,6 +148,7 @@ struct dt_layer {
      * folded) and, backward, reads the pool's gradient. Set by
      * dt_model_create, which knows the backend. */
     int fold_pool;
+    struct dt_shape fold_out; /* fold_pool: the pool's output (as crop.c leaves it) */
     int folded;             /* this layer's work is done by the previous one */
     void *state;            /* type-private */
 };
@@ -164,6 +167,12 @@ int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols);
 /* A conv2d or maxpool layer's shape (after setup). */
 const struct dt_conv_shape *dt_conv2d_shape(const struct dt_layer *l);
 const struct dt_conv_shape *dt_maxpool_shape(const struct dt_layer *l);
+
+/* crop.c's resizing (before create): a 'valid' conv2d onto an ih x iw input
+ * (its output follows, one pixel per window); a max pool onto an ih x iw
+ * input, giving oh x ow of its windows (the top-left ones). */
+void dt_conv2d_resize(struct dt_layer *l, int ih, int iw);
+void dt_maxpool_resize(struct dt_layer *l, int ih, int iw, int oh, int ow);
 
 /* init.c: N(0, std^2) (GPT-2's initialiser: std 0.02). */
 void dt_normal_init(float *w, size_t n, float std, dt_rng *rng);

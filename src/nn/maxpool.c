@@ -65,6 +65,21 @@ const struct dt_conv_shape *dt_maxpool_shape(const struct dt_layer *l)
     return &((const struct pool_state *)l->state)->shape;
 }
 
+void dt_maxpool_resize(struct dt_layer *l, int ih, int iw, int oh, int ow)
+{
+    struct dt_conv_shape *cs = &((struct pool_state *)l->state)->shape;
+    if (oh < 1 || ow < 1 || (oh - 1) * cs->stride + cs->kh > ih || (ow - 1) * cs->stride + cs->kw > iw)
+        DT_DIE("%s: %dx%d windows do not fit a %dx%d input", l->name, oh, ow, ih, iw);
+    cs->h = ih;
+    cs->w = iw;
+    cs->oh = oh;
+    cs->ow = ow;
+    l->in.h = ih;
+    l->in.w = iw;
+    l->out.h = oh;
+    l->out.w = ow;
+}
+
 const struct dt_layer_ops dt_maxpool_ops = {
     .type = "maxpool",
     .setup = maxpool_setup,

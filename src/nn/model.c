@@ -162,6 +162,7 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
                                other.c, shape.h, shape.w, shape.c);
         }
         if (l->ops->setup(l, &specs[i], st) != DT_OK) return st->code;
+        l->full = l->out;
         m->nparams += l->nparams;
         m->nbuffers += l->nbuffers;
         shape = l->out;
@@ -177,6 +178,7 @@ int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape i
             m->layers[i + 1].relu_bwd_of_prev = 1;
         }
     }
+    dt_model_plan_crops(m);
     plan_folds(m);
     if (tie_heads(m, st) != DT_OK) return st->code;
     m->tokens = nspecs > 0 && m->layers[0].ops == &dt_embedding_ops;
@@ -361,6 +363,7 @@ static void plan_conv_pool(struct dt_model *m, const struct dt_backend *be)
     if (ps->kh != 2 || ps->kw != 2 || ps->stride != 2) return;
     if (!be->conv_pool_fits(dt_conv2d_shape(conv))) return;
     conv->fold_pool = 1;
+    conv->fold_out = pool->out;
     pool->folded = 1;
     m->act_alias[1] = m->dact_alias[1] = 2;
 }
@@ -662,8 +665,10 @@ void dt_model_summary(const struct dt_model *m, FILE *out)
         const struct dt_layer *l = &m->layers[i];
         char from[48] = "";
         if (l->src >= 0) snprintf(from, sizeof from, "  (with %s)", l->src ? m->layers[l->src - 1].name : "input");
+        if (l->out.h != l->full.h || l->out.w != l->full.w) /* crop.c */
+            snprintf(from, sizeof from, "  (computes %dx%d: read no further)", l->out.h, l->out.w);
         fprintf(out, "  %-26s %-14s -> %4d x %4d x %4d  %10zu params%s\n", l->name, l->ops->type,
-                l->out.h, l->out.w, l->out.c, l->nparams, from);
+                l->full.h, l->full.w, l->full.c, l->nparams, from);
     }
     fprintf(out, "  total parameters: %zu\n", m->nparams);
 }

@@ -98,6 +98,9 @@ int dt_model_is_file(const char *name);
  * with a '/' (a model file's path) is shown as its file name. */
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);
+/* crop.c: shrink layers to the part of their output some layer reads
+ * (dt_model_build_specs calls it; DTRAIN_NO_CROP=1 turns it off). */
+void dt_model_plan_crops(struct dt_model *m);
 /* Whether every layer can run on be; if not, st names the first that cannot. */
 int dt_model_check_backend(const struct dt_model *m, const struct dt_backend *be, dt_status *st);
 /* Whether the backend can record a training step of this model into one
