@@ -538,9 +538,10 @@ static double seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void verbose_named(const struct dt_conv_plan *p, const char *kernel, const char *dir, int n, double t0)
+/* s: the convolution computed (the plan's, or the part under a folded pool's windows) */
+static void verbose_named(const struct dt_conv_plan *p, const struct dt_conv_shape *s, const char *kernel,
+                          const char *dir, int n, double t0)
 {
-    const struct dt_conv_shape *s = &p->s;
     printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
            "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
            kernel, dir, p->wino2 ? "winograd" : "direct", n, s->c, s->k, s->h,
@@ -551,7 +552,7 @@ static void verbose_named(const struct dt_conv_plan *p, const char *kernel, cons
 static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)
 {
     const int m = strcmp(dir, "backward_data") ? p->wm : p->wmd;
-    verbose_named(p,
+    verbose_named(p, &p->s,
                   p->direct ? "dtrain:direct" : !p->wino2 ? "dtrain:avx2" : m == 4 ? "dtrain_wino_4x3:avx2"
                                                                                  : "dtrain_wino_2x3:avx2",
                   dir, n, t0);
@@ -656,7 +657,7 @@ void cpu_conv_pool_forward(dt_conv_plan *p, dt_pool_plan *pool, int n, void *out
     const double t0 = p->verbose ? seconds() : 0.0;
     const struct dt_conv_shape s = pooled(p, pool);
     cpu_conv_direct_pool_forward(&s, n, out, train ? cpu_pool_places(pool, n) : NULL, inp, weight, bias, p->act16);
-    if (p->verbose) verbose_named(p, pool_kernel_name(&p->s), "forward_training", n, t0);
+    if (p->verbose) verbose_named(p, &s, pool_kernel_name(&p->s), "forward_training", n, t0);
 }
 
 void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *dweight, float *dbias,
@@ -671,7 +672,7 @@ void cpu_conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float *d
     const struct dt_conv_shape ps = pooled(p, pool);
     cpu_conv_direct_pool_backward_weights(&ps, n, dweight, dbias, dout, out, cpu_pool_places(pool, n), inp,
                                           p->act16);
-    if (p->verbose) verbose_named(p, pool_kernel_name(&p->s), "backward_weights", n, t0);
+    if (p->verbose) verbose_named(p, &ps, pool_kernel_name(&p->s), "backward_weights", n, t0);
 }
 
 void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float *dbias,
@@ -718,7 +719,7 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
             p->wg_bytes = need;
         }
         cpu_wgrad_bf16(s, n, dweight, dbias, dout, inp, p->wg_scratch, nt);
-        if (p->verbose) verbose_named(p, "dtrain_bf16:avx512_core_bf16", "backward_weights", n, t0);
+        if (p->verbose) verbose_named(p, &p->s, "dtrain_bf16:avx512_core_bf16", "backward_weights", n, t0);
     } else if (!p->direct) {
         load(e->src, e->src_bf, inp, in_count(p, n));
         dnnl_memory_t dw = e->dw.reorder ? e->dw.mem : e->user_dw;
