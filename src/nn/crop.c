@@ -15,13 +15,15 @@
  * gave zero to the input pixels only it read, which get zero now (a pool's
  * backward clears what its windows do not cover). What can change is the
  * order in which a library sums a shorter row (oneDNN's backward-weights);
- * tests/crop.sh holds float32 runs to their uncropped losses.
+ * tests/check_crop.c holds the logits to their uncropped bits and the
+ * gradients to 1e-6.
  *
- * The same holds for a strided 'valid' convolution whose windows leave a
- * last row or column out. Along chains of conv2d ('valid') and maxpool layers whose outputs no add
- * or route also reads; any other layer ends a chain (a batchnorm's
- * statistics or a dropout's random stream would change; the model's input
- * is read whole). Each layer's full keeps its Keras shape for the summary.
+ * A strided 'valid' convolution whose windows leave a last row or column
+ * out starts a chain too. Chains run through conv2d ('valid') and maxpool
+ * layers whose outputs no add or route also reads; any other layer ends
+ * one (a batchnorm's statistics or a dropout's random stream would change;
+ * the model's input is read whole). Each layer's full keeps its Keras
+ * shape for the summary.
  * DTRAIN_NO_CROP=1 leaves every layer whole. */
 #include "config.h"
 
