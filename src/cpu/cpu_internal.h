@@ -159,6 +159,7 @@ void cpu_pool_destroy(dt_pool_plan *plan);
 void cpu_pool_forward(dt_pool_plan *plan, int n, void *out, const void *inp, int train, int bf);
 /* The plan's maxima's places for n samples (grown to hold them). */
 int32_t *cpu_pool_places(dt_pool_plan *plan, int n);
+/* The plan's shape: its windows (oh x ow) may be fewer than fit (nn/crop.c). */
 const struct dt_conv_shape *cpu_pool_shape(const dt_pool_plan *plan);
 void cpu_pool_backward(dt_pool_plan *plan, int n, void *dinp, const void *dout,
                        const void *relu_out, int bf);

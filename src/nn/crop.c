@@ -32,13 +32,11 @@
 
 #include "nn/model.h"
 
-/* Whether an add or route reads act[k] (as model.c's read_as_src: this
- * file stays below model.c, which calls it). */
-static int read_by_branch(const struct dt_model *m, int k)
+/* The input rows and columns that h x w windows of s reach. */
+static void reach(const struct dt_conv_shape *s, int h, int w, int *ih, int *iw)
 {
-    for (int j = 0; j < m->nlayers; j++)
-        if (m->layers[j].src == k) return 1;
-    return 0;
+    *ih = (h - 1) * s->stride + s->kh;
+    *iw = (w - 1) * s->stride + s->kw;
 }
 
 /* Make layer j's output its top-left h x w (and its input what that
@@ -49,17 +47,17 @@ static int shrink(struct dt_model *m, int j, int h, int w)
     if (j < 0) return 0;
     struct dt_layer *l = &m->layers[j];
     if (h == l->out.h && w == l->out.w) return 1;
-    if (read_by_branch(m, j + 1)) return 0;
+    if (dt_model_read_as_src(m, j + 1)) return 0;
     if (l->ops == &dt_conv2d_ops && !l->spec.same) {
-        const struct dt_conv_shape *s = dt_conv2d_shape(l);
-        const int ih = (h - 1) * s->stride + s->kh, iw = (w - 1) * s->stride + s->kw;
+        int ih, iw;
+        reach(dt_conv2d_shape(l), h, w, &ih, &iw);
         if (!shrink(m, j - 1, ih, iw)) return 0;
         dt_conv2d_resize(l, ih, iw);
         return 1;
     }
     if (l->ops == &dt_maxpool_ops) {
-        const struct dt_conv_shape *s = dt_maxpool_shape(l);
-        int ih = (h - 1) * s->stride + s->kh, iw = (w - 1) * s->stride + s->kw;
+        int ih, iw;
+        reach(dt_maxpool_shape(l), h, w, &ih, &iw);
         if (!shrink(m, j - 1, ih, iw)) ih = l->in.h, iw = l->in.w; /* fewer windows on the whole input */
         dt_maxpool_resize(l, ih, iw, h, w);
         return 1;
@@ -77,7 +75,8 @@ void dt_model_plan_crops(struct dt_model *m)
         const int pool = l->ops == &dt_maxpool_ops;
         if (!pool && (l->ops != &dt_conv2d_ops || l->spec.same)) continue;
         const struct dt_conv_shape *s = pool ? dt_maxpool_shape(l) : dt_conv2d_shape(l);
-        const int ih = (s->oh - 1) * s->stride + s->kh, iw = (s->ow - 1) * s->stride + s->kw;
+        int ih, iw;
+        reach(s, s->oh, s->ow, &ih, &iw);
         if ((ih == l->in.h && iw == l->in.w) || !shrink(m, i - 1, ih, iw)) continue;
         if (pool) dt_maxpool_resize(l, ih, iw, s->oh, s->ow);
         else dt_conv2d_resize(l, ih, iw);

@@ -36,14 +36,6 @@ static const struct {
 };
 #define NTYPES ((int)(sizeof layer_types / sizeof *layer_types))
 
-/* Whether some add or route reads act[k] as its second input. */
-static int read_as_src(const struct dt_model *m, int k)
-{
-    for (int j = 0; j < m->nlayers; j++)
-        if (m->layers[j].src == k) return 1;
-    return 0;
-}
-
 /* Fold each add into the batchnorm before it (layer.h's fold_add): one pass
  * instead of four over a residual block's output. The batchnorm must have
  * no ReLU of its own, and its output must feed nothing but the add, since
@@ -65,7 +57,7 @@ static void plan_folds(struct dt_model *m)
     for (int i = 0; i + 1 < m->nlayers; i++) {
         struct dt_layer *bn = &m->layers[i], *add = &m->layers[i + 1];
         if (bn->ops != &dt_batchnorm_ops || bn->spec.activation != DT_ACT_NONE || add->ops != &dt_add_ops ||
-            read_as_src(m, i + 1))
+            dt_model_read_as_src(m, i + 1))
             continue;
         bn->fold_add = 1;
         bn->add_src = add->src;

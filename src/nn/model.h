@@ -98,6 +98,13 @@ int dt_model_is_file(const char *name);
  * with a '/' (a model file's path) is shown as its file name. */
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);
+/* Whether some add or route reads act[k] as its second input. */
+static inline int dt_model_read_as_src(const struct dt_model *m, int k)
+{
+    for (int j = 0; j < m->nlayers; j++)
+        if (m->layers[j].src == k) return 1;
+    return 0;
+}
 /* crop.c: shrink layers to the part of their output some layer reads
  * (dt_model_build_specs calls it; DTRAIN_NO_CROP=1 turns it off). */
 void dt_model_plan_crops(struct dt_model *m);
