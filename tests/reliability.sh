@@ -64,15 +64,18 @@ else fail "two-sided stall (rc=$rc, $((t1 - t0)) s)"; cat "$err" >&2; fi
 # epoch's first step (the ranks' consistency check), at the epoch's end
 # (rank 0 itself lost: rank 1 fires after its grace), under fsdp in the
 # forward pass's parameter gather, and in validation and a checkpoint write
-# when the rank's process has stopped (SIGSTOP: silent, as on a dead host).
-# A host killed at an epoch's start or in a checkpoint write once left its
-# peers waiting until Slurm's SlurmdTimeout.
+# when the rank's process has stopped (SIGSTOP: silent, as on a dead host),
+# and after an update's exchange, in the ranks' per-step agreement on a
+# checkpoint (stopped as well). A host killed at an epoch's start, in a
+# checkpoint write or after an exchange once left its peers waiting until
+# Slurm's SlurmdTimeout (120 s: the elastic job's survivors).
 "$DTRAIN_PREP" --quiet --synthetic 8x8x3:4:2048:512 "$TEST_TMP/stall.$$.h5" >/dev/null || fail "dtrain-prep --synthetic"
 for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
          "1:validation-stop:1|0||the validation's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid " \
          "0:epoch-end:1|1||the epoch's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 0 did not end the job first" \
          "1:5|0|--strategy fsdp|an fsdp parameter gather at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
-         "1:checkpoint-stop:1|0|--checkpoint-dir $TEST_TMP/ckst.$$|a checkpoint write at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid "; do
+         "1:checkpoint-stop:1|0|--checkpoint-dir $TEST_TMP/ckst.$$|a checkpoint write at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid " \
+         "1:update-end-stop:5|0|--checkpoint-dir $TEST_TMP/ckup.$$|the ranks' agreement on a checkpoint at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (pid "; do
   where=${c%%|*} rest=${c#*|}
   who=${rest%%|*} rest=${rest#*|}
   flags=${rest%%|*} msg=${rest#*|}
@@ -108,7 +111,7 @@ for where in $slow; do
   else fail "DTRAIN_TEST_STALL=$where: a rank 8 s late between epochs"; cat "$err.$where" >&2; fi
   rm -rf "$TEST_TMP/ckst.$where.$$" "$out.$where" "$err.$where"
 done
-rm -rf "$TEST_TMP/stall.$$.h5" "$TEST_TMP/ckst.$$"
+rm -rf "$TEST_TMP/stall.$$.h5" "$TEST_TMP/ckst.$$" "$TEST_TMP/ckup.$$"
 # The parameter server: auto falls back to its two-sided transport and says
 # so; asking for one-sided is one clear error, not MPI's abort text.
 DTRAIN_NO_RMA=1 launch 3 -x DTRAIN_NO_RMA "$DTRAIN" --synthetic 8x8x3:4:2048 --model mlp --epochs 1 \

@@ -296,7 +296,9 @@ static int use_kept(struct dt_trainer *t, struct dt_autotune *a)
 {
     struct kept k;
     if (t->rank == 0) cache_lookup(a, &k);
+    dt_watchdog_enter(&t->watchdog, "--autotune's agreement");
     DT_MPI_CHECK(MPI_Bcast(&k, sizeof k, MPI_BYTE, 0, t->comm));
+    dt_watchdog_leave(&t->watchdog);
     if (!k.found) return 0;
     char why[256];
     const struct dt_allreduce_algo *algo = dt_allreduce_find(k.algo);
@@ -403,7 +405,9 @@ void dt_autotune_after_step(struct dt_trainer *t, double seconds)
     if (++a->step_in < a->steps + untimed) return;
     qsort(a->times, (size_t)a->steps, sizeof(double), cmp_double);
     double med = a->steps % 2 ? a->times[a->steps / 2] : 0.5 * (a->times[a->steps / 2 - 1] + a->times[a->steps / 2]);
+    dt_watchdog_enter(&t->watchdog, "--autotune's agreement");
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &med, 1, MPI_DOUBLE, MPI_MAX, t->comm));
+    dt_watchdog_leave(&t->watchdog);
     a->c[a->cur++].ms = 1e3 * med;
     a->step_in = 0;
     if (a->cur == a->n && a->stage == 1) plan_buckets(t, a);

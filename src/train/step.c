@@ -213,8 +213,8 @@ void dt_step_apply(struct dt_trainer *t, float stats[DT_STATS])
     struct dt_strategy *s = &t->strategy;
     dt_watchdog_enter(&t->watchdog, "the gradient exchange");
     s->ops->finish(s, stats);
-    dt_watchdog_leave(&t->watchdog);
     if (s->lockstep) dt_trainer_average_buffers(t); /* the replicas step together: each step, as TF does */
+    dt_watchdog_leave(&t->watchdog);
 }
 
 int dt_step_read_failure(struct dt_trainer *t, const struct dt_loader *ld, dt_status *st)
@@ -222,7 +222,10 @@ int dt_step_read_failure(struct dt_trainer *t, const struct dt_loader *ld, dt_st
     const dt_status *err = ld ? dt_loader_error(ld) : NULL;
     if (err) *st = *err;
     else st->code = DT_OK;
-    return dt_status_agree(st, t->comm);
+    dt_watchdog_enter(&t->watchdog, "the ranks' agreement on a failed read");
+    const int rc = dt_status_agree(st, t->comm);
+    dt_watchdog_leave(&t->watchdog);
+    return rc;
 }
 
 /* --nan-policy abort: the reduced gradient of step s holds a NaN or an
@@ -241,7 +244,9 @@ static int nan_abort(struct dt_trainer *t, int epoch, int64_t s, float local_los
         if (!isfinite(g[i])) mine[1] = (long)i;
     free(g);
     long *all = dt_xcalloc(2 * (size_t)t->nranks, sizeof(long));
+    dt_watchdog_enter(&t->watchdog, "the search for a NaN (--nan-policy abort)");
     DT_MPI_CHECK(MPI_Allgather(mine, 2, MPI_LONG, all, 2, MPI_LONG, t->comm));
+    dt_watchdog_leave(&t->watchdog);
     char layer[96] = "", ranks[256] = "";
     long first = -1;
     for (int r = 0; r < t->nranks; r++) {

@@ -96,7 +96,10 @@ static int step_checkpoint(struct dt_trainer *t, int epoch, int64_t done, int64_
     int flags[3] = {dt_signals_pending(),
                     t->rank == 0 && cfg->ckpt_seconds > 0 && MPI_Wtime() - t->last_ckpt_time >= cfg->ckpt_seconds,
                     dt_ckpt_async_busy(t->ckpt_async)};
+    /* Watched: a rank lost after the gradient exchange is missed here. */
+    dt_watchdog_enter(&t->watchdog, "the ranks' agreement on a checkpoint");
     DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 3, MPI_INT, MPI_MAX, t->comm));
+    dt_watchdog_leave(&t->watchdog);
     if (!flags[2] && collect_async(t, out, st) != DT_OK) return st->code;
     int want = flags[1] || (cfg->ckpt_every_steps && t->global_step % cfg->ckpt_every == 0);
     if (done == steps) { /* the epoch's end writes it (and sees the signal), after validation */
@@ -259,6 +262,7 @@ static int train_epoch(struct dt_trainer *t, int epoch, FILE *out, struct dt_epo
         dt_autotune_before_step(t);
         double t0 = MPI_Wtime();
         if (dt_step(t, &ep, s, end, &r, st) != DT_OK) return st->code;
+        dt_fault_stall_phase(t->rank, "update-end", t->global_step);
         dt_sample_log_write(t->sample_log, t, epoch, s, end);
         dt_autotune_after_step(t, MPI_Wtime() - t0);
         if (after_step(t, &ep, end, &r, es, out, st) != DT_OK) return st->code;
