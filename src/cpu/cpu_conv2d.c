@@ -56,6 +56,7 @@ struct entry {
      * layout and back, around each call (the user memories above stay NHWC);
      * in other entries these have no reorder and stand for the user's. */
     int wino, wddst_same; /* wddst_same: backward-weights reads backward-data's diff_dst layout */
+    int own_dbias;        /* backward-weights made without the bias: cpu_bias_grad sums it */
     struct wbuf x_src, x_dst, x_dsrc, x_ddst, x_wsrc, x_wddst;
 };
 
@@ -304,8 +305,14 @@ static void entry_build(struct dt_conv_plan *p, struct entry *e, int n)
         pd_create(&bdpd, &cd, NULL, fpd, p, "backward-data");
         bwpd = NULL; /* none where cpu_wgrad_bf16.c's kernel runs that pass */
         if (!p->wg16) {
+            /* float32: the bias gradient is ours. oneDNN 2.6 sums it over
+             * NHWC in a 4-wide loop (1.5% of the seed CNN's step); the same
+             * sums in the same order (each channel's from +0, sample by
+             * sample, pixel by pixel), 16 channels at a time. */
+            e->own_dbias = !p->bf16;
             DT_DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_lp, &w_any,
-                                                                      &bias, &dst_lp, strides, pad, pad_r));
+                                                                      e->own_dbias ? NULL : &bias, &dst_lp, strides,
+                                                                      pad, pad_r));
             pd_create(&bwpd, &cd, NULL, fpd, p, "backward-weights");
         }
     }
@@ -729,7 +736,8 @@ void cpu_conv_backward(dt_conv_plan *p, int n, void *dinp, float *dweight, float
         dnnl_memory_t wddst = e->wddst_same ? ddst : into(&e->x_wddst, e->diff_dst);
         dnnl_exec_arg_t aw[] = {{DNNL_ARG_SRC, wsrc}, {DNNL_ARG_DIFF_DST, wddst},
                                 {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, e->diff_bias}};
-        exec(e->bwd_w, 4, aw);
+        exec(e->bwd_w, e->own_dbias ? 3 : 4, aw);
+        if (e->own_dbias) cpu_bias_grad(dbias, dout, n * s->oh * s->ow, s->k, 0);
         if (e->dw.reorder) reorder(e->dw.reorder, e->dw.mem, e->user_dw);
     }
     if (dinp) {

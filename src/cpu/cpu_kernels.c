@@ -43,6 +43,7 @@ DT_MULTIVERSION int cpu_unscale_check(float *grad, size_t n, float inv_scale)
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad |= !isfinite(grad[i]);
     if (bad) return 0;
+    if (inv_scale == 1.0f) return 1; /* the check alone (no loss scale): no second pass */
     for (size_t i = 0; i < n; i++) grad[i] *= inv_scale;
     return 1;
 }
