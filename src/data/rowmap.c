@@ -26,6 +26,24 @@ static uint64_t row_offset(const struct dt_rowmap_dset *d, int64_t r)
     return d->chunk[r / d->chunk_rows] + (uint64_t)(r % d->chunk_rows) * d->row_bytes;
 }
 
+static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *path, dt_status *st)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = pread(fd, buf + done, len - done, (off_t)(off + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0)
+            return dt_fail(st, DT_ERUNTIME, "%s: reading %zu bytes at offset %llu: %s", path, len,
+                           (unsigned long long)off, strerror(errno));
+        if (k == 0)
+            return dt_fail(st, DT_ERUNTIME, "%s: reading %zu bytes at offset %llu: the file ends at %llu "
+                           "(truncated while training?)", path, len, (unsigned long long)off,
+                           (unsigned long long)(off + done));
+        done += (size_t)k;
+    }
+    return DT_OK;
+}
+
 /* Row r through HDF5 and through the table agree. */
 static int row_checks_out(const struct dt_rowmap_dset *d, hid_t dset, int fd, int64_t r)
 {
@@ -167,6 +185,22 @@ static int open_tokens(struct dt_rowmap *m, const struct dt_dataset *ds, int spl
     return rc;
 }
 
+/* File f's labels, every row, into label_rows[f]: a read per chunk (one
+ * for contiguous storage). */
+static int read_labels(struct dt_rowmap *m, int f, int64_t rows, dt_status *st)
+{
+    const struct dt_rowmap_dset *d = &m->labels[f];
+    m->label_rows[f] = dt_xmalloc(rows > 0 ? (size_t)rows : 1);
+    for (int64_t r = 0; r < rows;) {
+        int64_t k = d->chunk_rows ? d->chunk_rows - r % d->chunk_rows : rows - r;
+        if (k > rows - r) k = rows - r;
+        if (pread_full(m->fd[f], m->label_rows[f] + r, (size_t)k, row_offset(d, r), m->paths[f], st) != DT_OK)
+            return st->code;
+        r += k;
+    }
+    return DT_OK;
+}
+
 int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, dt_status *st)
 {
     const struct dt_split *sp = &ds->split[split];
@@ -179,6 +213,7 @@ int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, 
     m->fd = dt_xcalloc((size_t)ds->nfiles, sizeof(int));
     m->images = dt_xcalloc((size_t)ds->nfiles, sizeof *m->images);
     m->labels = dt_xcalloc((size_t)ds->nfiles, sizeof *m->labels);
+    m->label_rows = dt_xcalloc((size_t)ds->nfiles, sizeof *m->label_rows);
     for (int f = 0; f < ds->nfiles; f++) m->fd[f] = -1;
     if (ds->tokens) return open_tokens(m, ds, split, st);
     int rc = DT_OK;
@@ -202,6 +237,7 @@ int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, 
                 rc = dt_fail(st, DT_EINPUT, "%s: the file offsets HDF5 gives for %s or %s do not match what it "
                              "reads at row %lld", ds->paths[f], iname, lname, (long long)r);
         }
+        if (rc == DT_OK) rc = read_labels(m, f, rows, st);
     }
     if (rc != DT_OK) dt_rowmap_close(m);
     return rc;
@@ -212,24 +248,6 @@ int dt_rowmap_open(struct dt_rowmap *m, const struct dt_dataset *ds, int split, 
 static int adjacent(const struct dt_rowmap_dset *d, int64_t r)
 {
     return !d->chunk_rows || (r + 1) % d->chunk_rows != 0;
-}
-
-static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *path, dt_status *st)
-{
-    size_t done = 0;
-    while (done < len) {
-        ssize_t k = pread(fd, buf + done, len - done, (off_t)(off + done));
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0)
-            return dt_fail(st, DT_ERUNTIME, "%s: reading %zu bytes at offset %llu: %s", path, len,
-                           (unsigned long long)off, strerror(errno));
-        if (k == 0)
-            return dt_fail(st, DT_ERUNTIME, "%s: reading %zu bytes at offset %llu: the file ends at %llu "
-                           "(truncated while training?)", path, len, (unsigned long long)off,
-                           (unsigned long long)(off + done));
-        done += (size_t)k;
-    }
-    return DT_OK;
 }
 
 struct pos { int64_t g; int at; };
@@ -286,13 +304,13 @@ int dt_rowmap_read(const struct dt_rowmap *m, const int64_t *idx, int n, uint8_t
         /* A run: consecutive rows of one file that go to consecutive places. */
         int j = i + 1;
         while (j < n && p[j].g == p[j - 1].g + 1 && p[j].at == p[j - 1].at + 1 && p[j].g < m->file_start[f + 1] &&
-               adjacent(&m->images[f], r + (j - 1 - i)) && adjacent(&m->labels[f], r + (j - 1 - i)))
+               adjacent(&m->images[f], r + (j - 1 - i)))
             j++;
         size_t k = (size_t)(j - i);
         if (pread_full(m->fd[f], images + (size_t)p[i].at * m->row, k * m->row, row_offset(&m->images[f], r),
-                       m->paths[f], st) != DT_OK ||
-            pread_full(m->fd[f], labels + p[i].at, k, row_offset(&m->labels[f], r), m->paths[f], st) != DT_OK)
+                       m->paths[f], st) != DT_OK)
             return st->code;
+        memcpy(labels + p[i].at, m->label_rows[f] + r, k);
         i = j;
     }
     return DT_OK;
@@ -304,7 +322,9 @@ void dt_rowmap_close(struct dt_rowmap *m)
         if (m->fd && m->fd[f] >= 0) close(m->fd[f]);
         if (m->images) free(m->images[f].chunk);
         if (m->labels) free(m->labels[f].chunk);
+        if (m->label_rows) free(m->label_rows[f]);
     }
+    free(m->label_rows);
     free(m->fd);
     free(m->images);
     free(m->labels);

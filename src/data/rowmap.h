@@ -8,7 +8,8 @@
  * chunked storage without filters whose chunks hold whole rows
  * (H5Dget_chunk_info_by_coord, HDF5 >= 1.10.5). After that, reading a row is
  * arithmetic and a pread() from a descriptor of our own: no HDF5, no MPI, any
- * thread. Storage that cannot be read that way (compressed or otherwise
+ * thread. The labels (a byte a row) are read whole at open, so a batch costs
+ * a pread per image run, not two. Storage that cannot be read that way (compressed or otherwise
  * filtered chunks, compact or external storage, chunks that split rows or
  * were never written) is refused with the reason, and the caller reads
  * through HDF5 in the main thread instead. A token dataset (data/tokens.h)
@@ -40,6 +41,7 @@ struct dt_rowmap {
     char **paths;               /* the dataset's, for messages */
     int *fd;                    /* [nfiles] our own read-only descriptors */
     struct dt_rowmap_dset *images, *labels; /* [nfiles] */
+    uint8_t **label_rows;       /* [nfiles][rows]: every label, read once at open */
     size_t row;                 /* image bytes (a token window: int32 [block + 1]) */
     int block;                  /* a token dataset's window T (data/tokens.h); 0 for images */
     size_t tsize;               /* its tokens' bytes in the file (2 or 4) */
