@@ -412,7 +412,32 @@ BF_TARGET static inline __attribute__((always_inline)) void bwdw_pool_hw_t(const
                         _mm512_storeu_ps(g + (size_t)px * 16 * V + 16 * v,
                                          _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ), dy));
                     }
-            for (int ox = 0; ox < s->ow; ox++) {
+            int ox = 0;
+            /* The two pixels of a window's row at once: its places and
+             * gradients loaded once, each sum given pixel ox's product,
+             * then ox + 1's (the order of one pixel at a time), each
+             * input read as a broadcast operand of its FMAs. */
+            if (py < ph)
+                for (; ox + 1 < 2 * pw; ox += 2) {
+                    __m512 d0[2], d1[2];
+                    for (int v = 0; v < V; v++) {
+                        const __m512i a = _mm512_loadu_si512(am + row + (size_t)(ox / 2) * K + 16 * v);
+                        const __m512i off = _mm512_add_epi32(lane, _mm512_set1_epi32((oy * s->ow + ox) * K + k0 + 16 * v));
+                        const __m512 gv = _mm512_loadu_ps(g + (size_t)(ox / 2) * 16 * V + 16 * v);
+                        d0[v] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, off), gv);
+                        d1[v] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, _mm512_add_epi32(off, _mm512_set1_epi32(K))), gv);
+                        db[v] = _mm512_add_ps(_mm512_add_ps(db[v], d0[v]), d1[v]);
+                    }
+                    for (int ky = 0; ky < KH; ky++) {
+                        const float *r = img + (size_t)(oy + ky) * s->w + ox;
+                        for (int kx = 0; kx < KW; kx++) {
+                            const __m512 x0 = _mm512_set1_ps(r[kx]), x1 = _mm512_set1_ps(r[kx + 1]);
+                            for (int v = 0; v < V; v++)
+                                dw[ky * KW + kx][v] = _mm512_fmadd_ps(x1, d1[v], _mm512_fmadd_ps(x0, d0[v], dw[ky * KW + kx][v]));
+                        }
+                    }
+                }
+            for (; ox < s->ow; ox++) {
                 __m512 d[2];
                 for (int v = 0; v < V; v++) {
                     d[v] = zero;
