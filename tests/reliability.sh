@@ -66,16 +66,18 @@ else fail "two-sided stall (rc=$rc, $((t1 - t0)) s)"; cat "$err" >&2; fi
 # forward pass's parameter gather, and in validation and a checkpoint write
 # when the rank's process has stopped (SIGSTOP: silent, as on a dead host),
 # and after an update's exchange, in the ranks' per-step agreement on a
-# checkpoint (stopped as well). A host killed at an epoch's start, in a
-# checkpoint write or after an exchange once left its peers waiting until
-# Slurm's SlurmdTimeout (120 s: the elastic job's survivors).
+# checkpoint, and before the run's summary (stopped as well). A host killed
+# at an epoch's start, in a checkpoint write or after an exchange once left
+# its peers waiting until Slurm's SlurmdTimeout (120 s: the elastic job's
+# survivors).
 "$DTRAIN_PREP" --quiet --synthetic 8x8x3:4:2048:512 "$TEST_TMP/stall.$$.h5" >/dev/null || fail "dtrain-prep --synthetic"
 for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
          "1:validation-stop:1|0||the validation's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid " \
          "0:epoch-end:1|1||the epoch's end at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 0 did not end the job first" \
          "1:5|0|--strategy fsdp|an fsdp parameter gather at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
          "1:checkpoint-stop:1|0|--checkpoint-dir $TEST_TMP/ckst.$$|a checkpoint write at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid " \
-         "1:update-end-stop:5|0|--checkpoint-dir $TEST_TMP/ckup.$$|the ranks' agreement on a checkpoint at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (pid "; do
+         "1:update-end-stop:5|0|--checkpoint-dir $TEST_TMP/ckup.$$|the ranks' agreement on a checkpoint at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (pid " \
+         "1:summary-stop:2|0||the run's summary at epoch 2 step 32 (--stall-timeout 2): not arrived: rank 1 (pid "; do
   where=${c%%|*} rest=${c#*|}
   who=${rest%%|*} rest=${rest#*|}
   flags=${rest%%|*} msg=${rest#*|}

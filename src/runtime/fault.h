@@ -17,7 +17,9 @@
  *                                     of E epochs), or "update-end" (E is
  *                                     then the update, from 1: after its
  *                                     exchange, before the checkpoint
- *                                     agreement): sleeps 600 s; PHASE
+ *                                     agreement), or "summary" (E epochs
+ *                                     done, before the run's summary):
+ *                                     sleeps 600 s; PHASE
  *                                     with "-stop" SIGSTOPs itself, with
  *                                     "-slow" sleeps 8 s
  *   DTRAIN_TEST_CKPT_CRASH=1          rank 0 dies after a checkpoint is
@@ -41,7 +43,7 @@ long dt_fault_read_error_at(int rank);
 /* Called before each update: rank R sleeps 600 s before update U. */
 void dt_fault_stall_point(int rank, long next_update);
 /* Called where epoch epoch (from 1; the update for "update-end") reaches
- * phase ("validation", "epoch-end", "checkpoint", "update-end"): rank R sleeps 600 s there, or with the
+ * phase ("validation", "epoch-end", "checkpoint", "update-end", "summary"): rank R sleeps 600 s there, or with the
  * variable's "-stop" SIGSTOPs itself, with "-slow" sleeps 8 s. */
 void dt_fault_stall_phase(int rank, const char *phase, long epoch);
 /* Called between a checkpoint's flush and its rename: rank 0 exits here. */

@@ -156,6 +156,7 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
     double mine[3] = {(double)ru.ru_maxrss / 1024.0, pss_kib() / 1024.0,
                       (double)dt_strategy_optimizer_bytes(&t->strategy) / 1048576.0};
     double lo[3], hi[3], sum = 0.0;
+    dt_watchdog_enter_io(&t->watchdog, "the run's summary"); /* as dt_trainer_fit's */
     MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, t->comm);
     MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, t->comm);
     MPI_Allreduce(mine, &sum, 1, MPI_DOUBLE, MPI_SUM, t->comm);
@@ -172,4 +173,5 @@ void dt_trainer_report_memory(struct dt_trainer *t, FILE *out)
                     "most %.0f bytes on any rank (its two buffers, the largest even and odd bucket: %zu bytes; the model: %zu)\n",
                     shard / 1048576.0, most, two, t->model.nparams * sizeof(float));
     }
+    dt_watchdog_leave(&t->watchdog);
 }

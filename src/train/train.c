@@ -507,6 +507,10 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
     int rc = fit(t, out, st);
     dt_autotune_end(t, rc == DT_OK);
     if (rc == DT_OK) {
+        /* Rank 0 writes the summary alone: a wait that ends the job only
+         * when a rank has also gone silent (a host lost at the very end). */
+        dt_fault_stall_phase(t->rank, "summary", t->epochs_done);
+        dt_watchdog_enter_io(&t->watchdog, "the run's summary");
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         double mine = (double)ru.ru_maxrss / 1024.0, peak = 0.0;
@@ -516,6 +520,7 @@ int dt_trainer_fit(struct dt_trainer *t, FILE *out, dt_status *st)
         if (t->pipe.on) report_stages(t, out);
         if (t->cfg->cache) report_cache(t, out);
         if (t->cfg->checkpoint_dir) report_checkpoints(t, out);
+        dt_watchdog_leave(&t->watchdog);
     }
     /* The timeline is written even when training failed: it shows where. */
     dt_status tst = {0};
