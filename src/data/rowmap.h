@@ -9,12 +9,12 @@
  * (H5Dget_chunk_info_by_coord, HDF5 >= 1.10.5). After that, reading a row is
  * arithmetic and a pread() from a descriptor of our own: no HDF5, no MPI, any
  * thread. The labels (a byte a row) are read whole at open, so a batch costs
- * a pread per image run, not two. Storage that cannot be read that way (compressed or otherwise
- * filtered chunks, compact or external storage, chunks that split rows or
- * were never written) is refused with the reason, and the caller reads
- * through HDF5 in the main thread instead. A token dataset (data/tokens.h)
- * maps its contiguous token streams, a window being T + 1 tokens at token
- * i T, widened to int32 after the read. */
+ * a pread per run of image rows, not two. Storage that cannot be read that
+ * way (compressed or otherwise filtered chunks, compact or external storage,
+ * chunks that split rows or were never written) is refused with the reason,
+ * and the caller reads through HDF5 in the main thread instead. A token
+ * dataset (data/tokens.h) maps its contiguous token streams, a window being
+ * T + 1 tokens at token i T, widened to int32 after the read. */
 #ifndef DT_ROWMAP_H
 #define DT_ROWMAP_H
 
