@@ -66,7 +66,8 @@ else fail "two-sided stall (rc=$rc, $((t1 - t0)) s)"; cat "$err" >&2; fi
 # forward pass's parameter gather, and in validation and a checkpoint write
 # when the rank's process has stopped (SIGSTOP: silent, as on a dead host),
 # and after an update's exchange, in the ranks' per-step agreement on a
-# checkpoint, and before the run's summary (stopped as well). A host killed
+# checkpoint, before the run's summary and before an --export-keras
+# (stopped as well). A host killed
 # at an epoch's start, in a checkpoint write or after an exchange once left
 # its peers waiting until Slurm's SlurmdTimeout (120 s: the elastic job's
 # survivors).
@@ -77,7 +78,8 @@ for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeou
          "1:5|0|--strategy fsdp|an fsdp parameter gather at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (alive, at this step, outside the collectives)" \
          "1:checkpoint-stop:1|0|--checkpoint-dir $TEST_TMP/ckst.$$|a checkpoint write at epoch 1 step 32 (--stall-timeout 2): not arrived: rank 1 (pid " \
          "1:update-end-stop:5|0|--checkpoint-dir $TEST_TMP/ckup.$$|the ranks' agreement on a checkpoint at epoch 1 step 5 (--stall-timeout 2): not arrived: rank 1 (pid " \
-         "1:summary-stop:2|0||the run's summary at epoch 2 step 32 (--stall-timeout 2): not arrived: rank 1 (pid "; do
+         "1:summary-stop:2|0||the run's summary at epoch 2 step 32 (--stall-timeout 2): not arrived: rank 1 (pid " \
+         "1:export-stop:2|0|--export-keras $TEST_TMP/exp.$$.weights.h5|the weights' export at epoch 2 step 32 (--stall-timeout 2): not arrived: rank 1 (pid "; do
   where=${c%%|*} rest=${c#*|}
   who=${rest%%|*} rest=${rest#*|}
   flags=${rest%%|*} msg=${rest#*|}
@@ -94,6 +96,11 @@ for c in "1:33|0||the ranks' consistency check at epoch 2 step 1 (--stall-timeou
   else fail "DTRAIN_TEST_STALL=$where${flags:+ $flags} (rc=$rc, $((t1 - t0)) s, $left left)"; cat "$err" >&2; fi
 done
 [ -e "$TEST_TMP/ckst.$$" ] && fail "the checkpoint write that rank 0 ended left $(ls -A "$TEST_TMP/ckst.$$")"
+# Rank 0 holds every weight (mirrored): it writes the whole file, then waits
+# for rank 1 in the agreement that ends the export. The file must be whole.
+[ ! -e "$TEST_TMP/exp.$$.weights.h5" ] || h5ls -r "$TEST_TMP/exp.$$.weights.h5" >/dev/null ||
+  fail "the export that rank 0 ended left a file HDF5 cannot read"
+rm -f "$TEST_TMP/exp.$$.weights.h5"
 # A checkpoint write may rightly outlast --stall-timeout, and between epochs
 # rank 0 writes reports alone: rank 1, then rank 0, 8 s late into the write,
 # and rank 1 8 s late into validation, alive, with the timeout at 2 (rank

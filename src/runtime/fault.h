@@ -17,8 +17,9 @@
  *                                     of E epochs), or "update-end" (E is
  *                                     then the update, from 1: after its
  *                                     exchange, before the checkpoint
- *                                     agreement), or "summary" (E epochs
- *                                     done, before the run's summary):
+ *                                     agreement), "summary" (E epochs
+ *                                     done, before the run's summary) or
+ *                                     "export" (before --export-keras/-hf):
  *                                     sleeps 600 s; PHASE
  *                                     with "-stop" SIGSTOPs itself, with
  *                                     "-slow" sleeps 8 s
@@ -43,7 +44,8 @@ long dt_fault_read_error_at(int rank);
 /* Called before each update: rank R sleeps 600 s before update U. */
 void dt_fault_stall_point(int rank, long next_update);
 /* Called where epoch epoch (from 1; the update for "update-end") reaches
- * phase ("validation", "epoch-end", "checkpoint", "update-end", "summary"): rank R sleeps 600 s there, or with the
+ * phase ("validation", "epoch-end", "checkpoint", "update-end", "summary",
+ * "export"): rank R sleeps 600 s there, or with the
  * variable's "-stop" SIGSTOPs itself, with "-slow" sleeps 8 s. */
 void dt_fault_stall_phase(int rank, const char *phase, long epoch);
 /* Called between a checkpoint's flush and its rename: rank 0 exits here. */

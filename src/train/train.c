@@ -283,6 +283,8 @@ static double monitored(const struct dt_epoch_stats *es, const char *name)
 static int export_weights(struct dt_trainer *t, const char *path, int hf, dt_status *st)
 {
     st->code = DT_OK;
+    dt_fault_stall_phase(t->rank, "export", t->epochs_done);
+    dt_watchdog_enter_io(&t->watchdog, "the weights' export"); /* rank 0 writes alone, as a checkpoint */
     float *host = t->rank == 0 ? dt_xmalloc(sizeof(float) * (t->model.nparams + t->model.nbuffers + 1)) : NULL;
     dt_strategy_get_block(&t->strategy, 0, host, 0); /* gathered on rank 0, under fsdp and pipeline stages */
     if (t->rank == 0) {
@@ -291,7 +293,9 @@ static int export_weights(struct dt_trainer *t, const char *path, int hf, dt_sta
         else dt_keras_export(path, &t->model, host, host + t->model.nparams, st);
         free(host);
     }
-    return dt_status_agree(st, t->comm);
+    const int rc = dt_status_agree(st, t->comm);
+    dt_watchdog_leave(&t->watchdog);
+    return rc;
 }
 
 static int export_keras(struct dt_trainer *t, const char *path, dt_status *st) { return export_weights(t, path, 0, st); }
