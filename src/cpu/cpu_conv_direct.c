@@ -437,22 +437,15 @@ BF_TARGET static inline __attribute__((always_inline)) void bwdw_pool_hw_t(const
                         }
                     }
                 }
+            /* The pixels no window covers (a column or row the pool
+             * dropped): gradient 0, their products still added, as the
+             * generic kernel does (an infinite input makes them NaN). */
             for (; ox < s->ow; ox++) {
-                __m512 d[2];
-                for (int v = 0; v < V; v++) {
-                    d[v] = zero;
-                    if (py < ph && ox < 2 * pw) {
-                        const __m512i a = _mm512_loadu_si512(am + row + (size_t)(ox / 2) * K + 16 * v);
-                        const __m512i off = _mm512_add_epi32(lane, _mm512_set1_epi32((oy * s->ow + ox) * K + k0 + 16 * v));
-                        d[v] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(a, off),
-                                                   _mm512_loadu_ps(g + (size_t)(ox / 2) * 16 * V + 16 * v));
-                    }
-                    db[v] = _mm512_add_ps(db[v], d[v]);
-                }
+                for (int v = 0; v < V; v++) db[v] = _mm512_add_ps(db[v], zero);
                 for (int ky = 0; ky < KH; ky++)
                     for (int kx = 0; kx < KW; kx++) {
                         const __m512 x = _mm512_set1_ps(img[(size_t)(oy + ky) * s->w + ox + kx]);
-                        for (int v = 0; v < V; v++) dw[ky * KW + kx][v] = _mm512_fmadd_ps(x, d[v], dw[ky * KW + kx][v]);
+                        for (int v = 0; v < V; v++) dw[ky * KW + kx][v] = _mm512_fmadd_ps(x, zero, dw[ky * KW + kx][v]);
                     }
             }
         }
