@@ -164,6 +164,12 @@ const struct dt_conv_shape *cpu_pool_shape(const dt_pool_plan *plan);
 void cpu_pool_backward(dt_pool_plan *plan, int n, void *dinp, const void *dout,
                        const void *relu_out, int bf);
 
+/* cpu_gemm_avx512.c: C = op(A) op(B) (alpha 1, beta 0; not both
+ * transposed) in OpenBLAS's order on AVX-512, for the products it takes
+ * (1 when it ran; 0: leave it to cblas_sgemm). */
+int cpu_gemm_avx512(int transa, int transb, int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                    float *c, int ldc);
+
 /* cpu_kernels.c: element-wise kernels, loss, optimizers, GEMM.
  * In bf16 mode cpu_gemm rounds A and B to bf16 and accumulates in float32. */
 void cpu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
