@@ -97,6 +97,19 @@ struct dt_backend {
      * output out, as conv_backward after pool_backward with relu_out would.
      * No input gradient: the model folds only a first layer. */
     int (*conv_pool_fits)(const struct dt_conv_shape *shape);
+    /* The backward of a convolution (shape) whose ReLU output feeds a 2x2
+     * stride-2 max pool (pool_shape; its plan pool, as its forward left
+     * it), from that pool's output gradient dout, with the pool's backward
+     * folded in: only the gradients the pool passes are multiplied.
+     * pooled is the pool's output (the ReLU's where it passes gradient);
+     * overwrites dweight, dbias and
+     * dinp (NULL: none). Not bit for bit conv_backward after pool_backward
+     * (another order of summing). fits: whether this backend does it for
+     * those shapes at the precision set (NULL: never; CUDA). */
+    int (*conv_poolgrad_fits)(const struct dt_conv_shape *shape, const struct dt_conv_shape *pool_shape);
+    void (*conv_poolgrad_backward)(const struct dt_conv_shape *shape, dt_pool_plan *pool, int n, dt_act *dinp,
+                                   float *dweight, float *dbias, const dt_act *dout, const dt_act *pooled,
+                                   const dt_act *inp, const float *weight);
     void (*conv_pool_forward)(dt_conv_plan *plan, dt_pool_plan *pool, int n, dt_act *out, const dt_act *inp,
                               const float *weight, const float *bias, int train);
     void (*conv_pool_backward)(dt_conv_plan *plan, dt_pool_plan *pool, int n, float *dweight, float *dbias,

@@ -106,6 +106,12 @@ static void conv_pool_backward(dt_conv_plan *p, dt_pool_plan *pool, int n, float
 {
     cpu_conv_pool_backward(p, pool, n, dweight, dbias, dout, out, inp);
 }
+static void conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, dt_act *dinp,
+                                   float *dweight, float *dbias, const dt_act *dout, const dt_act *pooled,
+                                   const dt_act *inp, const float *weight)
+{
+    cpu_conv_poolgrad_backward(s, pool, n, dinp, dweight, dbias, dout, pooled, inp, weight);
+}
 static void pool_forward(dt_pool_plan *p, int n, dt_act *o, const dt_act *inp, int train)
 {
     cpu_pool_forward(p, n, o, inp, train, cpu_act_bf16);
@@ -277,6 +283,8 @@ const struct dt_backend dt_backend_cpu = {
     .conv_pool_fits = cpu_conv_pool_fits,
     .conv_pool_forward = conv_pool_forward,
     .conv_pool_backward = conv_pool_backward,
+    .conv_poolgrad_fits = cpu_conv_poolgrad_fits,
+    .conv_poolgrad_backward = conv_poolgrad_backward,
     .pool_forward = pool_forward,
     .pool_backward = pool_backward,
     .dense_forward = dense_forward,

@@ -108,6 +108,12 @@ void cpu_conv_pool_forward(dt_conv_plan *plan, dt_pool_plan *pool, int n, void *
 void cpu_conv_pool_backward(dt_conv_plan *plan, dt_pool_plan *pool, int n, float *dweight, float *dbias,
                             const void *dout, const void *out, const void *inp);
 
+/* cpu_conv_poolgrad.c: backend.h's conv_poolgrad ops (float32, AVX-512) */
+int cpu_conv_poolgrad_fits(const struct dt_conv_shape *s, const struct dt_conv_shape *ps);
+void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, float *dinp,
+                                float *dweight, float *dbias, const float *dout, const float *pooled,
+                                const float *inp, const float *weight);
+
 /* cpu_conv3x3_avx2.c: 3x3, stride 1, padding 1, float32, channels in and
  * out multiples of 8, on CPUs with AVX2 + FMA and without AVX-512 (or with
  * DTRAIN_NO_FAST_KERNELS=avx512); DTRAIN_NO_FAST_KERNELS=1 leaves them to

@@ -95,6 +95,11 @@ static void conv2d_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act *
         c->be->conv_pool_backward(s->plan, s->pool, c->n, dparams, dparams + nw, dout, out, inp);
         return;
     }
+    if (l->pool_bwd) { /* dout is the pool's (the model aliases them) */
+        c->be->conv_poolgrad_backward(&s->shape, dt_maxpool_plan(l->pool_bwd), c->n, dinp, dparams,
+                                      dparams + nw, dout, c->act[l->pool_bwd_out], inp, params);
+        return;
+    }
     if (l->spec.activation == DT_ACT_RELU && !l->relu_bwd_by_next)
         c->be->relu_backward(dout, dout, out, dt_shape_size(l->out) * (size_t)c->n);
     c->be->conv_backward(s->plan, c->n, dinp, dparams, dparams + nw, dout, inp, params);

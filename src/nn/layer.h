@@ -150,6 +150,14 @@ struct dt_layer {
     int fold_pool;
     struct dt_shape fold_out; /* fold_pool: the pool's output (as crop.c leaves it) */
     int folded;             /* this layer's work is done by the previous one */
+    /* A conv2d with its ReLU and a 2x2/2 max pool right after, further in:
+     * forward stays apart; backward, the conv reads the pool's gradient and
+     * places (backend.h's conv_poolgrad) and the pool does nothing (its
+     * bwd_folded). The model aliases the conv's output gradient to the
+     * pool's. Set by dt_model_create. */
+    const struct dt_layer *pool_bwd; /* that pool */
+    int pool_bwd_out;                /* its output's index in act */
+    int bwd_folded;
     void *state;            /* type-private */
 };
 
@@ -167,6 +175,7 @@ int dt_layer_kernel(const struct dt_layer *l, size_t *rows, size_t *cols);
 /* A conv2d or maxpool layer's shape (after setup). */
 const struct dt_conv_shape *dt_conv2d_shape(const struct dt_layer *l);
 const struct dt_conv_shape *dt_maxpool_shape(const struct dt_layer *l);
+dt_pool_plan *dt_maxpool_plan(const struct dt_layer *l); /* its backend plan (the places it kept) */
 
 /* crop.c's resizing (before create): a 'valid' conv2d onto an ih x iw input
  * (its output follows, one pixel per window); a max pool onto an ih x iw

@@ -56,8 +56,13 @@ static void maxpool_backward(struct dt_layer *l, const struct dt_ctx *c, dt_act 
 {
     struct pool_state *ps = l->state;
     (void)inp; (void)params; (void)dparams;
-    if (l->folded) return; /* the conv2d before reads dout itself */
+    if (l->folded || l->bwd_folded) return; /* the conv2d before reads dout itself */
     if (dinp) c->be->pool_backward(ps->plan, c->n, dinp, dout, l->relu_bwd_of_prev ? out : NULL);
+}
+
+dt_pool_plan *dt_maxpool_plan(const struct dt_layer *l)
+{
+    return ((const struct pool_state *)l->state)->plan;
 }
 
 const struct dt_conv_shape *dt_maxpool_shape(const struct dt_layer *l)

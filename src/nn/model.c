@@ -360,6 +360,27 @@ static void plan_conv_pool(struct dt_model *m, const struct dt_backend *be)
     m->act_alias[1] = m->dact_alias[1] = 2;
 }
 
+/* Fold each 2x2/2 max pool's backward into the conv2d before it where the
+ * backend takes the pair (backend.h's conv_poolgrad; layer.h's pool_bwd):
+ * the conv's output gradient (4x the pool's, mostly zeros) is never made.
+ * Both layers this model's, the conv's ReLU's backward the pool's to do,
+ * its output read by no other layer. DTRAIN_NO_FUSION=1 keeps them apart. */
+static void plan_poolgrad(struct dt_model *m, const struct dt_backend *be)
+{
+    if (fusion_off() || !be->conv_poolgrad_fits) return;
+    for (int i = m->lo; i + 1 < m->hi; i++) {
+        struct dt_layer *conv = &m->layers[i], *pool = &m->layers[i + 1];
+        if (conv->ops != &dt_conv2d_ops || conv->fold_pool || !conv->relu_bwd_by_next || pool->ops != &dt_maxpool_ops ||
+            pool->folded || !pool->relu_bwd_of_prev || dt_model_read_as_src(m, i + 1))
+            continue;
+        if (!be->conv_poolgrad_fits(dt_conv2d_shape(conv), dt_maxpool_shape(pool))) continue;
+        conv->pool_bwd = pool;
+        conv->pool_bwd_out = i + 2;
+        pool->bwd_folded = 1;
+        m->dact_alias[i + 1] = i + 2;
+    }
+}
+
 void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
 {
     m->be = be;
@@ -369,6 +390,7 @@ void dt_model_create(struct dt_model *m, const struct dt_backend *be, int max_n)
     if (m->lo < 0 || m->lo > m->hi) m->lo = 0;
     if (m->lo > 0) rebase_aliases(m);
     plan_conv_pool(m, be);
+    plan_poolgrad(m, be);
     if (!m->hook) m->params = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1)); /* a hook says where they are */
     if (!m->sharded) { /* a sharded model's gradients are its strategy's, bucket by bucket */
         m->grads = be->alloc(sizeof(float) * (m->nparams ? m->nparams : 1));
