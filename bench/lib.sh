@@ -286,7 +286,9 @@ bench_peaks() {
 # the fp32 FMA peak for the rest; "of peak" for all of them together is the
 # time they would take at their peaks over the time they took. A Winograd
 # kernel (--winograd) is credited the direct convolution's FLOP, so it can
-# pass 100%: its line says so.
+# pass 100%: its line says so. A convolution with its max pool's backward
+# folded in (dtrain_poolgrad) is credited the products it makes, a quarter
+# of the direct ones (one pixel of each 2x2 window).
 # cpu_model comes from bench_about.
 # shellcheck disable=SC2154
 bench_machine() {
@@ -341,6 +343,7 @@ bench_machine() {
                 for (i = first + 1; i <= n; i++) {
                     d = desc[i]; g = num(d, "g"); if (g < 1) g = 1
                     f = 2 * num(d, "mb") * num(d, "ic") / g * num(d, "oc") * num(d, "oh") * num(d, "ow") * num(d, "kh") * num(d, "kw")
+                    if (impl[i] ~ /poolgrad/) f /= 4   # a max pool'"'"'s backward folded in: one pixel in four multiplied
                     short = dir[i] == "forward_training" ? "fwd" : (dir[i] == "backward_data" ? "bwd-data" : (dir[i] == "backward_weights" ? "bwd-weights" : dir[i]))
                     k = short " " impl[i] " " d
                     if (!(k in F)) order[++nk] = k
@@ -356,7 +359,8 @@ bench_machine() {
                     k = order[j]; split(k, w, " "); pkv = peak_of(w[2])
                     printf "onednn %s:   %-11s %-30s %-58s %3d/step %6.2f ms %6.1f GFLOP/s%s\n", prec, w[1], w[2], w[3], C[k] / (steps - 1), T[k] / (steps - 1), F[k] / (T[k] * 1e6),
                         (pkv > 0 ? sprintf(" = %3.0f%% of %s", 100 * F[k] / (T[k] * 1e6) / pkv, w[2] ~ /amx/ ? "amx_bf16" : (prec == "bf16" && w[2] ~ /bf16/ ? "bf16_dot" : "fp32_fma")) : "") \
-                        (w[2] ~ /wino/ ? " (Winograd: direct FLOP counted)" : "")
+                        (w[2] ~ /wino/ ? " (Winograd: direct FLOP counted)" : "") \
+                        (w[2] ~ /poolgrad/ ? " (pool backward folded in: the quarter of the products made counted)" : "")
                 }
                 printf "onednn %s: all convolutions: %.1f ms per step, %.1f GFLOP/s%s\n", prec, tt / (steps - 1), tf / (tt * 1e6),
                     (nopeak || tt <= 0 ? " (no peak measured)" : sprintf(", %.0f%% of their kernels'"'"' peaks (%.1f ms at them)", 100 * at_peak / tt, at_peak / (steps - 1)))

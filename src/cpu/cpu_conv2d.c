@@ -545,15 +545,23 @@ static double seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+double cpu_conv_verbose_clock(void) { return seconds(); }
+
+void cpu_conv_verbose(const struct dt_conv_shape *s, const char *kernel, const char *alg, const char *dir, int n,
+                      double t0)
+{
+    printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
+           "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
+           kernel, dir, alg, n, s->c, s->k, s->h, s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride,
+           s->pad, 1e3 * (seconds() - t0));
+    fflush(stdout);
+}
+
 /* s: the convolution computed (the plan's, or the part under a folded pool's windows) */
 static void verbose_named(const struct dt_conv_plan *p, const struct dt_conv_shape *s, const char *kernel,
                           const char *dir, int n, double t0)
 {
-    printf("dtrain_verbose,exec,cpu,convolution,%s,%s,src_f32::blocked:acdb:f0 dst_f32::blocked:acdb:f0,,"
-           "alg:convolution_%s,mb%d_ic%doc%d_ih%doh%dkh%dsh%ddh0ph%d_iw%dow%dkw%dsw%ddw0pw%d,%g\n",
-           kernel, dir, p->wino2 ? "winograd" : "direct", n, s->c, s->k, s->h,
-           s->oh, s->kh, s->stride, s->pad, s->w, s->ow, s->kw, s->stride, s->pad, 1e3 * (seconds() - t0));
-    fflush(stdout);
+    cpu_conv_verbose(s, kernel, p->wino2 ? "winograd" : "direct", dir, n, t0);
 }
 
 static void verbose_line(const struct dt_conv_plan *p, const char *dir, int n, double t0)

@@ -212,6 +212,12 @@ void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *poo
                                 float *dweight, float *dbias, const float *dout, const float *pooled,
                                 const float *inp, const float *weight)
 {
+    static int verbose = -1;
+    if (verbose < 0) {
+        const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
+        verbose = v && *v && strcmp(v, "0");
+    }
+    double t0 = verbose ? cpu_conv_verbose_clock() : 0.0;
     const struct dt_conv_shape *ps = cpu_pool_shape(pool);
     const int K = s->k, C = s->c;
     const size_t gs = (size_t)n * ps->oh * ps->ow * K;
@@ -223,13 +229,18 @@ void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *poo
     weights(s, ps, n, &all, inp, t, dbias);
     for (int k = 0; k < K; k++)
         for (int tc = 0; tc < 9 * C; tc++) dweight[(size_t)tc * K + k] = t[((size_t)k * 9 * C) + tc];
+    /* the kernel's name says what the bench credits: the products of one
+     * pixel in four (the pool's windows' share of the convolution) */
+    if (verbose) cpu_conv_verbose(s, "dtrain_poolgrad:avx512", "direct", "backward_weights", n, t0);
     if (dinp) {
+        t0 = verbose ? cpu_conv_verbose_clock() : 0.0;
         for (int k = 0; k < K; k++) /* [k][C / 16][tap][16] from HWIO [tap][c][k] */
             for (int tap = 0; tap < 9; tap++)
                 for (int c = 0; c < C; c++)
                     t[(size_t)k * 9 * C + ((size_t)(c / 16) * 9 + tap) * 16 + c % 16] =
                         weight[((size_t)tap * C + c) * K + k];
         data(s, ps, n, &all, t, dinp);
+        if (verbose) cpu_conv_verbose(s, "dtrain_poolgrad:avx512", "direct", "backward_data", n, t0);
     }
     free(t), free(all.g), free(all.q);
 }

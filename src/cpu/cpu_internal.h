@@ -108,6 +108,12 @@ void cpu_conv_pool_forward(dt_conv_plan *plan, dt_pool_plan *pool, int n, void *
 void cpu_conv_pool_backward(dt_conv_plan *plan, dt_pool_plan *pool, int n, float *dweight, float *dbias,
                             const void *dout, const void *out, const void *inp);
 
+/* cpu_conv2d.c: DTRAIN_KERNEL_VERBOSE's line for one call of a dtrain
+ * convolution kernel (oneDNN's verbose format; t0 from the clock below). */
+void cpu_conv_verbose(const struct dt_conv_shape *s, const char *kernel, const char *alg, const char *dir, int n,
+                      double t0);
+double cpu_conv_verbose_clock(void);
+
 /* cpu_conv_poolgrad.c: backend.h's conv_poolgrad ops (float32, AVX-512) */
 int cpu_conv_poolgrad_fits(const struct dt_conv_shape *s, const struct dt_conv_shape *ps);
 void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, float *dinp,
