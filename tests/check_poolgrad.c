@@ -22,6 +22,7 @@
 
 #include "layer_check.h"
 #include "cpu/cpu_internal.h"
+#include "runtime/half.h"
 
 enum { N = 4 };
 
@@ -61,6 +62,12 @@ static void run_model(struct run *r, struct dt_shape in, int c1, int c2, int fol
     dt_model_backward(&r->m, N, &g);
 }
 
+/* Element i of an activation tensor (bf: bf16) as a double. */
+static double val(const void *t, size_t i, int bf)
+{
+    return bf ? (double)dt_bf16_to_f32(((const uint16_t *)t)[i]) : (double)((const float *)t)[i];
+}
+
 static double max_abs(const float *x, size_t n)
 {
     double m = 0;
@@ -68,9 +75,11 @@ static double max_abs(const float *x, size_t n)
     return m;
 }
 
-/* The second conv's gradients (dw, db, dx) against double sums of dy. */
-static void against_exact(const char *what, const struct dt_conv_shape *s, const float *x, const float *dy,
-                          const float *w, const float *dw, const float *db, const float *dx)
+/* The second conv's gradients (dw, db, dx) against double sums of dy: each
+ * within 1e-5 of its terms' magnitude, dx (bf: stored in bf16, its weights
+ * read as bf16) also within a bf16 rounding of its value. */
+static void against_exact(const char *what, const struct dt_conv_shape *s, const void *x, const void *dy,
+                          const float *w, const float *dw, const float *db, const void *dx, int bf)
 {
     const int C = s->c, K = s->k;
     for (int t = 0; t < 9; t++)
@@ -80,8 +89,8 @@ static void against_exact(const char *what, const struct dt_conv_shape *s, const
                 for (int i = 0; i < N; i++)
                     for (int y = 0; y < s->oh; y++)
                         for (int xx = 0; xx < s->ow; xx++) {
-                            const double v = (double)dy[(((size_t)i * s->oh + y) * s->ow + xx) * K + k] *
-                                             (double)x[(((size_t)i * s->h + y + t / 3) * s->w + xx + t % 3) * C + c];
+                            const double v = val(dy, (((size_t)i * s->oh + y) * s->ow + xx) * K + k, bf) *
+                                             val(x, (((size_t)i * s->h + y + t / 3) * s->w + xx + t % 3) * C + c, bf);
                             sum += v, mag += fabs(v);
                         }
                 const float got = dw[((size_t)t * C + c) * K + k];
@@ -90,7 +99,7 @@ static void against_exact(const char *what, const struct dt_conv_shape *s, const
             }
     for (int k = 0; k < K; k++) {
         double sum = 0, mag = 0;
-        for (size_t j = 0; j < (size_t)N * s->oh * s->ow; j++) sum += (double)dy[j * K + k], mag += fabs((double)dy[j * K + k]);
+        for (size_t j = 0; j < (size_t)N * s->oh * s->ow; j++) sum += val(dy, j * K + k, bf), mag += fabs(val(dy, j * K + k, bf));
         ck_assert_msg(fabs((double)db[k] - sum) <= 1e-5 * mag + 1e-12, "%s db[%d] = %.9g, exactly %.9g", what, k,
                       (double)db[k], sum);
     }
@@ -103,19 +112,21 @@ static void against_exact(const char *what, const struct dt_conv_shape *s, const
                         const int oy = y - t / 3, ox = xx - t % 3;
                         if (oy < 0 || ox < 0 || oy >= s->oh || ox >= s->ow) continue;
                         for (int k = 0; k < K; k++) {
-                            const double v = (double)dy[(((size_t)i * s->oh + oy) * s->ow + ox) * K + k] *
-                                             (double)w[((size_t)t * C + c) * K + k];
+                            const float wv = w[((size_t)t * C + c) * K + k];
+                            const double v = val(dy, (((size_t)i * s->oh + oy) * s->ow + ox) * K + k, bf) *
+                                             (bf ? (double)dt_bf16_to_f32(dt_f32_to_bf16(wv)) : (double)wv);
                             sum += v, mag += fabs(v);
                         }
                     }
-                    const float got = dx[(((size_t)i * s->h + y) * s->w + xx) * C + c];
-                    ck_assert_msg(fabs((double)got - sum) <= 1e-5 * mag + 1e-12,
-                                  "%s dX[%d][%d][%d][%d] = %.9g, exactly %.9g", what, i, y, xx, c, (double)got, sum);
+                    const double got = val(dx, (((size_t)i * s->h + y) * s->w + xx) * C + c, bf);
+                    ck_assert_msg(fabs(got - sum) <= 1e-5 * mag + (bf ? fabs(sum) / 256 : 0.0) + 1e-12,
+                                  "%s dX[%d][%d][%d][%d] = %.9g, exactly %.9g", what, i, y, xx, c, got, sum);
                 }
 }
 
 static void check_pair(struct dt_shape in, int c1, int c2)
 {
+    const int bf = be->act_type() == DT_PREC_BF16;
     struct run a, b;
     run_model(&b, in, c1, c2, 0);
     run_model(&a, in, c1, c2, 1);
@@ -129,25 +140,26 @@ static void check_pair(struct dt_shape in, int c1, int c2)
     }
     ck_assert_msg(a.m.layers[3].bwd_folded && !b.m.layers[2].pool_bwd, "fold flags");
     const size_t nlog = (size_t)N * 4;
-    ck_assert_msg(memcmp(a.m.act[5], b.m.act[5], sizeof(float) * nlog) == 0, "logits differ: forward is not folded");
+    ck_assert_msg(memcmp(a.m.act[5], b.m.act[5], dt_act_size(be->act_type()) * nlog) == 0,
+                  "logits differ: forward is not folded");
     /* the dense output gradient of the second conv, as the layers apart made it */
-    const float *dy = b.m.dact[3], *x = b.m.act[2];
+    const void *dy = b.m.dact[3], *x = b.m.act[2];
     const float *w = b.m.params + conv->param_offset;
     const size_t nw = (size_t)9 * s->c * s->k;
     size_t live = 0, all = (size_t)N * s->oh * s->ow * s->k;
-    for (size_t j = 0; j < all; j++) live += dy[j] != 0.0f;
+    for (size_t j = 0; j < all; j++) live += val(dy, j, bf) != 0.0;
     ck_assert_msg(live > all / 16 && live <= all / 4, "degenerate: %zu of %zu output gradients live", live, all);
     against_exact("folded", s, x, dy, w, a.m.grads + conv->param_offset, a.m.grads + conv->param_offset + nw,
-                  a.m.dact[2]);
+                  a.m.dact[2], bf);
     against_exact("apart", s, x, dy, w, b.m.grads + conv->param_offset, b.m.grads + conv->param_offset + nw,
-                  b.m.dact[2]);
+                  b.m.dact[2], bf);
     for (int l = 0; l < a.m.nlayers; l++) { /* the layers below see the input gradient: close, not equal */
         const struct dt_layer *ly = &a.m.layers[l];
         if (!ly->nparams) continue;
         const float *ga = a.m.grads + ly->param_offset, *gb = b.m.grads + ly->param_offset;
         const double scale = max_abs(gb, ly->nparams);
         for (size_t i = 0; i < ly->nparams; i++)
-            ck_assert_msg(fabs((double)ga[i] - (double)gb[i]) <= 1e-5 * scale, "%s grad[%zu] %.9g vs apart %.9g",
+            ck_assert_msg(fabs((double)ga[i] - (double)gb[i]) <= (bf ? 1e-2 : 1e-5) * scale, "%s grad[%zu] %.9g vs apart %.9g",
                           ly->name, i, (double)ga[i], (double)gb[i]);
     }
     /* the same bits at any thread count */
@@ -156,8 +168,8 @@ static void check_pair(struct dt_shape in, int c1, int c2)
     run_model(&t3, in, c1, c2, 1);
     omp_set_num_threads(1);
     ck_assert_msg(memcmp(t3.m.grads, a.m.grads, sizeof(float) * a.m.nparams) == 0, "3 threads: other gradients");
-    printf("# conv-poolgrad fold %dx%dx%d -> %dx%dx%d: within 1e-5 of exact; %zu of %zu output gradients live\n",
-           s->h, s->w, s->c, s->oh, s->ow, s->k, live, all);
+    printf("# conv-poolgrad fold %dx%dx%d -> %dx%dx%d (%s): within bounds of exact; %zu of %zu output gradients live\n",
+           s->h, s->w, s->c, s->oh, s->ow, s->k, bf ? "bf16" : "fp32", live, all);
     dt_model_free(&a.m), dt_model_free(&b.m), dt_model_free(&t3.m);
 }
 
@@ -165,6 +177,23 @@ START_TEST(seed_shapes) { check_pair((struct dt_shape){28, 28, 1}, 32, 64); }
 END_TEST
 
 START_TEST(odd_shapes) { check_pair((struct dt_shape){20, 17, 1}, 48, 40); }
+END_TEST
+
+/* --precision bf16 with bf16 activations: read as floats, the input
+ * gradient rounded once. */
+START_TEST(bf16_shapes)
+{
+    char why[256];
+    if (be->setup(1, DT_PREC_BF16, why, sizeof why) != 0) {
+        printf("# SKIP conv-poolgrad bf16: %s\n", why);
+        return;
+    }
+    ck_assert_int_eq(be->set_act_type(DT_PREC_BF16), DT_PREC_BF16);
+    check_pair((struct dt_shape){28, 28, 1}, 32, 64);
+    check_pair((struct dt_shape){20, 17, 1}, 48, 40);
+    be->set_act_type(DT_PREC_FP32);
+    ck_assert_msg(be->setup(1, DT_PREC_FP32, why, sizeof why) == 0, "fp32 refused: %s", why);
+}
 END_TEST
 
 START_TEST(declines)
@@ -198,6 +227,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, seed_shapes);
     tcase_add_test(tc, odd_shapes);
+    tcase_add_test(tc, bf16_shapes);
     tcase_add_test(tc, declines);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

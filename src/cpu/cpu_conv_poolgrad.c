@@ -26,10 +26,13 @@
  * gradients to double sums within 1e-5 of their terms' magnitude (1e-7
  * seen); losses part in the last digits after some steps. Each sum's order
  * is fixed: the same bits at any thread count (threads share output
- * channels in the weights pass, samples in the data pass). Taken for
- * float32 on CPUs with AVX-512 (F, BW, VL), input channels a multiple of
- * 16, 3x3 'valid' stride 1; DTRAIN_NO_FUSION or DTRAIN_NO_FAST_KERNELS keeps
- * the pool's backward and oneDNN's. */
+ * channels in the weights pass, samples in the data pass). Taken on CPUs
+ * with AVX-512 (F, BW, VL) for float32, and for bf16 activations where
+ * the CPU has AVX512-BF16 (read as floats; the weights rounded to bf16 as
+ * the bf16 convolutions read them; each sample's input gradient summed in
+ * float and rounded once), input channels a multiple of 16, 3x3 'valid'
+ * stride 1; DTRAIN_NO_FUSION or DTRAIN_NO_FAST_KERNELS keeps the pool's
+ * backward and oneDNN's. */
 #include "config.h"
 
 #include <stdint.h>
@@ -37,6 +40,7 @@
 #include <string.h>
 #include <omp.h>
 
+#include "runtime/half.h"
 #include "runtime/status.h"
 #include "cpu/cpu_internal.h"
 
@@ -47,9 +51,11 @@
 
 int cpu_conv_poolgrad_fits(const struct dt_conv_shape *s, const struct dt_conv_shape *ps)
 {
+    /* float32, or bf16 activations under --precision bf16 (read as floats,
+     * the input gradient rounded once) */
+    const int types = cpu_precision == DT_PREC_FP32 ? !cpu_act_bf16 : cpu_act_bf16 && cpu_avx512_bf16();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && cpu_fast_kernels() == CPU_FAST_ALL &&
-           cpu_precision == DT_PREC_FP32 && !cpu_act_bf16 && s->kh == 3 && s->kw == 3 && s->stride == 1 &&
+           __builtin_cpu_supports("avx512vl") && cpu_fast_kernels() == CPU_FAST_ALL && types && s->kh == 3 && s->kw == 3 && s->stride == 1 &&
            s->pad == 0 && s->c % 16 == 0 && ps->kh == 2 && ps->kw == 2 && ps->stride == 2 && ps->h == s->oh &&
            ps->w == s->ow && ps->c == s->k && 2 * ps->oh <= s->oh && 2 * ps->ow <= s->ow;
 }
@@ -63,8 +69,16 @@ struct picks {
     uint8_t *q;
 };
 
-T512 static void pick(struct picks *pk, const struct dt_conv_shape *ps, int n, const int32_t *am, const float *dout,
-                      const float *pooled)
+/* 16 activations (masked) as floats: float32, or bf16 widened */
+T512 INLINE __m512 ld16(__mmask16 m, const void *p, size_t at, const int bf)
+{
+    if (!bf) return _mm512_maskz_loadu_ps(m, (const float *)p + at);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + at);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+T512 static void pick(struct picks *pk, const struct dt_conv_shape *ps, int n, const int32_t *am, const void *dout,
+                      const void *pooled, const int bf)
 {
     const int K = ps->c, W = ps->w;
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -84,9 +98,9 @@ T512 static void pick(struct picks *pk, const struct dt_conv_shape *ps, int n, c
                     const __mmask16 dx = _mm512_cmpneq_epi32_mask(_mm512_mask_sub_epi32(d, dy, d, wk), _mm512_setzero_si512());
                     const __m512i q = _mm512_add_epi32(_mm512_maskz_add_epi32(dy, one, one), _mm512_maskz_mov_epi32(dx, one));
                     _mm512_mask_cvtepi32_storeu_epi8(pk->q + at, m, q);
-                    const __mmask16 live = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, pooled + at),
-                                                                   _mm512_setzero_ps(), _CMP_GT_OQ);
-                    _mm512_mask_storeu_ps(pk->g + at, m, _mm512_maskz_loadu_ps(live, dout + at));
+                    const __mmask16 live =
+                        _mm512_mask_cmp_ps_mask(m, ld16(m, pooled, at, bf), _mm512_setzero_ps(), _CMP_GT_OQ);
+                    _mm512_mask_storeu_ps(pk->g + at, m, ld16(live, dout, at, bf));
                 }
             }
 }
@@ -120,7 +134,7 @@ T512 INLINE void wgrad_k(const int CC, int cnt, const int32_t *at, const float *
  * over the windows where the channel's gradient lives. Threads take
  * contiguous ranges of output channels: the same sums at any count. */
 T512 static void weights(const struct dt_conv_shape *s, const struct dt_conv_shape *ps, int n, const struct picks *all,
-                         const float *inp, float *dwt, float *db)
+                         const void *inp, int bf, float *dwt, float *db)
 {
     const int K = s->k, C = s->c, P = ps->oh * ps->ow;
     const size_t in_n = (size_t)s->h * s->w * C, g_n = (size_t)P * K, wc = (size_t)s->w * C;
@@ -137,8 +151,17 @@ T512 static void weights(const struct dt_conv_shape *s, const struct dt_conv_sha
         const int k0 = (int)((long)K * me / nt), k1 = (int)((long)K * (me + 1) / nt);
         int32_t *at = dt_xmalloc(sizeof(int32_t) * ((size_t)P + 16));
         float *gs = dt_xmalloc(sizeof(float) * ((size_t)P + 16));
+        float *wide = bf ? dt_xmalloc(sizeof(float) * in_n) : NULL; /* a bf16 sample as floats */
         for (int i = 0; i < n; i++) {
-            const float *g = all->g + (size_t)i * g_n, *x = inp + (size_t)i * in_n;
+            const float *g = all->g + (size_t)i * g_n, *x = (const float *)inp + (size_t)i * in_n;
+            if (bf) {
+                const uint16_t *h = (const uint16_t *)inp + (size_t)i * in_n;
+                for (size_t j = 0; j < in_n; j += 16) {
+                    const __mmask16 m = in_n - j >= 16 ? 0xffff : (__mmask16)((1u << (in_n - j)) - 1u);
+                    _mm512_mask_storeu_ps(wide + j, m, ld16(m, h, j, 1));
+                }
+                x = wide;
+            }
             const uint8_t *q = all->q + (size_t)i * g_n;
             for (int k = k0; k < k1; k++) {
                 int cnt = 0;
@@ -167,7 +190,7 @@ T512 static void weights(const struct dt_conv_shape *s, const struct dt_conv_sha
                 if (c0 < C) wgrad_k(1, cnt, at, gs, x, (size_t)C, wc, dwk, c0);
             }
         }
-        free(at), free(gs);
+        free(at), free(gs), free(wide);
     }
     free(base);
 }
@@ -235,22 +258,36 @@ T512 static void data_sample(const struct dt_conv_shape *s, const struct dt_conv
         }
 }
 
+/* bf16: each sample's sums made in float, rounded once (as a float32
+ * result stored to bf16 activations anywhere else: cpu_to_bf16). */
 T512 static void data(const struct dt_conv_shape *s, const struct dt_conv_shape *ps, int n, const struct picks *all,
-                      const float *wt, float *dinp)
+                      const float *wt, void *dinp, int bf)
 {
     const size_t in_n = (size_t)s->h * s->w * s->c, g_n = (size_t)ps->oh * ps->ow * s->k;
-    memset(dinp, 0, sizeof(float) * in_n * (size_t)n);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const struct picks pk = {all->g + (size_t)i * g_n, all->q + (size_t)i * g_n};
-        data_sample(s, ps, &pk, wt, dinp + (size_t)i * in_n);
+    if (!bf) memset(dinp, 0, sizeof(float) * in_n * (size_t)n);
+#pragma omp parallel
+    {
+        float *wide = bf ? dt_xmalloc(sizeof(float) * in_n) : NULL;
+#pragma omp for schedule(static)
+        for (int i = 0; i < n; i++) {
+            const struct picks pk = {all->g + (size_t)i * g_n, all->q + (size_t)i * g_n};
+            if (!bf) {
+                data_sample(s, ps, &pk, wt, (float *)dinp + (size_t)i * in_n);
+                continue;
+            }
+            memset(wide, 0, sizeof(float) * in_n);
+            data_sample(s, ps, &pk, wt, wide);
+            cpu_to_bf16((uint16_t *)dinp + (size_t)i * in_n, wide, in_n);
+        }
+        free(wide);
     }
 }
 
-void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, float *dinp,
-                                float *dweight, float *dbias, const float *dout, const float *pooled,
-                                const float *inp, const float *weight)
+void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, void *dinp,
+                                float *dweight, float *dbias, const void *dout, const void *pooled,
+                                const void *inp, const float *weight)
 {
+    const int bf = cpu_act_bf16;
     static int verbose = -1;
     if (verbose < 0) {
         const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
@@ -262,11 +299,11 @@ void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *poo
     const size_t gs = (size_t)n * ps->oh * ps->ow * K;
     /* q padded: the weights pass gathers it 4 bytes at a time */
     struct picks all = {dt_xmalloc(sizeof(float) * (gs ? gs : 1)), dt_xmalloc(gs + 4)};
-    pick(&all, ps, n, cpu_pool_places(pool, n), dout, pooled);
+    pick(&all, ps, n, cpu_pool_places(pool, n), dout, pooled, bf);
     float *t = dt_xmalloc(sizeof(float) * (size_t)K * 9 * C); /* [k][tap][c]: dW's sums, then W */
     memset(t, 0, sizeof(float) * (size_t)K * 9 * C);
     memset(dbias, 0, sizeof(float) * (size_t)K);
-    weights(s, ps, n, &all, inp, t, dbias);
+    weights(s, ps, n, &all, inp, bf, t, dbias);
     for (int k = 0; k < K; k++)
         for (int tc = 0; tc < 9 * C; tc++) dweight[(size_t)tc * K + k] = t[((size_t)k * 9 * C) + tc];
     /* the kernel's name says what the bench credits: the products of one
@@ -278,8 +315,9 @@ void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *poo
             for (int tap = 0; tap < 9; tap++)
                 for (int c = 0; c < C; c++)
                     t[(size_t)k * 9 * C + ((size_t)(c / 16) * 9 + tap) * 16 + c % 16] =
-                        weight[((size_t)tap * C + c) * K + k];
-        data(s, ps, n, &all, t, dinp);
+                        bf ? dt_bf16_to_f32(dt_f32_to_bf16(weight[((size_t)tap * C + c) * K + k])) /* as bf16 convolutions read it */
+                           : weight[((size_t)tap * C + c) * K + k];
+        data(s, ps, n, &all, t, dinp, bf);
         if (verbose) cpu_conv_verbose(s, "dtrain_poolgrad:avx512", "direct", "backward_data", n, t0);
     }
     free(t), free(all.g), free(all.q);
@@ -293,9 +331,9 @@ int cpu_conv_poolgrad_fits(const struct dt_conv_shape *s, const struct dt_conv_s
     return 0;
 }
 
-void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, float *dinp,
-                                float *dweight, float *dbias, const float *dout, const float *pooled,
-                                const float *inp, const float *weight)
+void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, void *dinp,
+                                float *dweight, float *dbias, const void *dout, const void *pooled,
+                                const void *inp, const float *weight)
 {
     (void)s, (void)pool, (void)n, (void)dinp, (void)dweight, (void)dbias, (void)dout, (void)pooled, (void)inp,
         (void)weight;

@@ -114,11 +114,11 @@ void cpu_conv_verbose(const struct dt_conv_shape *s, const char *kernel, const c
                       double t0);
 double cpu_conv_verbose_clock(void);
 
-/* cpu_conv_poolgrad.c: backend.h's conv_poolgrad ops (float32, AVX-512) */
+/* cpu_conv_poolgrad.c: backend.h's conv_poolgrad ops (AVX-512; float32 or bf16 activations) */
 int cpu_conv_poolgrad_fits(const struct dt_conv_shape *s, const struct dt_conv_shape *ps);
-void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, float *dinp,
-                                float *dweight, float *dbias, const float *dout, const float *pooled,
-                                const float *inp, const float *weight);
+void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *pool, int n, void *dinp,
+                                float *dweight, float *dbias, const void *dout, const void *pooled,
+                                const void *inp, const float *weight);
 
 /* cpu_conv3x3_avx2.c: 3x3, stride 1, padding 1, float32, channels in and
  * out multiples of 8, on CPUs with AVX2 + FMA and without AVX-512 (or with
