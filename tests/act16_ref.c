@@ -264,11 +264,13 @@ const struct dt_backend *dt_act16_ref(void)
         be.pool_destroy = pool_destroy;
         be.pool_forward = pool_forward;
         be.pool_backward = pool_backward;
-        /* no conv-pool fold: it would run the CPU's kernel on this
-         * backend's buffers, past the conversions above */
+        /* no conv-pool folds: they would run the CPU's kernels on this
+         * backend's buffers and pool plans, past the conversions above */
         be.conv_pool_fits = NULL;
         be.conv_pool_forward = NULL;
         be.conv_pool_backward = NULL;
+        be.conv_poolgrad_fits = NULL;
+        be.conv_poolgrad_backward = NULL;
         be.dense_forward = dense_forward;
         be.dense_backward = dense_backward;
         be.relu_forward = relu_forward;

@@ -140,10 +140,25 @@ double dt_mem_plan_total(const struct dt_mem_plan *p) { return p->params + p->gr
 
 double dt_mem_plan_rss(const struct dt_mem_plan *p) { return dt_mem_plan_total(p) + p->mapped; }
 
+/* Layer c a 2x2/2 max pool right after a conv2d with its ReLU: a stage
+ * starting there would receive the conv's output, 4x the pool's, and split
+ * the pair whose backward the CPU folds into one pass (model.c's
+ * plan_poolgrad), summing in another order than the unsplit model. */
+static int splits_conv_pool(const struct dt_model *m, int c)
+{
+    if (c <= 0 || c >= m->nlayers || m->layers[c].ops != &dt_maxpool_ops) return 0;
+    const struct dt_layer *conv = &m->layers[c - 1];
+    const struct dt_conv_shape *ps = dt_maxpool_shape(&m->layers[c]);
+    return conv->ops == &dt_conv2d_ops && conv->spec.activation == DT_ACT_RELU && ps->kh == 2 && ps->kw == 2 &&
+           ps->stride == 2;
+}
+
 /* Dynamic programming over the layers: best(k, i), the least slowest stage
  * of the first i layers as k stages, from best(k-1, j) for every allowed j;
  * among equally slow ways, the one whose stages' squared costs add up least
- * (so stages past the slowest are balanced too, not left near empty). */
+ * (so stages past the slowest are balanced too, not left near empty). Not
+ * between a conv and its max pool (splits_conv_pool) unless the model has
+ * too few other places for P stages. */
 void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *cut)
 {
     const int L = m->nlayers;
@@ -151,7 +166,13 @@ void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *c
     double *pre = dt_xcalloc(W, sizeof(double));
     char *ok = dt_xcalloc(W, 1); /* a stage may start (and the one before end) at layer i */
     for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
-    for (int i = 0; i <= L; i++) ok[i] = i == 0 || i == L || dt_model_can_cut(m, i);
+    int places = 0;
+    for (int i = 0; i <= L; i++) {
+        ok[i] = i == 0 || i == L || (dt_model_can_cut(m, i) && !splits_conv_pool(m, i));
+        places += i > 0 && i < L && ok[i];
+    }
+    if (places + 1 < P)
+        for (int i = 1; i < L; i++) ok[i] = dt_model_can_cut(m, i);
     double *best = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * W), *sq = dt_xmalloc(sizeof(double) * (size_t)(P + 1) * W);
     int *from = dt_xcalloc((size_t)(P + 1) * W, sizeof(int));
     for (size_t x = 0; x < (size_t)(P + 1) * W; x++) best[x] = sq[x] = DBL_MAX;
