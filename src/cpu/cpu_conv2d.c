@@ -426,8 +426,7 @@ dt_conv_plan *cpu_conv_create(const struct dt_conv_shape *shape, int relu)
     /* bf16 backward-weights: dtrain's AVX512-BF16 kernel where oneDNN has
      * only its jit_bf16 one (no AMX), on bf16 activations as they lie */
     p->wg16 = p->bf16 && p->act16 && !p->direct && cpu_wgrad_bf16_fits(shape);
-    const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
-    p->verbose = (p->avx2 || p->direct || p->wg16) && v && *v && strcmp(v, "0");
+    p->verbose = (p->avx2 || p->direct || p->wg16) && cpu_kernel_verbose();
     return p;
 }
 
@@ -546,6 +545,12 @@ static double seconds(void)
 }
 
 double cpu_conv_verbose_clock(void) { return seconds(); }
+
+int cpu_kernel_verbose(void)
+{
+    const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
+    return v && *v && strcmp(v, "0");
+}
 
 void cpu_conv_verbose(const struct dt_conv_shape *s, const char *kernel, const char *alg, const char *dir, int n,
                       double t0)

@@ -288,11 +288,7 @@ void cpu_conv_poolgrad_backward(const struct dt_conv_shape *s, dt_pool_plan *poo
                                 const void *inp, const float *weight)
 {
     const int bf = cpu_act_bf16;
-    static int verbose = -1;
-    if (verbose < 0) {
-        const char *v = getenv("DTRAIN_KERNEL_VERBOSE");
-        verbose = v && *v && strcmp(v, "0");
-    }
+    const int verbose = cpu_kernel_verbose();
     double t0 = verbose ? cpu_conv_verbose_clock() : 0.0;
     const struct dt_conv_shape *ps = cpu_pool_shape(pool);
     const int K = s->k, C = s->c;

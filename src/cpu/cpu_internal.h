@@ -113,6 +113,7 @@ void cpu_conv_pool_backward(dt_conv_plan *plan, dt_pool_plan *pool, int n, float
 void cpu_conv_verbose(const struct dt_conv_shape *s, const char *kernel, const char *alg, const char *dir, int n,
                       double t0);
 double cpu_conv_verbose_clock(void);
+int cpu_kernel_verbose(void); /* DTRAIN_KERNEL_VERBOSE set, and not 0 */
 
 /* cpu_conv_poolgrad.c: backend.h's conv_poolgrad ops (AVX-512; float32 or bf16 activations) */
 int cpu_conv_poolgrad_fits(const struct dt_conv_shape *s, const struct dt_conv_shape *ps);

@@ -1,6 +1,7 @@
 /* cpu_kernels.c: the CPU backend's element-wise kernels, loss, optimizer
  * updates and GEMM. Plain loops written so the compiler vectorizes them;
- * float32 GEMM goes to CBLAS.
+ * float32 GEMM goes to CBLAS, or to cpu_gemm_avx512.c for the products it
+ * takes (the same bits).
  *
  * bf16 GEMM goes to oneDNN's matmul, not OpenBLAS: Debian 12's OpenBLAS
  * 0.3.21 declares cblas_sbgemm in cblas.h but is built without it (the

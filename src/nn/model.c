@@ -340,6 +340,15 @@ static void rebase_aliases(struct dt_model *m)
     m->act_alias[m->lo] = m->dact_alias[m->lo] = m->lo;
 }
 
+int dt_model_conv_pool2(const struct dt_model *m, int c)
+{
+    if (c <= 0 || c >= m->nlayers) return 0;
+    const struct dt_layer *conv = &m->layers[c - 1];
+    if (conv->ops != &dt_conv2d_ops || !conv->relu_bwd_by_next) return 0; /* so layer c is a max pool */
+    const struct dt_conv_shape *ps = dt_maxpool_shape(&m->layers[c]);
+    return ps->kh == 2 && ps->kw == 2 && ps->stride == 2;
+}
+
 /* Fold a first layer's conv2d - ReLU - 2x2/2 max pool into the conv where
  * the backend pools in the same pass (layer.h's fold_pool): the conv writes
  * the pool's output buffer, its own (4x larger) is never made. Only the
@@ -348,11 +357,8 @@ static void rebase_aliases(struct dt_model *m)
  * end between them). DTRAIN_NO_FUSION=1 keeps them apart. */
 static void plan_conv_pool(struct dt_model *m, const struct dt_backend *be)
 {
-    if (fusion_off() || !be->conv_pool_fits || m->lo != 0 || m->hi < 2 || m->nlayers < 2) return;
+    if (fusion_off() || !be->conv_pool_fits || m->lo != 0 || m->hi < 2 || !dt_model_conv_pool2(m, 1)) return;
     struct dt_layer *conv = &m->layers[0], *pool = &m->layers[1];
-    if (conv->ops != &dt_conv2d_ops || !conv->relu_bwd_by_next || pool->ops != &dt_maxpool_ops) return;
-    const struct dt_conv_shape *ps = dt_maxpool_shape(pool);
-    if (ps->kh != 2 || ps->kw != 2 || ps->stride != 2) return;
     if (!be->conv_pool_fits(dt_conv2d_shape(conv))) return;
     conv->fold_pool = 1;
     conv->fold_out = pool->out;
@@ -363,16 +369,15 @@ static void plan_conv_pool(struct dt_model *m, const struct dt_backend *be)
 /* Fold each 2x2/2 max pool's backward into the conv2d before it where the
  * backend takes the pair (backend.h's conv_poolgrad; layer.h's pool_bwd):
  * the conv's output gradient (4x the pool's, mostly zeros) is never made.
- * Both layers this model's, the conv's ReLU's backward the pool's to do,
- * its output read by no other layer. DTRAIN_NO_FUSION=1 keeps them apart. */
+ * Both layers this model's, the conv's ReLU's backward the pool's to do
+ * (so its output is read by no other layer: dt_model_conv_pool2).
+ * DTRAIN_NO_FUSION=1 keeps them apart. */
 static void plan_poolgrad(struct dt_model *m, const struct dt_backend *be)
 {
     if (fusion_off() || !be->conv_poolgrad_fits) return;
     for (int i = m->lo; i + 1 < m->hi; i++) {
         struct dt_layer *conv = &m->layers[i], *pool = &m->layers[i + 1];
-        if (conv->ops != &dt_conv2d_ops || conv->fold_pool || !conv->relu_bwd_by_next || pool->ops != &dt_maxpool_ops ||
-            pool->folded || !pool->relu_bwd_of_prev || dt_model_read_as_src(m, i + 1))
-            continue;
+        if (!dt_model_conv_pool2(m, i + 1) || conv->fold_pool) continue;
         if (!be->conv_poolgrad_fits(dt_conv2d_shape(conv), dt_maxpool_shape(pool))) continue;
         conv->pool_bwd = pool;
         conv->pool_bwd_out = i + 2;

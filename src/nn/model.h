@@ -98,6 +98,10 @@ int dt_model_is_file(const char *name);
  * with a '/' (a model file's path) is shown as its file name. */
 int dt_model_build_specs(struct dt_model *m, const char *name, struct dt_shape input, int classes,
                          const struct dt_layer_spec *specs, int nspecs, dt_status *st);
+/* Layer c a 2x2/2 max pool that applies the ReLU backward of the conv2d
+ * right before it: the pair the CPU folds (model.c's plan_conv_pool and
+ * plan_poolgrad) and a pipeline cut keeps together (dt_pipe_balance). */
+int dt_model_conv_pool2(const struct dt_model *m, int c);
 /* Whether some add or route reads act[k] as its second input. */
 static inline int dt_model_read_as_src(const struct dt_model *m, int k)
 {

@@ -140,25 +140,14 @@ double dt_mem_plan_total(const struct dt_mem_plan *p) { return p->params + p->gr
 
 double dt_mem_plan_rss(const struct dt_mem_plan *p) { return dt_mem_plan_total(p) + p->mapped; }
 
-/* Layer c a 2x2/2 max pool right after a conv2d with its ReLU: a stage
- * starting there would receive the conv's output, 4x the pool's, and split
- * the pair whose backward the CPU folds into one pass (model.c's
- * plan_poolgrad), summing in another order than the unsplit model. */
-static int splits_conv_pool(const struct dt_model *m, int c)
-{
-    if (c <= 0 || c >= m->nlayers || m->layers[c].ops != &dt_maxpool_ops) return 0;
-    const struct dt_layer *conv = &m->layers[c - 1];
-    const struct dt_conv_shape *ps = dt_maxpool_shape(&m->layers[c]);
-    return conv->ops == &dt_conv2d_ops && conv->spec.activation == DT_ACT_RELU && ps->kh == 2 && ps->kw == 2 &&
-           ps->stride == 2;
-}
-
 /* Dynamic programming over the layers: best(k, i), the least slowest stage
  * of the first i layers as k stages, from best(k-1, j) for every allowed j;
  * among equally slow ways, the one whose stages' squared costs add up least
  * (so stages past the slowest are balanced too, not left near empty). Not
- * between a conv and its max pool (splits_conv_pool) unless the model has
- * too few other places for P stages. */
+ * between a conv and its 2x2 max pool (dt_model_conv_pool2) unless the
+ * model has too few other places for P stages: the stage would receive 4x
+ * the pool's output, and the pair's backward, folded on the CPU (model.c's
+ * plan_poolgrad), would run apart, summing in another order. */
 void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *cut)
 {
     const int L = m->nlayers;
@@ -168,7 +157,7 @@ void dt_pipe_balance(const struct dt_model *m, const double *cost, int P, int *c
     for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
     int places = 0;
     for (int i = 0; i <= L; i++) {
-        ok[i] = i == 0 || i == L || (dt_model_can_cut(m, i) && !splits_conv_pool(m, i));
+        ok[i] = i == 0 || i == L || (dt_model_can_cut(m, i) && !dt_model_conv_pool2(m, i));
         places += i > 0 && i < L && ok[i];
     }
     if (places + 1 < P)
